@@ -389,7 +389,10 @@ mod tests {
         assert_eq!(repr.emit(&mut buf).unwrap(), 14);
         assert_eq!(&buf[..14], &TAGGED);
         assert_eq!(&buf[14..], &[0xa5, 0xa5]);
-        assert_eq!(DdpRepr::parse(&Packet::new_unchecked(&buf[..])).unwrap(), repr);
+        assert_eq!(
+            DdpRepr::parse(&Packet::new_unchecked(&buf[..])).unwrap(),
+            repr
+        );
     }
 
     #[test]

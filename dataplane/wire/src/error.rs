@@ -91,7 +91,10 @@ impl fmt::Display for Error {
             }
             Error::Malformed => write!(f, "malformed header"),
             Error::BadCrc { expected, received } => {
-                write!(f, "MPA CRC mismatch: computed {expected:#010x}, received {received:#010x}")
+                write!(
+                    f,
+                    "MPA CRC mismatch: computed {expected:#010x}, received {received:#010x}"
+                )
             }
             Error::UlpduTooLong(l) => write!(f, "ULPDU length {l} too long"),
             Error::BadMarker => write!(f, "MPA marker does not point at the FPDU header"),

@@ -247,7 +247,10 @@ pub enum RdmapHeader {
     /// Immediate Data / Immediate Data with SE: exactly 8 bytes.
     Immediate(u64),
     AtomicRequest(AtomicRequest),
-    AtomicResponse { request_id: u32, original: u64 },
+    AtomicResponse {
+        request_id: u32,
+        original: u64,
+    },
 }
 
 /// The meaning of one DDP segment carrying RDMAP.

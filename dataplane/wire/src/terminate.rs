@@ -229,7 +229,10 @@ impl CopiedHeader {
         let n = src.len().min(52);
         let mut bytes = [0; 52];
         bytes[..n].copy_from_slice(&src[..n]);
-        CopiedHeader { len: n as u8, bytes }
+        CopiedHeader {
+            len: n as u8,
+            bytes,
+        }
     }
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
@@ -284,7 +287,9 @@ impl TerminateRepr {
     }
 
     fn has_tail(&self) -> bool {
-        self.ddp_segment_length.is_some() || !self.ddp_header.is_empty() || !self.rdmap_header.is_empty()
+        self.ddp_segment_length.is_some()
+            || !self.ddp_header.is_empty()
+            || !self.rdmap_header.is_empty()
     }
 
     pub fn buffer_len(&self) -> usize {
@@ -361,7 +366,9 @@ mod tests {
             Err(Error::Truncated)
         );
         assert_eq!(
-            TerminateRepr::parse(&TerminatePacket::new_unchecked(&[0x12u8, 0x03, 0xc0, 0][..])),
+            TerminateRepr::parse(&TerminatePacket::new_unchecked(
+                &[0x12u8, 0x03, 0xc0, 0][..]
+            )),
             Err(Error::Truncated)
         );
     }
