@@ -100,7 +100,7 @@ impl Deframer {
     }
 
     fn marker_due(&self) -> bool {
-        self.params.markers && self.pos % MARKER_INTERVAL as u64 == 0
+        self.params.markers && self.pos.is_multiple_of(MARKER_INTERVAL as u64)
     }
 
     /// Consumes some octets of `input` (at least one); returns how many.

@@ -70,7 +70,7 @@ impl FpduEmitter {
         let mut logical = len;
         let mut n = 0;
         while logical > 0 {
-            if pos % MARKER_INTERVAL as u64 == 0 {
+            if pos.is_multiple_of(MARKER_INTERVAL as u64) {
                 n += 1;
                 pos += MARKER_LEN as u64;
             }
@@ -137,7 +137,7 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn marker_if_due(&mut self) {
-        if self.markers && self.pos % MARKER_INTERVAL as u64 == 0 {
+        if self.markers && self.pos.is_multiple_of(MARKER_INTERVAL as u64) {
             let fpduptr = (self.pos - self.start) as u16;
             self.out[self.at..self.at + 2].copy_from_slice(&[0, 0]);
             self.out[self.at + 2..self.at + 4].copy_from_slice(&fpduptr.to_be_bytes());
