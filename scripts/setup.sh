@@ -35,4 +35,4 @@ if [ $ci -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
     echo "setup: hugepages free: $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)"
 fi
 
-cargo build --release --workspace --bins
+cargo build --workspace
