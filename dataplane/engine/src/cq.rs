@@ -1,0 +1,79 @@
+//! Completion queues (Verbs section 8.3): bounded, with solicited / next-completion
+//! notification and overflow detection.
+
+use crate::types::WorkCompletion;
+use std::collections::VecDeque;
+
+/// What a consumer asked to be notified of (Verbs "Request Completion Notification").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notify {
+    None,
+    /// The next completion of any kind.
+    NextCompletion,
+    /// The next completion of a message that asked for a solicited event, or an error.
+    Solicited,
+}
+
+#[derive(Debug)]
+pub struct Cq {
+    entries: VecDeque<WorkCompletion>,
+    depth: usize,
+    notify: Notify,
+    event: bool,
+    overflowed: bool,
+    pub(crate) overflow_reported: bool,
+}
+
+impl Cq {
+    pub(crate) fn new(depth: usize) -> Cq {
+        Cq { entries: VecDeque::with_capacity(depth), depth, notify: Notify::None, event: false, overflowed: false, overflow_reported: false }
+    }
+
+    /// Adds a completion. Returns false (and remembers the overflow) when the CQ is full:
+    /// the completion is lost, which the Verbs spec treats as a CQ error.
+    pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
+        if self.entries.len() >= self.depth {
+            self.overflowed = true;
+            return false;
+        }
+        let wakes = match self.notify {
+            Notify::None => false,
+            Notify::NextCompletion => true,
+            Notify::Solicited => wc.solicited || wc.status != crate::types::Status::Success,
+        };
+        if wakes {
+            self.event = true;
+            self.notify = Notify::None;
+        }
+        self.entries.push_back(wc);
+        true
+    }
+
+    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let n = out.len().min(self.entries.len());
+        for slot in out.iter_mut().take(n) {
+            // n <= len, so pop_front is Some.
+            if let Some(wc) = self.entries.pop_front() {
+                *slot = wc;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn arm(&mut self, notify: Notify) {
+        self.notify = notify;
+    }
+
+    /// Takes a pending completion event (the "completion handler" call).
+    pub(crate) fn take_event(&mut self) -> bool {
+        core::mem::take(&mut self.event)
+    }
+
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}

@@ -1,0 +1,166 @@
+//! Queue pairs: the Verbs state machine (section 6.2, figure 4) and per-connection state.
+
+use crate::mem::Resolved;
+use crate::types::{RecvWr, SendWr, Status, WcOpcode};
+use iwarp_wire::mpa::{Deframer, FpduEmitter, MpaParams};
+use iwarp_wire::terminate::TerminateRepr;
+use std::collections::VecDeque;
+
+/// QP states, printed as the Verbs spec spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    Idle,
+    Rts,
+    Closing,
+    Terminate,
+    Error,
+}
+
+impl core::fmt::Display for QpState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            QpState::Idle => "Idle",
+            QpState::Rts => "RTS",
+            QpState::Closing => "Closing",
+            QpState::Terminate => "Terminate",
+            QpState::Error => "Error",
+        })
+    }
+}
+
+/// What connection setup (MPA negotiation, in the control plane) agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnParams {
+    /// CRC and markers for what we send.
+    pub tx: MpaParams,
+    /// CRC and markers for what we receive.
+    pub rx: MpaParams,
+    /// Inbound Read/atomic requests we accept at once.
+    pub ird: u16,
+    /// Outbound Read/atomic requests we may have outstanding (never more than the peer's IRD).
+    pub ord: u16,
+    /// RDMAP version 1, or 2 when both peers asked for it.
+    pub rdmap_version: u8,
+    /// The largest FPDU we send: the TCP MSS, so that each FPDU fits one segment.
+    pub max_fpdu: usize,
+    /// The largest ULPDU we accept.
+    pub max_rx_ulpdu: usize,
+}
+
+impl ConnParams {
+    pub fn new(crc: bool, ird: u16, ord: u16, max_fpdu: usize) -> ConnParams {
+        let p = MpaParams { crc, markers: false };
+        ConnParams { tx: p, rx: p, ird, ord, rdmap_version: 1, max_fpdu, max_rx_ulpdu: 65535 }
+    }
+}
+
+/// A Send Queue WR between posting and completion. Completions leave in SQ order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inflight {
+    pub seq: u64,
+    pub wr_id: u64,
+    pub opcode: WcOpcode,
+    pub signaled: bool,
+    pub done: Option<(Status, u32)>,
+}
+
+/// An outstanding Read or atomic (the ORQ, bounded by ORD).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Orq {
+    Read { seq: u64, sink_stag: u32, len: u32 },
+    Atomic { seq: u64, request_id: u32, result: Resolved },
+}
+
+/// An accepted inbound Read or atomic waiting to be answered (the IRQ, bounded by IRD).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Irq {
+    Read { sink_stag: u32, sink_to: u64, src: Resolved, len: u32, sent: u32 },
+    Atomic { request_id: u32, original: u64 },
+}
+
+/// The SQ WR being transmitted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxCur {
+    pub wr: SendWr,
+    pub seq: u64,
+    pub offset: u64,
+    /// Write with Immediate: the Write is done, the Immediate Data message is next.
+    pub imm_phase: bool,
+}
+
+/// An inbound untagged Send being placed into a receive WR.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RxRecv {
+    pub wr: RecvWr,
+    pub received: u32,
+}
+
+/// State that exists once the QP is connected (RTS and after).
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub params: ConnParams,
+    pub emitter: FpduEmitter,
+    pub deframer: Option<Deframer>,
+    pub scratch: Vec<u8>,
+    /// Next MSN to send, per untagged queue (RFC 5041: MSNs start at 1).
+    pub msn_tx: [u32; 4],
+    /// Next MSN expected, per untagged queue.
+    pub msn_rx: [u32; 4],
+    pub mo_rx: [u32; 4],
+    pub cur: Option<TxCur>,
+    pub orq: VecDeque<Orq>,
+    pub irq: VecDeque<Irq>,
+    pub rx_recv: Option<RxRecv>,
+    pub terminate: Option<TerminateRepr>,
+    pub irq_burst: u32,
+    pub next_request_id: u32,
+}
+
+impl Conn {
+    pub fn new(params: ConnParams) -> Conn {
+        Conn {
+            params,
+            emitter: FpduEmitter::new(params.tx, 0),
+            deframer: Some(Deframer::new(params.rx, params.max_rx_ulpdu, 0)),
+            scratch: vec![0; params.max_fpdu],
+            msn_tx: [1; 4],
+            msn_rx: [1; 4],
+            mo_rx: [0; 4],
+            cur: None,
+            orq: VecDeque::with_capacity(params.ord as usize),
+            irq: VecDeque::with_capacity(params.ird as usize),
+            rx_recv: None,
+            terminate: None,
+            irq_burst: 0,
+            next_request_id: 1,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub id: u32,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub state: QpState,
+    pub sq: VecDeque<SendWr>,
+    pub sq_depth: usize,
+    pub rq: VecDeque<RecvWr>,
+    pub rq_depth: usize,
+    pub inflight: VecDeque<Inflight>,
+    pub next_seq: u64,
+    pub conn: Option<Conn>,
+    /// A graceful close was asked for: go Idle once everything sent completed.
+    pub closing: bool,
+}
+
+/// Is `from -> to` a transition the Verbs state diagram (figure 4) lets a consumer ask for?
+pub fn transition_allowed(from: QpState, to: QpState) -> bool {
+    use QpState::*;
+    matches!(
+        (from, to),
+        (Idle, Rts) | (Idle, Error) | (Rts, Closing) | (Rts, Terminate) | (Rts, Error)
+            | (Closing, Error) | (Closing, Idle) | (Terminate, Error) | (Error, Idle)
+    )
+}

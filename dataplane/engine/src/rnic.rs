@@ -1,0 +1,464 @@
+//! The RNIC: resources and the verbs that act on them. Transmit and receive processing live
+//! in `tx.rs` and `rx.rs`; this file holds what both share (completions, flushing, state).
+
+use crate::cq::{Cq, Notify};
+use crate::mem::MemTable;
+use crate::qp::{transition_allowed, Conn, ConnParams, Inflight, Qp, QpState};
+use crate::types::{Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion, MAX_SGE};
+use core::ptr::NonNull;
+use iwarp_wire::terminate::{TermCause, TerminateRepr};
+use std::collections::VecDeque;
+
+/// Sizes a QP is created with.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCaps {
+    pub sq_depth: usize,
+    pub rq_depth: usize,
+}
+
+/// One RNIC: memory table, CQs and QPs, driven by its caller.
+#[derive(Debug, Default)]
+pub struct Rnic {
+    pub(crate) mem: MemTable,
+    pub(crate) cqs: Vec<Option<Cq>>,
+    pub(crate) qps: Vec<Option<Qp>>,
+    pub(crate) events: VecDeque<AsyncEvent>,
+    next_pd: u32,
+}
+
+impl Rnic {
+    pub fn new() -> Rnic {
+        Rnic { mem: MemTable::new(), cqs: Vec::new(), qps: Vec::new(), events: VecDeque::new(), next_pd: 1 }
+    }
+
+    // ---- resources ----
+
+    pub fn alloc_pd(&mut self) -> u32 {
+        let pd = self.next_pd;
+        self.next_pd += 1;
+        pd
+    }
+
+    /// Registers `len` bytes at `base` in `pd` with `access`. `base_to` is the tagged offset
+    /// of the first byte: its virtual address for a VA-based region, 0 for zero-based.
+    ///
+    /// # Safety
+    /// The memory must stay valid for reads and writes until deregistered. Other processes
+    /// may map it too; the engine only ever copies into it or runs atomics on it.
+    pub unsafe fn register_mr(&mut self, pd: u32, base: NonNull<u8>, len: usize, access: Access, base_to: u64) -> u32 {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.mem.register(base, len, pd, access, base_to) }
+    }
+
+    pub fn deregister_mr(&mut self, stag: u32) -> Result<(), VerbsError> {
+        if self.mem.deregister(stag) {
+            Ok(())
+        } else {
+            Err(VerbsError::InvalidStag)
+        }
+    }
+
+    pub fn create_cq(&mut self, depth: usize) -> u32 {
+        let id = self.cqs.len() as u32;
+        self.cqs.push(Some(Cq::new(depth)));
+        id
+    }
+
+    pub fn create_qp(&mut self, pd: u32, send_cq: u32, recv_cq: u32, caps: QpCaps) -> Result<u32, VerbsError> {
+        for cq in [send_cq, recv_cq] {
+            if self.cq(cq).is_none() {
+                return Err(VerbsError::InvalidCq);
+            }
+        }
+        let id = self.qps.len() as u32;
+        self.qps.push(Some(Qp {
+            id,
+            pd,
+            send_cq,
+            recv_cq,
+            state: QpState::Idle,
+            sq: VecDeque::with_capacity(caps.sq_depth),
+            sq_depth: caps.sq_depth,
+            rq: VecDeque::with_capacity(caps.rq_depth),
+            rq_depth: caps.rq_depth,
+            inflight: VecDeque::with_capacity(caps.sq_depth),
+            next_seq: 0,
+            conn: None,
+            closing: false,
+        }));
+        Ok(id)
+    }
+
+    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
+        self.enter_error(qp, None);
+        let slot = self.qps.get_mut(qp as usize).ok_or(VerbsError::InvalidQp)?;
+        *slot = None;
+        Ok(())
+    }
+
+    pub(crate) fn cq(&self, cq: u32) -> Option<&Cq> {
+        self.cqs.get(cq as usize)?.as_ref()
+    }
+
+    pub(crate) fn qp_mut(&mut self, qp: u32) -> Result<&mut Qp, VerbsError> {
+        self.qps.get_mut(qp as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidQp)
+    }
+
+    /// Completions waiting in a CQ, and whether it ever overflowed.
+    pub fn cq_status(&self, cq: u32) -> Option<(usize, bool)> {
+        self.cq(cq).map(|c| (c.len(), c.overflowed()))
+    }
+
+    pub fn qp_state(&self, qp: u32) -> Option<QpState> {
+        Some(self.qps.get(qp as usize)?.as_ref()?.state)
+    }
+
+    // ---- connection ----
+
+    /// Idle -> RTS with what MPA negotiation agreed (the connection's byte stream now
+    /// belongs to this QP).
+    pub fn connect(&mut self, qp: u32, params: ConnParams) -> Result<(), VerbsError> {
+        let q = self.qp_mut(qp)?;
+        if q.state != QpState::Idle {
+            return Err(VerbsError::InvalidQpState);
+        }
+        q.conn = Some(Conn::new(params));
+        q.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// Modify QP to a new state, as the consumer may (Verbs section 6.2).
+    pub fn modify_qp(&mut self, qp: u32, to: QpState) -> Result<(), VerbsError> {
+        let from = self.qp_mut(qp)?.state;
+        if !transition_allowed(from, to) || to == QpState::Rts {
+            // RTS is entered through `connect`, which carries the negotiated parameters.
+            return Err(VerbsError::InvalidModify);
+        }
+        match to {
+            QpState::Error => self.enter_error(qp, None),
+            QpState::Terminate => self.terminate(qp, iwarp_wire::terminate::RDMAP_OPERATION_UNSPECIFIED, &[], 0),
+            QpState::Closing => {
+                let q = self.qp_mut(qp)?;
+                q.state = QpState::Closing;
+                q.closing = true;
+                self.try_finish_close(qp);
+            }
+            QpState::Idle => {
+                let q = self.qp_mut(qp)?;
+                q.state = QpState::Idle;
+                q.conn = None;
+            }
+            QpState::Rts => unreachable!("refused above"),
+        }
+        Ok(())
+    }
+
+    /// The TCP connection under the QP is gone (closed by the peer, reset, or lost).
+    pub fn connection_lost(&mut self, qp: u32, graceful: bool) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        let state = q.state;
+        if graceful && state == QpState::Closing {
+            self.try_finish_close(qp);
+            if self.qp_state(qp) == Some(QpState::Closing) {
+                self.enter_error(qp, None);
+            }
+            return;
+        }
+        if matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+            if graceful {
+                self.events.push_back(AsyncEvent::ConnectionClosed { qp });
+            }
+            self.enter_error(qp, Some(Status::LlpError).filter(|_| !graceful));
+        }
+    }
+
+    pub(crate) fn try_finish_close(&mut self, qp: u32) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        let idle = q.sq.is_empty()
+            && q.inflight.is_empty()
+            && q.conn.as_ref().is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
+        if q.closing && idle {
+            // Verbs: Closing -> Idle once the SQ and the outstanding reads are done; receives
+            // still posted are flushed.
+            q.closing = false;
+            q.state = QpState::Idle;
+            q.conn = None;
+            self.flush_rq(qp, None);
+        }
+    }
+
+    // ---- work requests ----
+
+    pub fn post_send(&mut self, qp: u32, wr: SendWr) -> Result<(), VerbsError> {
+        if wr.num_sge as usize > MAX_SGE {
+            return Err(VerbsError::TooManySge);
+        }
+        let pd = self.qp_mut(qp)?.pd;
+        self.check_send_wr(pd, &wr)?;
+        let q = self.qp_mut(qp)?;
+        match q.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                // Verbs: WRs posted in Error complete with the flush status.
+                let (cq, qpn) = (q.send_cq, q.id);
+                self.complete_now(cq, qpn, &wr, Status::WrFlushed);
+                return Ok(());
+            }
+            _ => return Err(VerbsError::InvalidQpState),
+        }
+        if q.sq.len() + q.inflight.len() >= q.sq_depth {
+            return Err(VerbsError::QueueFull);
+        }
+        q.sq.push_back(wr);
+        Ok(())
+    }
+
+    fn check_send_wr(&self, pd: u32, wr: &SendWr) -> Result<(), VerbsError> {
+        match wr.op {
+            SendOp::Read { .. } => {
+                let [sge] = wr.sgl() else { return Err(VerbsError::TooManySge) };
+                // The sink is advertised to the peer, which writes the Read Response into it.
+                self.mem
+                    .resolve(sge.stag, pd, Access::REMOTE_WRITE, sge.to, sge.len as u64, false)
+                    .map_err(|e| match e {
+                        crate::mem::AccessError::Rights => VerbsError::ReadSinkNeedsRemoteWrite,
+                        _ => VerbsError::InvalidStag,
+                    })?;
+            }
+            SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
+                let [sge] = wr.sgl() else { return Err(VerbsError::InvalidAtomicSge) };
+                if sge.len != 8 {
+                    return Err(VerbsError::InvalidAtomicSge);
+                }
+                self.mem
+                    .resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true)
+                    .map_err(|_| VerbsError::InvalidAtomicSge)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, qp: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        if wr.num_sge as usize > MAX_SGE {
+            return Err(VerbsError::TooManySge);
+        }
+        let q = self.qp_mut(qp)?;
+        match q.state {
+            QpState::Idle | QpState::Rts => {}
+            QpState::Error => {
+                let (cq, qpn) = (q.recv_cq, q.id);
+                self.push_wc(cq, WorkCompletion {
+                    wr_id: wr.wr_id,
+                    qp: qpn,
+                    opcode: WcOpcode::Recv,
+                    status: Status::WrFlushed,
+                    byte_len: 0,
+                    imm: None,
+                    invalidated_stag: None,
+                    solicited: false,
+                });
+                return Ok(());
+            }
+            _ => return Err(VerbsError::InvalidQpState),
+        }
+        if q.rq.len() >= q.rq_depth {
+            return Err(VerbsError::QueueFull);
+        }
+        q.rq.push_back(wr);
+        Ok(())
+    }
+
+    pub fn poll_cq(&mut self, cq: u32, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidCq)?;
+        Ok(c.poll(out))
+    }
+
+    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbsError> {
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidCq)?;
+        c.arm(if solicited_only { Notify::Solicited } else { Notify::NextCompletion });
+        Ok(())
+    }
+
+    /// Whether a requested completion notification fired since the last call.
+    pub fn take_cq_event(&mut self, cq: u32) -> bool {
+        self.cqs.get_mut(cq as usize).and_then(Option::as_mut).is_some_and(Cq::take_event)
+    }
+
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    // ---- completions ----
+
+    pub(crate) fn push_wc(&mut self, cq: u32, wc: WorkCompletion) {
+        let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else { return };
+        if !c.push(wc) && !c.overflowed_reported() {
+            c.set_overflow_reported();
+            self.events.push_back(AsyncEvent::CqOverflow { cq });
+            // The completions are lost: every QP using the CQ is in error (Verbs 8.3.3).
+            let victims: Vec<u32> = self
+                .qps
+                .iter()
+                .flatten()
+                .filter(|q| q.send_cq == cq || q.recv_cq == cq)
+                .map(|q| q.id)
+                .collect();
+            for v in victims {
+                self.enter_error(v, None);
+            }
+        }
+    }
+
+    fn complete_now(&mut self, cq: u32, qp: u32, wr: &SendWr, status: Status) {
+        self.push_wc(cq, WorkCompletion {
+            wr_id: wr.wr_id,
+            qp,
+            opcode: wc_opcode(&wr.op),
+            status,
+            byte_len: 0,
+            imm: None,
+            invalidated_stag: None,
+            solicited: false,
+        });
+    }
+
+    /// Marks an in-flight SQ WR done and releases completions in SQ order.
+    pub(crate) fn finish_wr(&mut self, qp: u32, seq: u64, status: Status, byte_len: u32) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        if let Some(i) = q.inflight.iter_mut().find(|i| i.seq == seq) {
+            i.done = Some((status, byte_len));
+        }
+        let (cq, id) = (q.send_cq, q.id);
+        let mut ready: Vec<Inflight> = Vec::new();
+        while q.inflight.front().is_some_and(|i| i.done.is_some()) {
+            if let Some(i) = q.inflight.pop_front() {
+                ready.push(i);
+            }
+        }
+        for i in ready {
+            let (status, byte_len) = i.done.unwrap_or((Status::WrFlushed, 0));
+            if i.signaled || status != Status::Success {
+                self.push_wc(cq, WorkCompletion {
+                    wr_id: i.wr_id,
+                    qp: id,
+                    opcode: i.opcode,
+                    status,
+                    byte_len,
+                    imm: None,
+                    invalidated_stag: None,
+                    solicited: false,
+                });
+            }
+        }
+        if status != Status::Success && status != Status::WrFlushed {
+            self.enter_error(qp, None);
+        }
+        self.try_finish_close(qp);
+    }
+
+    /// Moves the QP to Error: every outstanding WR completes, the first with `first` if
+    /// given (the cause), the rest with the flush status (Verbs section 6.2.4).
+    pub(crate) fn enter_error(&mut self, qp: u32, first: Option<Status>) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        if q.state == QpState::Error {
+            return;
+        }
+        let was_idle = q.state == QpState::Idle;
+        q.state = QpState::Error;
+        q.closing = false;
+        let (cq, id) = (q.send_cq, q.id);
+        let inflight: Vec<Inflight> = q.inflight.drain(..).collect();
+        let pending: Vec<SendWr> = q.sq.drain(..).collect();
+        q.conn = None;
+        let mut first = first;
+        for i in inflight {
+            let status = match i.done {
+                Some((s, _)) => s,
+                None => first.take().unwrap_or(Status::WrFlushed),
+            };
+            self.push_wc(cq, WorkCompletion {
+                wr_id: i.wr_id,
+                qp: id,
+                opcode: i.opcode,
+                status,
+                byte_len: i.done.map_or(0, |d| d.1),
+                imm: None,
+                invalidated_stag: None,
+                solicited: false,
+            });
+        }
+        for wr in pending {
+            self.complete_now(cq, id, &wr, Status::WrFlushed);
+        }
+        self.flush_rq(qp, None);
+        if !was_idle {
+            self.events.push_back(AsyncEvent::QpError { qp });
+        }
+    }
+
+    pub(crate) fn flush_rq(&mut self, qp: u32, first: Option<Status>) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        let (cq, id) = (q.recv_cq, q.id);
+        let rq: Vec<RecvWr> = q.rq.drain(..).collect();
+        let mut first = first;
+        for wr in rq {
+            self.push_wc(cq, WorkCompletion {
+                wr_id: wr.wr_id,
+                qp: id,
+                opcode: WcOpcode::Recv,
+                status: first.take().unwrap_or(Status::WrFlushed),
+                byte_len: 0,
+                imm: None,
+                invalidated_stag: None,
+                solicited: false,
+            });
+        }
+    }
+
+    /// Stops the stream because of what the peer sent (or a local catastrophe): queue a
+    /// Terminate carrying `cause` and the offending headers, enter the Terminate state, and
+    /// stop processing input. The Terminate goes out on the next `poll_transmit`, after which
+    /// the QP enters Error (RFC 5040 section 7.1; Verbs figure 4).
+    pub(crate) fn terminate(&mut self, qp: u32, cause: TermCause, ulpdu: &[u8], header_len: usize) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        let Some(conn) = q.conn.as_mut() else { return };
+        if conn.terminate.is_some() {
+            return;
+        }
+        let mut t = TerminateRepr::new(cause);
+        if header_len > 0 && ulpdu.len() >= header_len {
+            let tagged = ulpdu[0] & 0x80 != 0;
+            let ddp_len = if tagged { 14 } else { 18 };
+            t.ddp_segment_length = Some(ulpdu.len() as u16);
+            t.ddp_header = iwarp_wire::terminate::CopiedHeader::new(&ulpdu[..ddp_len]);
+            if cause.layer == iwarp_wire::Layer::Rdmap && header_len > ddp_len {
+                t.rdmap_header = iwarp_wire::terminate::CopiedHeader::new(&ulpdu[ddp_len..header_len]);
+            }
+        }
+        conn.terminate = Some(t);
+        q.state = QpState::Terminate;
+        self.events.push_back(AsyncEvent::TerminateSent { qp, cause });
+    }
+}
+
+impl Cq {
+    fn overflowed_reported(&self) -> bool {
+        self.overflow_reported
+    }
+    fn set_overflow_reported(&mut self) {
+        self.overflow_reported = true;
+    }
+}
+
+pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send { .. } => WcOpcode::Send,
+        SendOp::Write { .. } | SendOp::WriteImm { .. } => WcOpcode::Write,
+        SendOp::Read { .. } => WcOpcode::Read,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
+        SendOp::Immediate { .. } => WcOpcode::Immediate,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+    }
+}

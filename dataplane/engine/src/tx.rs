@@ -1,0 +1,362 @@
+//! Transmit: turns the Terminate to send, the inbound read queue (IRQ) and the Send Queue
+//! into FPDUs, one per `poll_transmit` call, each within the negotiated maximum FPDU size
+//! so the daemon can put it in one TCP segment (RFC 5044 section 8).
+
+use crate::mem::{AccessError, MemTable};
+use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, TxCur};
+use crate::rnic::{wc_opcode, Rnic};
+use crate::types::{Access, SendOp, Sge, Status};
+use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use iwarp_wire::mpa::fpdu::mulpdu;
+use iwarp_wire::rdmap::{
+    self, AOpCode, AtomicRequest, Opcode, RdmapHeader, ReadRequest, SegmentRepr,
+};
+
+/// After this many IRQ FPDUs in a row, the SQ gets a turn (siw's fairness idea).
+const IRQ_BURST: u32 = 8;
+
+/// What a transmit step finished, applied after the borrow of the QP ends.
+enum Done {
+    None,
+    Wr { seq: u64, status: Status, len: u32 },
+    Error,
+}
+
+impl Rnic {
+    /// Produces the next FPDU of this QP's connection into `out`, at most the negotiated
+    /// maximum FPDU size. `None` when there is nothing to send now.
+    pub fn poll_transmit(&mut self, qp: u32, out: &mut [u8]) -> Option<usize> {
+        loop {
+            let Rnic { mem, qps, .. } = self;
+            let q = qps.get_mut(qp as usize)?.as_mut()?;
+            if !matches!(q.state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+                return None;
+            }
+            let conn = q.conn.as_mut()?;
+            if let Some(t) = conn.terminate.take() {
+                let seg = SegmentRepr {
+                    version: conn.params.rdmap_version,
+                    opcode: Opcode::Terminate,
+                    last: true,
+                    buffer: untagged(rdmap::QN_TERMINATE, conn.msn_tx[2], 0, 0),
+                    header: RdmapHeader::Terminate(t),
+                };
+                conn.msn_tx[2] = conn.msn_tx[2].wrapping_add(1);
+                let n = emit(conn, out, &seg, None);
+                // The stream is over once the Terminate is out (RFC 5040 section 7.1).
+                self.enter_error(qp, None);
+                return n;
+            }
+            if q.state == QpState::Terminate {
+                return None;
+            }
+            let sq_ready = conn.cur.is_some() || next_startable(q);
+            let conn = q.conn.as_mut()?;
+            if !conn.irq.is_empty() && (conn.irq_burst < IRQ_BURST || !sq_ready) {
+                conn.irq_burst += 1;
+                return tx_irq(conn, out);
+            }
+            conn.irq_burst = 0;
+            let (n, done) = tx_sq(mem, q, out);
+            match done {
+                Done::None => {}
+                Done::Wr { seq, status, len } => self.finish_wr(qp, seq, status, len),
+                Done::Error => self.enter_error(qp, Some(Status::LocalProtectionError)),
+            }
+            match n {
+                Some(n) => return Some(n),
+                // A WR that sends nothing (Local Invalidate) completed: look again.
+                None if matches!(done, Done::Wr { .. }) => continue,
+                None => return None,
+            }
+        }
+    }
+
+    /// Whether the QP has anything to transmit right now.
+    pub fn wants_transmit(&self, qp: u32) -> bool {
+        let Some(Some(q)) = self.qps.get(qp as usize) else { return false };
+        let Some(conn) = q.conn.as_ref() else { return false };
+        matches!(q.state, QpState::Rts | QpState::Closing | QpState::Terminate)
+            && (conn.terminate.is_some() || !conn.irq.is_empty() || conn.cur.is_some() || next_startable(q))
+    }
+}
+
+fn untagged(qn: u32, msn: u32, mo: u32, rsvd_ulp: u32) -> Buffer {
+    Buffer::Untagged { qn, msn, mo, rsvd_ulp }
+}
+
+/// Emits one FPDU: `seg`'s headers, then `payload_len` octets of the scratch buffer.
+fn emit(conn: &mut Conn, out: &mut [u8], seg: &SegmentRepr, payload_len: Option<usize>) -> Option<usize> {
+    let mut hdr = [0u8; 128];
+    let hl = seg.emit(&mut hdr).ok()?;
+    let payload = &conn.scratch[..payload_len.unwrap_or(0)];
+    conn.emitter.emit(out, &hdr[..hl], payload).ok()
+}
+
+/// Can the SQ's next WR start now? Reads and atomics wait for ORD room, fenced WRs for the
+/// outstanding Reads to finish (Verbs sections 6.5 and 8.2.2.2).
+fn next_startable(q: &Qp) -> bool {
+    let Some(wr) = q.sq.front() else { return false };
+    let Some(conn) = q.conn.as_ref() else { return false };
+    if wr.read_fence && !conn.orq.is_empty() {
+        return false;
+    }
+    match wr.op {
+        SendOp::Read { .. } | SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
+            conn.orq.len() < conn.params.ord as usize
+        }
+        _ => true,
+    }
+}
+
+fn max_payload(conn: &Conn, header: usize) -> u32 {
+    let m = mulpdu(conn.params.max_fpdu, conn.params.tx.markers);
+    m.saturating_sub(header).max(1) as u32
+}
+
+/// Copies `dst.len()` octets of the SGL's concatenation, starting at `offset`, into `dst`,
+/// checking every local STag (valid, same PD, in bounds).
+fn gather(mem: &MemTable, pd: u32, sgl: &[Sge], mut offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
+    let mut at = 0;
+    for sge in sgl {
+        if at == dst.len() {
+            break;
+        }
+        if offset >= sge.len as u64 {
+            offset -= sge.len as u64;
+            continue;
+        }
+        let n = ((sge.len as u64 - offset) as usize).min(dst.len() - at);
+        let r = mem.resolve(sge.stag, pd, Access::LOCAL_READ, sge.to + offset, n as u64, false)?;
+        r.raw.read(r.offset, &mut dst[at..at + n]);
+        at += n;
+        offset = 0;
+    }
+    Ok(())
+}
+
+fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done) {
+    let pd = q.pd;
+    if q.conn.as_ref().is_some_and(|c| c.cur.is_none()) {
+        if !next_startable(q) {
+            return (None, Done::None);
+        }
+        let Some(wr) = q.sq.pop_front() else { return (None, Done::None) };
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        q.inflight.push_back(Inflight { seq, wr_id: wr.wr_id, opcode: wc_opcode(&wr.op), signaled: wr.signaled, done: None });
+        if let SendOp::LocalInvalidate { stag } = wr.op {
+            let status = match mem.invalidate(stag, pd) {
+                Ok(()) => Status::Success,
+                Err(_) => Status::LocalProtectionError,
+            };
+            return (None, Done::Wr { seq, status, len: 0 });
+        }
+        if let Some(conn) = q.conn.as_mut() {
+            conn.cur = Some(TxCur { wr, seq, offset: 0, imm_phase: false });
+        }
+    }
+    let Some(conn) = q.conn.as_mut() else { return (None, Done::None) };
+    let Some(mut cur) = conn.cur else { return (None, Done::None) };
+    let v = conn.params.rdmap_version;
+    let total = cur.wr.length();
+    match cur.wr.op {
+        SendOp::Send { solicited, invalidate } => {
+            let n = (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
+            if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
+                conn.cur = None;
+                return (None, Done::Error);
+            }
+            let last = cur.offset + n as u64 == total;
+            let opcode = match (solicited, invalidate.is_some()) {
+                (false, false) => Opcode::Send,
+                (false, true) => Opcode::SendInvalidate,
+                (true, false) => Opcode::SendSe,
+                (true, true) => Opcode::SendSeInvalidate,
+            };
+            let seg = SegmentRepr {
+                version: v,
+                opcode,
+                last,
+                buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], cur.offset as u32, invalidate.unwrap_or(0)),
+                header: RdmapHeader::None,
+            };
+            let sent = emit(conn, out, &seg, Some(n));
+            if sent.is_none() {
+                return (None, Done::None);
+            }
+            cur.offset += n as u64;
+            if last {
+                conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
+                conn.cur = None;
+                return (sent, Done::Wr { seq: cur.seq, status: Status::Success, len: total as u32 });
+            }
+            conn.cur = Some(cur);
+            (sent, Done::None)
+        }
+        SendOp::Write { remote_stag, remote_to } | SendOp::WriteImm { remote_stag, remote_to, .. } if !cur.imm_phase => {
+            let n = (total - cur.offset).min(max_payload(conn, TAGGED_HEADER_LEN) as u64) as usize;
+            if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
+                conn.cur = None;
+                return (None, Done::Error);
+            }
+            let last = cur.offset + n as u64 == total;
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::Write,
+                last,
+                buffer: Buffer::Tagged { stag: remote_stag, to: remote_to.wrapping_add(cur.offset) },
+                header: RdmapHeader::None,
+            };
+            let sent = emit(conn, out, &seg, Some(n));
+            if sent.is_none() {
+                return (None, Done::None);
+            }
+            cur.offset += n as u64;
+            if last {
+                if matches!(cur.wr.op, SendOp::WriteImm { .. }) {
+                    cur.imm_phase = true;
+                    conn.cur = Some(cur);
+                    return (sent, Done::None);
+                }
+                conn.cur = None;
+                return (sent, Done::Wr { seq: cur.seq, status: Status::Success, len: total as u32 });
+            }
+            conn.cur = Some(cur);
+            (sent, Done::None)
+        }
+        SendOp::WriteImm { imm, .. } | SendOp::Immediate { imm, solicited: false } => {
+            immediate(conn, out, v, imm, Opcode::ImmediateData, cur.seq, total as u32)
+        }
+        SendOp::Immediate { imm, solicited: true } => {
+            immediate(conn, out, v, imm, Opcode::ImmediateDataSe, cur.seq, 0)
+        }
+        SendOp::Read { remote_stag, remote_to } => {
+            let sink = cur.wr.sgl[0];
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::ReadRequest,
+                last: true,
+                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
+                header: RdmapHeader::ReadRequest(ReadRequest {
+                    sink_stag: sink.stag,
+                    sink_to: sink.to,
+                    size: sink.len,
+                    src_stag: remote_stag,
+                    src_to: remote_to,
+                }),
+            };
+            let sent = emit(conn, out, &seg, None);
+            if sent.is_some() {
+                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
+                conn.orq.push_back(Orq::Read { seq: cur.seq, sink_stag: sink.stag, len: sink.len });
+                conn.cur = None;
+            }
+            (sent, Done::None)
+        }
+        SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
+            let sge = cur.wr.sgl[0];
+            let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
+                conn.cur = None;
+                return (None, Done::Error);
+            };
+            let request_id = conn.next_request_id;
+            let req = match cur.wr.op {
+                SendOp::FetchAdd { remote_stag, remote_to, add, add_mask } => AtomicRequest {
+                    aopcode: AOpCode::FetchAdd,
+                    request_id,
+                    stag: remote_stag,
+                    to: remote_to,
+                    add_swap: add,
+                    add_swap_mask: add_mask,
+                    // RFC 7306 figure 5: not used by FetchAdd; zero and all ones on transmit.
+                    compare: 0,
+                    compare_mask: u64::MAX,
+                },
+                SendOp::CmpSwap { remote_stag, remote_to, compare, compare_mask, swap, swap_mask } => AtomicRequest {
+                    aopcode: AOpCode::CmpSwap,
+                    request_id,
+                    stag: remote_stag,
+                    to: remote_to,
+                    add_swap: swap,
+                    add_swap_mask: swap_mask,
+                    compare,
+                    compare_mask,
+                },
+                _ => return (None, Done::None),
+            };
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::AtomicRequest,
+                last: true,
+                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
+                header: RdmapHeader::AtomicRequest(req),
+            };
+            let sent = emit(conn, out, &seg, None);
+            if sent.is_some() {
+                conn.next_request_id = conn.next_request_id.wrapping_add(1);
+                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
+                conn.orq.push_back(Orq::Atomic { seq: cur.seq, request_id, result });
+                conn.cur = None;
+            }
+            (sent, Done::None)
+        }
+        SendOp::Write { .. } | SendOp::LocalInvalidate { .. } => (None, Done::None),
+    }
+}
+
+fn immediate(conn: &mut Conn, out: &mut [u8], v: u8, imm: u64, opcode: Opcode, seq: u64, len: u32) -> (Option<usize>, Done) {
+    let seg = SegmentRepr {
+        version: v,
+        opcode,
+        last: true,
+        buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], 0, 0),
+        header: RdmapHeader::Immediate(imm),
+    };
+    let sent = emit(conn, out, &seg, None);
+    if sent.is_none() {
+        return (None, Done::None);
+    }
+    conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
+    conn.cur = None;
+    (sent, Done::Wr { seq, status: Status::Success, len })
+}
+
+fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
+    let v = conn.params.rdmap_version;
+    let max = max_payload(conn, TAGGED_HEADER_LEN);
+    match *conn.irq.front()? {
+        Irq::Read { sink_stag, sink_to, src, len, sent } => {
+            let n = (len - sent).min(max) as usize;
+            src.raw.read(src.offset + sent as usize, &mut conn.scratch[..n]);
+            let last = sent + n as u32 == len;
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::ReadResponse,
+                last,
+                buffer: Buffer::Tagged { stag: sink_stag, to: sink_to.wrapping_add(sent as u64) },
+                header: RdmapHeader::None,
+            };
+            let r = emit(conn, out, &seg, Some(n))?;
+            if last {
+                conn.irq.pop_front();
+            } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
+                *sent += n as u32;
+            }
+            Some(r)
+        }
+        Irq::Atomic { request_id, original } => {
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::AtomicResponse,
+                last: true,
+                buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], 0, 0),
+                header: RdmapHeader::AtomicResponse { request_id, original },
+            };
+            let r = emit(conn, out, &seg, None)?;
+            conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
+            conn.irq.pop_front();
+            Some(r)
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Work requests, work completions, statuses and errors, as the Verbs specification
+//! (draft-hilland-rddp-verbs-00) names them.
+
+use core::fmt;
+
+/// Memory access rights (Verbs section 7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u8);
+
+impl Access {
+    pub const LOCAL_READ: Access = Access(0);
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_READ: Access = Access(2);
+    pub const REMOTE_WRITE: Access = Access(4);
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    pub const BIND: Access = Access(16);
+    pub const ALL: Access = Access(31);
+
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// A scatter/gather element: `len` bytes at tagged offset `to` of the region named by `stag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    pub stag: u32,
+    pub to: u64,
+    pub len: u32,
+}
+
+/// Maximum scatter/gather elements per work request.
+pub const MAX_SGE: usize = 4;
+
+/// The operation of a Send Queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    Send { solicited: bool, invalidate: Option<u32> },
+    Write { remote_stag: u32, remote_to: u64 },
+    /// RDMA Write followed by Immediate Data (RFC 7306 section 6: two messages, one WR).
+    WriteImm { remote_stag: u32, remote_to: u64, imm: u64 },
+    /// Sink is the WR's single SGE, which must be registered with remote write access.
+    Read { remote_stag: u32, remote_to: u64 },
+    /// The original value lands in the WR's single 8-byte SGE.
+    FetchAdd { remote_stag: u32, remote_to: u64, add: u64, add_mask: u64 },
+    /// Swap is CmpSwap with a zero compare mask.
+    CmpSwap { remote_stag: u32, remote_to: u64, compare: u64, compare_mask: u64, swap: u64, swap_mask: u64 },
+    Immediate { imm: u64, solicited: bool },
+    LocalInvalidate { stag: u32 },
+}
+
+/// A Send Queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sgl: [Sge; MAX_SGE],
+    pub num_sge: u8,
+    pub signaled: bool,
+    /// Read fence: wait until all prior Reads and atomics completed (Verbs 8.2.2.2).
+    pub read_fence: bool,
+}
+
+impl SendWr {
+    pub fn new(wr_id: u64, op: SendOp, sgl: &[Sge]) -> SendWr {
+        let mut s = [Sge::default(); MAX_SGE];
+        let n = sgl.len().min(MAX_SGE);
+        s[..n].copy_from_slice(&sgl[..n]);
+        SendWr { wr_id, op, sgl: s, num_sge: n as u8, signaled: true, read_fence: false }
+    }
+    pub fn sgl(&self) -> &[Sge] {
+        &self.sgl[..self.num_sge as usize]
+    }
+    pub fn length(&self) -> u64 {
+        self.sgl().iter().map(|s| s.len as u64).sum()
+    }
+}
+
+/// A Receive Queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sgl: [Sge; MAX_SGE],
+    pub num_sge: u8,
+}
+
+impl RecvWr {
+    pub fn new(wr_id: u64, sgl: &[Sge]) -> RecvWr {
+        let mut s = [Sge::default(); MAX_SGE];
+        let n = sgl.len().min(MAX_SGE);
+        s[..n].copy_from_slice(&sgl[..n]);
+        RecvWr { wr_id, sgl: s, num_sge: n as u8 }
+    }
+    pub fn sgl(&self) -> &[Sge] {
+        &self.sgl[..self.num_sge as usize]
+    }
+    pub fn capacity(&self) -> u64 {
+        self.sgl().iter().map(|s| s.len as u64).sum()
+    }
+}
+
+/// Completion status (Verbs section 8.3.2, with libibverbs' spellings in mind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Success,
+    /// The message was longer than the receive buffers.
+    LocalLengthError,
+    /// A local STag was invalid, of another PD, lacked the right, or out of bounds.
+    LocalProtectionError,
+    LocalQpOperationError,
+    /// The QP went to Error before the WR completed.
+    WrFlushed,
+    /// The remote peer reported a protection error (Terminate, RDMAP remote protection).
+    RemoteAccessError,
+    /// The remote peer reported another error (Terminate).
+    RemoteOperationError,
+    /// The connection ended abnormally.
+    LlpError,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Status::Success => "success",
+            Status::LocalLengthError => "local length error",
+            Status::LocalProtectionError => "local protection error",
+            Status::LocalQpOperationError => "local QP operation error",
+            Status::WrFlushed => "work request flushed",
+            Status::RemoteAccessError => "remote access error",
+            Status::RemoteOperationError => "remote operation error",
+            Status::LlpError => "LLP (connection) error",
+        };
+        f.write_str(s)
+    }
+}
+
+/// What a completion completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    Send,
+    Write,
+    Read,
+    FetchAdd,
+    CmpSwap,
+    Immediate,
+    LocalInvalidate,
+    Recv,
+    /// Receive of Immediate Data (RFC 7306), or the immediate part of Write with Immediate.
+    RecvImmediate,
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub qp: u32,
+    pub opcode: WcOpcode,
+    pub status: Status,
+    pub byte_len: u32,
+    pub imm: Option<u64>,
+    pub invalidated_stag: Option<u32>,
+    pub solicited: bool,
+}
+
+/// A failed verb (the Verbs spec's immediate errors), returned at post/modify time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VerbsError {
+    InvalidQp,
+    InvalidCq,
+    InvalidPd,
+    InvalidStag,
+    /// The QP's state does not allow the verb (e.g. posting sends in Idle).
+    InvalidQpState,
+    /// The requested transition is not in the Verbs spec's state diagram.
+    InvalidModify,
+    QueueFull,
+    TooManySge,
+    /// The Read sink must be registered with remote write access on iWARP (RFC 5040 places
+    /// the Read Response as a tagged write into it).
+    ReadSinkNeedsRemoteWrite,
+    /// Atomics need exactly one 8-byte, 8-byte aligned result SGE.
+    InvalidAtomicSge,
+    /// The operation needs RDMAP version 2 (negotiated) or extensions the peer lacks.
+    NotNegotiated,
+    OutOfResources,
+}
+
+impl fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VerbsError::ReadSinkNeedsRemoteWrite => f.write_str(
+                "RDMA Read sink must be registered with remote write access on iWARP (the Read \
+                 Response is placed as a tagged write, RFC 5040 section 4.5)",
+            ),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
+/// Asynchronous events (Verbs section 8.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// The peer sent a Terminate.
+    TerminateReceived { qp: u32, cause: iwarp_wire::TermCause },
+    /// We sent a Terminate because of what the peer sent.
+    TerminateSent { qp: u32, cause: iwarp_wire::TermCause },
+    /// A CQ overflowed: completions were lost, the QPs using it go to Error.
+    CqOverflow { cq: u32 },
+    /// The QP entered Error.
+    QpError { qp: u32 },
+    /// The peer closed the connection gracefully.
+    ConnectionClosed { qp: u32 },
+}
