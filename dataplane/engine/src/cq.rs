@@ -26,7 +26,14 @@ pub struct Cq {
 
 impl Cq {
     pub(crate) fn new(depth: usize) -> Cq {
-        Cq { entries: VecDeque::with_capacity(depth), depth, notify: Notify::None, event: false, overflowed: false, overflow_reported: false }
+        Cq {
+            entries: VecDeque::with_capacity(depth),
+            depth,
+            notify: Notify::None,
+            event: false,
+            overflowed: false,
+            overflow_reported: false,
+        }
     }
 
     /// Adds a completion. Returns false (and remembers the overflow) when the CQ is full:

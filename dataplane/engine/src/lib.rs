@@ -29,4 +29,7 @@ pub use mem::AccessError;
 pub use qp::{transition_allowed, ConnParams, QpState};
 pub use raw::masked_add;
 pub use rnic::{QpCaps, Rnic};
-pub use types::{Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, VerbsError, WcOpcode, WorkCompletion, MAX_SGE};
+pub use types::{
+    Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, VerbsError, WcOpcode, WorkCompletion,
+    MAX_SGE,
+};

@@ -52,19 +52,36 @@ pub struct Resolved {
 
 impl MemTable {
     pub fn new() -> MemTable {
-        MemTable { regions: Vec::new(), next_key: 1 }
+        MemTable {
+            regions: Vec::new(),
+            next_key: 1,
+        }
     }
 
     /// Registers memory and returns its STag.
     ///
     /// # Safety
     /// `base..base+len` must stay valid for reads and writes until [`MemTable::deregister`].
-    pub unsafe fn register(&mut self, base: NonNull<u8>, len: usize, pd: u32, access: Access, base_to: u64) -> u32 {
+    pub unsafe fn register(
+        &mut self,
+        base: NonNull<u8>,
+        len: usize,
+        pd: u32,
+        access: Access,
+        base_to: u64,
+    ) -> u32 {
         // SAFETY: forwarded from this function's contract.
         let raw = unsafe { RawRegion::new(base, len) };
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(1).max(1);
-        let region = Region { raw, pd, access, base_to, key, valid: true };
+        let region = Region {
+            raw,
+            pd,
+            access,
+            base_to,
+            key,
+            valid: true,
+        };
         let index = match self.regions.iter().position(Option::is_none) {
             Some(i) => {
                 self.regions[i] = Some(region);
@@ -113,8 +130,19 @@ impl MemTable {
 
     /// The check every access goes through: STag valid, same PD, right present, range in
     /// bounds (and 8-byte aligned for atomics). Touches no memory.
-    pub fn resolve(&self, stag: u32, pd: u32, need: Access, to: u64, len: u64, atomic: bool) -> Result<Resolved, AccessError> {
-        let r = self.entry(stag).filter(|r| r.valid).ok_or(AccessError::InvalidStag)?;
+    pub fn resolve(
+        &self,
+        stag: u32,
+        pd: u32,
+        need: Access,
+        to: u64,
+        len: u64,
+        atomic: bool,
+    ) -> Result<Resolved, AccessError> {
+        let r = self
+            .entry(stag)
+            .filter(|r| r.valid)
+            .ok_or(AccessError::InvalidStag)?;
         if r.pd != pd {
             return Err(AccessError::NotAssociated);
         }

@@ -49,8 +49,19 @@ pub struct ConnParams {
 
 impl ConnParams {
     pub fn new(crc: bool, ird: u16, ord: u16, max_fpdu: usize) -> ConnParams {
-        let p = MpaParams { crc, markers: false };
-        ConnParams { tx: p, rx: p, ird, ord, rdmap_version: 1, max_fpdu, max_rx_ulpdu: 65535 }
+        let p = MpaParams {
+            crc,
+            markers: false,
+        };
+        ConnParams {
+            tx: p,
+            rx: p,
+            ird,
+            ord,
+            rdmap_version: 1,
+            max_fpdu,
+            max_rx_ulpdu: 65535,
+        }
     }
 }
 
@@ -67,15 +78,32 @@ pub(crate) struct Inflight {
 /// An outstanding Read or atomic (the ORQ, bounded by ORD).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Orq {
-    Read { seq: u64, sink_stag: u32, len: u32 },
-    Atomic { seq: u64, request_id: u32, result: Resolved },
+    Read {
+        seq: u64,
+        sink_stag: u32,
+        len: u32,
+    },
+    Atomic {
+        seq: u64,
+        request_id: u32,
+        result: Resolved,
+    },
 }
 
 /// An accepted inbound Read or atomic waiting to be answered (the IRQ, bounded by IRD).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Irq {
-    Read { sink_stag: u32, sink_to: u64, src: Resolved, len: u32, sent: u32 },
-    Atomic { request_id: u32, original: u64 },
+    Read {
+        sink_stag: u32,
+        sink_to: u64,
+        src: Resolved,
+        len: u32,
+        sent: u32,
+    },
+    Atomic {
+        request_id: u32,
+        original: u64,
+    },
 }
 
 /// The SQ WR being transmitted.
@@ -160,7 +188,14 @@ pub fn transition_allowed(from: QpState, to: QpState) -> bool {
     use QpState::*;
     matches!(
         (from, to),
-        (Idle, Rts) | (Idle, Error) | (Rts, Closing) | (Rts, Terminate) | (Rts, Error)
-            | (Closing, Error) | (Closing, Idle) | (Terminate, Error) | (Error, Idle)
+        (Idle, Rts)
+            | (Idle, Error)
+            | (Rts, Closing)
+            | (Rts, Terminate)
+            | (Rts, Error)
+            | (Closing, Error)
+            | (Closing, Idle)
+            | (Terminate, Error)
+            | (Error, Idle)
     )
 }

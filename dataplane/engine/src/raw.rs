@@ -49,7 +49,11 @@ impl RawRegion {
         assert!(offset.checked_add(dst.len()).is_some_and(|e| e <= self.len));
         // SAFETY: bounds checked above; valid for reads (constructor contract).
         unsafe {
-            core::ptr::copy_nonoverlapping(self.base.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            core::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         }
     }
 
@@ -64,7 +68,9 @@ impl RawRegion {
 
     /// Whether the address of `offset` is 8-byte aligned (RFC 7306 section 5.1).
     pub fn aligned8(&self, offset: usize) -> bool {
-        (self.base.as_ptr() as usize).wrapping_add(offset).is_multiple_of(8)
+        (self.base.as_ptr() as usize)
+            .wrapping_add(offset)
+            .is_multiple_of(8)
     }
 
     /// Masked FetchAdd (RFC 7306 section 5.1.1) in the target memory's byte order (the
@@ -82,7 +88,14 @@ impl RawRegion {
     }
 
     /// Masked CmpSwap (RFC 7306 section 5.1.2). Returns the original value.
-    pub fn cmp_swap(&self, offset: usize, compare: u64, compare_mask: u64, swap: u64, swap_mask: u64) -> u64 {
+    pub fn cmp_swap(
+        &self,
+        offset: usize,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> u64 {
         let a = self.atomic(offset);
         let mut old = a.load(Ordering::Acquire);
         loop {
@@ -130,10 +143,16 @@ mod tests {
         assert_eq!(masked_add(u64::MAX, 1, 0), 0);
         // Two 32-bit fields: the MSB of each marked; the low field's carry is dropped.
         let mask = 0x8000_0000_8000_0000;
-        assert_eq!(masked_add(0x0000_0001_ffff_ffff, 0x0000_0001_0000_0001, mask), 0x0000_0002_0000_0000);
+        assert_eq!(
+            masked_add(0x0000_0001_ffff_ffff, 0x0000_0001_0000_0001, mask),
+            0x0000_0002_0000_0000
+        );
         // Eight 8-bit fields.
         let mask = 0x8080_8080_8080_8080;
-        assert_eq!(masked_add(0x01ff_01ff_01ff_01ff, 0x0101_0101_0101_0101, mask), 0x0200_0200_0200_0200);
+        assert_eq!(
+            masked_add(0x01ff_01ff_01ff_01ff, 0x0101_0101_0101_0101, mask),
+            0x0200_0200_0200_0200
+        );
     }
 
     #[test]

@@ -4,7 +4,10 @@
 use crate::cq::{Cq, Notify};
 use crate::mem::MemTable;
 use crate::qp::{transition_allowed, Conn, ConnParams, Inflight, Qp, QpState};
-use crate::types::{Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion, MAX_SGE};
+use crate::types::{
+    Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion,
+    MAX_SGE,
+};
 use core::ptr::NonNull;
 use iwarp_wire::terminate::{TermCause, TerminateRepr};
 use std::collections::VecDeque;
@@ -28,7 +31,13 @@ pub struct Rnic {
 
 impl Rnic {
     pub fn new() -> Rnic {
-        Rnic { mem: MemTable::new(), cqs: Vec::new(), qps: Vec::new(), events: VecDeque::new(), next_pd: 1 }
+        Rnic {
+            mem: MemTable::new(),
+            cqs: Vec::new(),
+            qps: Vec::new(),
+            events: VecDeque::new(),
+            next_pd: 1,
+        }
     }
 
     // ---- resources ----
@@ -45,7 +54,14 @@ impl Rnic {
     /// # Safety
     /// The memory must stay valid for reads and writes until deregistered. Other processes
     /// may map it too; the engine only ever copies into it or runs atomics on it.
-    pub unsafe fn register_mr(&mut self, pd: u32, base: NonNull<u8>, len: usize, access: Access, base_to: u64) -> u32 {
+    pub unsafe fn register_mr(
+        &mut self,
+        pd: u32,
+        base: NonNull<u8>,
+        len: usize,
+        access: Access,
+        base_to: u64,
+    ) -> u32 {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.mem.register(base, len, pd, access, base_to) }
     }
@@ -64,7 +80,13 @@ impl Rnic {
         id
     }
 
-    pub fn create_qp(&mut self, pd: u32, send_cq: u32, recv_cq: u32, caps: QpCaps) -> Result<u32, VerbsError> {
+    pub fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        caps: QpCaps,
+    ) -> Result<u32, VerbsError> {
         for cq in [send_cq, recv_cq] {
             if self.cq(cq).is_none() {
                 return Err(VerbsError::InvalidCq);
@@ -101,7 +123,10 @@ impl Rnic {
     }
 
     pub(crate) fn qp_mut(&mut self, qp: u32) -> Result<&mut Qp, VerbsError> {
-        self.qps.get_mut(qp as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidQp)
+        self.qps
+            .get_mut(qp as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidQp)
     }
 
     /// Completions waiting in a CQ, and whether it ever overflowed.
@@ -136,7 +161,12 @@ impl Rnic {
         }
         match to {
             QpState::Error => self.enter_error(qp, None),
-            QpState::Terminate => self.terminate(qp, iwarp_wire::terminate::RDMAP_OPERATION_UNSPECIFIED, &[], 0),
+            QpState::Terminate => self.terminate(
+                qp,
+                iwarp_wire::terminate::RDMAP_OPERATION_UNSPECIFIED,
+                &[],
+                0,
+            ),
             QpState::Closing => {
                 let q = self.qp_mut(qp)?;
                 q.state = QpState::Closing;
@@ -176,7 +206,9 @@ impl Rnic {
         let Ok(q) = self.qp_mut(qp) else { return };
         let idle = q.sq.is_empty()
             && q.inflight.is_empty()
-            && q.conn.as_ref().is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
+            && q.conn
+                .as_ref()
+                .is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
         if q.closing && idle {
             // Verbs: Closing -> Idle once the SQ and the outstanding reads are done; receives
             // still posted are flushed.
@@ -216,17 +248,28 @@ impl Rnic {
     fn check_send_wr(&self, pd: u32, wr: &SendWr) -> Result<(), VerbsError> {
         match wr.op {
             SendOp::Read { .. } => {
-                let [sge] = wr.sgl() else { return Err(VerbsError::TooManySge) };
+                let [sge] = wr.sgl() else {
+                    return Err(VerbsError::TooManySge);
+                };
                 // The sink is advertised to the peer, which writes the Read Response into it.
                 self.mem
-                    .resolve(sge.stag, pd, Access::REMOTE_WRITE, sge.to, sge.len as u64, false)
+                    .resolve(
+                        sge.stag,
+                        pd,
+                        Access::REMOTE_WRITE,
+                        sge.to,
+                        sge.len as u64,
+                        false,
+                    )
                     .map_err(|e| match e {
                         crate::mem::AccessError::Rights => VerbsError::ReadSinkNeedsRemoteWrite,
                         _ => VerbsError::InvalidStag,
                     })?;
             }
             SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
-                let [sge] = wr.sgl() else { return Err(VerbsError::InvalidAtomicSge) };
+                let [sge] = wr.sgl() else {
+                    return Err(VerbsError::InvalidAtomicSge);
+                };
                 if sge.len != 8 {
                     return Err(VerbsError::InvalidAtomicSge);
                 }
@@ -248,16 +291,19 @@ impl Rnic {
             QpState::Idle | QpState::Rts => {}
             QpState::Error => {
                 let (cq, qpn) = (q.recv_cq, q.id);
-                self.push_wc(cq, WorkCompletion {
-                    wr_id: wr.wr_id,
-                    qp: qpn,
-                    opcode: WcOpcode::Recv,
-                    status: Status::WrFlushed,
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_stag: None,
-                    solicited: false,
-                });
+                self.push_wc(
+                    cq,
+                    WorkCompletion {
+                        wr_id: wr.wr_id,
+                        qp: qpn,
+                        opcode: WcOpcode::Recv,
+                        status: Status::WrFlushed,
+                        byte_len: 0,
+                        imm: None,
+                        invalidated_stag: None,
+                        solicited: false,
+                    },
+                );
                 return Ok(());
             }
             _ => return Err(VerbsError::InvalidQpState),
@@ -270,19 +316,34 @@ impl Rnic {
     }
 
     pub fn poll_cq(&mut self, cq: u32, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidCq)?;
+        let c = self
+            .cqs
+            .get_mut(cq as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidCq)?;
         Ok(c.poll(out))
     }
 
     pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbsError> {
-        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbsError::InvalidCq)?;
-        c.arm(if solicited_only { Notify::Solicited } else { Notify::NextCompletion });
+        let c = self
+            .cqs
+            .get_mut(cq as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidCq)?;
+        c.arm(if solicited_only {
+            Notify::Solicited
+        } else {
+            Notify::NextCompletion
+        });
         Ok(())
     }
 
     /// Whether a requested completion notification fired since the last call.
     pub fn take_cq_event(&mut self, cq: u32) -> bool {
-        self.cqs.get_mut(cq as usize).and_then(Option::as_mut).is_some_and(Cq::take_event)
+        self.cqs
+            .get_mut(cq as usize)
+            .and_then(Option::as_mut)
+            .is_some_and(Cq::take_event)
     }
 
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
@@ -292,7 +353,9 @@ impl Rnic {
     // ---- completions ----
 
     pub(crate) fn push_wc(&mut self, cq: u32, wc: WorkCompletion) {
-        let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else { return };
+        let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else {
+            return;
+        };
         if !c.push(wc) && !c.overflowed_reported() {
             c.set_overflow_reported();
             self.events.push_back(AsyncEvent::CqOverflow { cq });
@@ -311,16 +374,19 @@ impl Rnic {
     }
 
     fn complete_now(&mut self, cq: u32, qp: u32, wr: &SendWr, status: Status) {
-        self.push_wc(cq, WorkCompletion {
-            wr_id: wr.wr_id,
-            qp,
-            opcode: wc_opcode(&wr.op),
-            status,
-            byte_len: 0,
-            imm: None,
-            invalidated_stag: None,
-            solicited: false,
-        });
+        self.push_wc(
+            cq,
+            WorkCompletion {
+                wr_id: wr.wr_id,
+                qp,
+                opcode: wc_opcode(&wr.op),
+                status,
+                byte_len: 0,
+                imm: None,
+                invalidated_stag: None,
+                solicited: false,
+            },
+        );
     }
 
     /// Marks an in-flight SQ WR done and releases completions in SQ order.
@@ -339,16 +405,19 @@ impl Rnic {
         for i in ready {
             let (status, byte_len) = i.done.unwrap_or((Status::WrFlushed, 0));
             if i.signaled || status != Status::Success {
-                self.push_wc(cq, WorkCompletion {
-                    wr_id: i.wr_id,
-                    qp: id,
-                    opcode: i.opcode,
-                    status,
-                    byte_len,
-                    imm: None,
-                    invalidated_stag: None,
-                    solicited: false,
-                });
+                self.push_wc(
+                    cq,
+                    WorkCompletion {
+                        wr_id: i.wr_id,
+                        qp: id,
+                        opcode: i.opcode,
+                        status,
+                        byte_len,
+                        imm: None,
+                        invalidated_stag: None,
+                        solicited: false,
+                    },
+                );
             }
         }
         if status != Status::Success && status != Status::WrFlushed {
@@ -377,16 +446,19 @@ impl Rnic {
                 Some((s, _)) => s,
                 None => first.take().unwrap_or(Status::WrFlushed),
             };
-            self.push_wc(cq, WorkCompletion {
-                wr_id: i.wr_id,
-                qp: id,
-                opcode: i.opcode,
-                status,
-                byte_len: i.done.map_or(0, |d| d.1),
-                imm: None,
-                invalidated_stag: None,
-                solicited: false,
-            });
+            self.push_wc(
+                cq,
+                WorkCompletion {
+                    wr_id: i.wr_id,
+                    qp: id,
+                    opcode: i.opcode,
+                    status,
+                    byte_len: i.done.map_or(0, |d| d.1),
+                    imm: None,
+                    invalidated_stag: None,
+                    solicited: false,
+                },
+            );
         }
         for wr in pending {
             self.complete_now(cq, id, &wr, Status::WrFlushed);
@@ -403,16 +475,19 @@ impl Rnic {
         let rq: Vec<RecvWr> = q.rq.drain(..).collect();
         let mut first = first;
         for wr in rq {
-            self.push_wc(cq, WorkCompletion {
-                wr_id: wr.wr_id,
-                qp: id,
-                opcode: WcOpcode::Recv,
-                status: first.take().unwrap_or(Status::WrFlushed),
-                byte_len: 0,
-                imm: None,
-                invalidated_stag: None,
-                solicited: false,
-            });
+            self.push_wc(
+                cq,
+                WorkCompletion {
+                    wr_id: wr.wr_id,
+                    qp: id,
+                    opcode: WcOpcode::Recv,
+                    status: first.take().unwrap_or(Status::WrFlushed),
+                    byte_len: 0,
+                    imm: None,
+                    invalidated_stag: None,
+                    solicited: false,
+                },
+            );
         }
     }
 
@@ -433,12 +508,14 @@ impl Rnic {
             t.ddp_segment_length = Some(ulpdu.len() as u16);
             t.ddp_header = iwarp_wire::terminate::CopiedHeader::new(&ulpdu[..ddp_len]);
             if cause.layer == iwarp_wire::Layer::Rdmap && header_len > ddp_len {
-                t.rdmap_header = iwarp_wire::terminate::CopiedHeader::new(&ulpdu[ddp_len..header_len]);
+                t.rdmap_header =
+                    iwarp_wire::terminate::CopiedHeader::new(&ulpdu[ddp_len..header_len]);
             }
         }
         conn.terminate = Some(t);
         q.state = QpState::Terminate;
-        self.events.push_back(AsyncEvent::TerminateSent { qp, cause });
+        self.events
+            .push_back(AsyncEvent::TerminateSent { qp, cause });
     }
 }
 

@@ -40,7 +40,9 @@ impl Rnic {
     /// Feeds bytes received on the QP's TCP connection. Returns the bytes consumed (always
     /// all of them: after an error the rest of the stream is discarded, as it must be).
     pub fn handle_stream(&mut self, qp: u32, bytes: &[u8]) -> usize {
-        let Ok(q) = self.qp_mut(qp) else { return bytes.len() };
+        let Ok(q) = self.qp_mut(qp) else {
+            return bytes.len();
+        };
         if !matches!(q.state, QpState::Rts | QpState::Closing) {
             return bytes.len();
         }
@@ -65,7 +67,9 @@ impl Rnic {
         if !matches!(q.state, QpState::Rts | QpState::Closing) {
             return;
         }
-        let Some(version) = q.conn.as_ref().map(|c| c.params.rdmap_version) else { return };
+        let Some(version) = q.conn.as_ref().map(|c| c.params.rdmap_version) else {
+            return;
+        };
         let (seg, payload) = match SegmentRepr::parse(ulpdu) {
             Ok(x) => x,
             Err(e) => {
@@ -73,11 +77,21 @@ impl Rnic {
                 // Headers are copied only when their layout is known (version and opcode
                 // errors leave it unknown), as siw does.
                 let copy = match cause.layer {
-                    Layer::Ddp if cause != t::DDP_TAGGED_INVALID_DDP_VERSION
-                        && cause != t::DDP_UNTAGGED_INVALID_DDP_VERSION => 18.min(ulpdu.len()),
+                    Layer::Ddp
+                        if cause != t::DDP_TAGGED_INVALID_DDP_VERSION
+                            && cause != t::DDP_UNTAGGED_INVALID_DDP_VERSION =>
+                    {
+                        18.min(ulpdu.len())
+                    }
                     _ => 0,
                 };
-                let copy = if copy >= 14 && ulpdu[0] & 0x80 != 0 { 14 } else if copy >= 18 { 18 } else { 0 };
+                let copy = if copy >= 14 && ulpdu[0] & 0x80 != 0 {
+                    14
+                } else if copy >= 18 {
+                    18
+                } else {
+                    0
+                };
                 self.terminate(qp, cause, ulpdu, copy);
                 return;
             }
@@ -106,14 +120,28 @@ impl Rnic {
             | Opcode::SendImmediate
             | Opcode::SendInvalidateImmediate
             | Opcode::SendSeImmediate
-            | Opcode::SendSeInvalidateImmediate => self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, hl),
+            | Opcode::SendSeInvalidateImmediate => {
+                self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, hl)
+            }
         }
     }
 
-    fn rx_tagged(&mut self, qp: u32, seg: &SegmentRepr, payload: &[u8], ulpdu: &[u8], hl: usize, response: bool) {
-        let Buffer::Tagged { stag, to } = seg.buffer else { return };
+    fn rx_tagged(
+        &mut self,
+        qp: u32,
+        seg: &SegmentRepr,
+        payload: &[u8],
+        ulpdu: &[u8],
+        hl: usize,
+        response: bool,
+    ) {
+        let Buffer::Tagged { stag, to } = seg.buffer else {
+            return;
+        };
         let Rnic { mem, qps, .. } = self;
-        let Some(Some(q)) = qps.get_mut(qp as usize) else { return };
+        let Some(Some(q)) = qps.get_mut(qp as usize) else {
+            return;
+        };
         let pd = q.pd;
         let Some(conn) = q.conn.as_mut() else { return };
         if response {
@@ -126,7 +154,14 @@ impl Rnic {
                 }
             }
         }
-        match mem.resolve(stag, pd, Access::REMOTE_WRITE, to, payload.len() as u64, false) {
+        match mem.resolve(
+            stag,
+            pd,
+            Access::REMOTE_WRITE,
+            to,
+            payload.len() as u64,
+            false,
+        ) {
             Ok(r) => r.raw.write(r.offset, payload),
             Err(e) => {
                 self.terminate(qp, tagged_cause(e), ulpdu, hl);
@@ -141,9 +176,16 @@ impl Rnic {
     }
 
     fn rx_send(&mut self, qp: u32, seg: &SegmentRepr, payload: &[u8], ulpdu: &[u8], hl: usize) {
-        let Buffer::Untagged { msn, mo, rsvd_ulp, .. } = seg.buffer else { return };
+        let Buffer::Untagged {
+            msn, mo, rsvd_ulp, ..
+        } = seg.buffer
+        else {
+            return;
+        };
         let Rnic { mem, qps, .. } = self;
-        let Some(Some(q)) = qps.get_mut(qp as usize) else { return };
+        let Some(Some(q)) = qps.get_mut(qp as usize) else {
+            return;
+        };
         let (pd, cq, id) = (q.pd, q.recv_cq, q.id);
         let Some(conn) = q.conn.as_mut() else { return };
         if msn != conn.msn_rx[0] {
@@ -166,7 +208,10 @@ impl Rnic {
         if mo as u64 + payload.len() as u64 > rx.wr.capacity() {
             conn.rx_recv = None;
             self.terminate(qp, t::DDP_UNTAGGED_TOO_LONG, ulpdu, 18);
-            self.push_wc(cq, recv_wc(id, rx.wr.wr_id, WcOpcode::Recv, Status::LocalLengthError, 0));
+            self.push_wc(
+                cq,
+                recv_wc(id, rx.wr.wr_id, WcOpcode::Recv, Status::LocalLengthError, 0),
+            );
             return;
         }
         let mut skip = mo as u64;
@@ -180,12 +225,28 @@ impl Rnic {
                 continue;
             }
             let n = ((sge.len as u64 - skip) as usize).min(rest.len());
-            match mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to + skip, n as u64, false) {
+            match mem.resolve(
+                sge.stag,
+                pd,
+                Access::LOCAL_WRITE,
+                sge.to + skip,
+                n as u64,
+                false,
+            ) {
                 Ok(r) => r.raw.write(r.offset, &rest[..n]),
                 Err(_) => {
                     conn.rx_recv = None;
                     self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
-                    self.push_wc(cq, recv_wc(id, rx.wr.wr_id, WcOpcode::Recv, Status::LocalProtectionError, 0));
+                    self.push_wc(
+                        cq,
+                        recv_wc(
+                            id,
+                            rx.wr.wr_id,
+                            WcOpcode::Recv,
+                            Status::LocalProtectionError,
+                            0,
+                        ),
+                    );
                     return;
                 }
             }
@@ -201,7 +262,13 @@ impl Rnic {
         conn.msn_rx[0] = conn.msn_rx[0].wrapping_add(1);
         conn.mo_rx[0] = 0;
         conn.rx_recv = None;
-        let mut wc = recv_wc(id, rx.wr.wr_id, WcOpcode::Recv, Status::Success, rx.received);
+        let mut wc = recv_wc(
+            id,
+            rx.wr.wr_id,
+            WcOpcode::Recv,
+            Status::Success,
+            rx.received,
+        );
         wc.solicited = seg.opcode.solicited();
         if let RdmapHeader::Immediate(imm) = seg.header {
             wc.opcode = WcOpcode::RecvImmediate;
@@ -219,9 +286,13 @@ impl Rnic {
     }
 
     fn rx_request(&mut self, qp: u32, seg: &SegmentRepr, ulpdu: &[u8], hl: usize) {
-        let Buffer::Untagged { msn, .. } = seg.buffer else { return };
+        let Buffer::Untagged { msn, .. } = seg.buffer else {
+            return;
+        };
         let Rnic { mem, qps, .. } = self;
-        let Some(Some(q)) = qps.get_mut(qp as usize) else { return };
+        let Some(Some(q)) = qps.get_mut(qp as usize) else {
+            return;
+        };
         let pd = q.pd;
         let Some(conn) = q.conn.as_mut() else { return };
         if msn != conn.msn_rx[1] || !seg.last {
@@ -236,8 +307,21 @@ impl Rnic {
         }
         let entry = match seg.header {
             RdmapHeader::ReadRequest(r) => {
-                match mem.resolve(r.src_stag, pd, Access::REMOTE_READ, r.src_to, r.size as u64, false) {
-                    Ok(src) => Irq::Read { sink_stag: r.sink_stag, sink_to: r.sink_to, src, len: r.size, sent: 0 },
+                match mem.resolve(
+                    r.src_stag,
+                    pd,
+                    Access::REMOTE_READ,
+                    r.src_to,
+                    r.size as u64,
+                    false,
+                ) {
+                    Ok(src) => Irq::Read {
+                        sink_stag: r.sink_stag,
+                        sink_to: r.sink_to,
+                        src,
+                        len: r.size,
+                        sent: 0,
+                    },
                     Err(e) => {
                         self.terminate(qp, rdmap_cause(e), ulpdu, hl);
                         return;
@@ -259,7 +343,11 @@ impl Rnic {
                 // memory unchanged and returns the original value — a deliberate choice to
                 // follow the RFC, noted in the README.)
                 let original = match a.aopcode {
-                    AOpCode::FetchAdd => target.raw.fetch_add(target.offset, a.add_swap, a.add_swap_mask),
+                    AOpCode::FetchAdd => {
+                        target
+                            .raw
+                            .fetch_add(target.offset, a.add_swap, a.add_swap_mask)
+                    }
                     AOpCode::CmpSwap => target.raw.cmp_swap(
                         target.offset,
                         a.compare,
@@ -268,7 +356,10 @@ impl Rnic {
                         a.add_swap_mask,
                     ),
                 };
-                Irq::Atomic { request_id: a.request_id, original }
+                Irq::Atomic {
+                    request_id: a.request_id,
+                    original,
+                }
             }
             _ => return,
         };
@@ -277,7 +368,14 @@ impl Rnic {
     }
 
     fn rx_atomic_response(&mut self, qp: u32, seg: &SegmentRepr, ulpdu: &[u8], hl: usize) {
-        let (Buffer::Untagged { msn, .. }, RdmapHeader::AtomicResponse { request_id, original }) = (seg.buffer, seg.header) else {
+        let (
+            Buffer::Untagged { msn, .. },
+            RdmapHeader::AtomicResponse {
+                request_id,
+                original,
+            },
+        ) = (seg.buffer, seg.header)
+        else {
             return;
         };
         let Ok(q) = self.qp_mut(qp) else { return };
@@ -303,12 +401,16 @@ impl Rnic {
     }
 
     fn rx_terminate(&mut self, qp: u32, seg: &SegmentRepr) {
-        let RdmapHeader::Terminate(term) = seg.header else { return };
-        self.events.push_back(AsyncEvent::TerminateReceived { qp, cause: term.cause });
+        let RdmapHeader::Terminate(term) = seg.header else {
+            return;
+        };
+        self.events.push_back(AsyncEvent::TerminateReceived {
+            qp,
+            cause: term.cause,
+        });
         let status = match (term.cause.layer, term.cause.etype) {
-            (Layer::Rdmap, t::RDMAP_ETYPE_REMOTE_PROTECTION) | (Layer::Ddp, t::DDP_ETYPE_TAGGED) => {
-                Status::RemoteAccessError
-            }
+            (Layer::Rdmap, t::RDMAP_ETYPE_REMOTE_PROTECTION)
+            | (Layer::Ddp, t::DDP_ETYPE_TAGGED) => Status::RemoteAccessError,
             _ => Status::RemoteOperationError,
         };
         self.enter_error(qp, Some(status));
@@ -316,5 +418,14 @@ impl Rnic {
 }
 
 fn recv_wc(qp: u32, wr_id: u64, opcode: WcOpcode, status: Status, byte_len: u32) -> WorkCompletion {
-    WorkCompletion { wr_id, qp, opcode, status, byte_len, imm: None, invalidated_stag: None, solicited: false }
+    WorkCompletion {
+        wr_id,
+        qp,
+        opcode,
+        status,
+        byte_len,
+        imm: None,
+        invalidated_stag: None,
+        solicited: false,
+    }
 }

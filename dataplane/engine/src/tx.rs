@@ -29,7 +29,10 @@ impl Rnic {
         loop {
             let Rnic { mem, qps, .. } = self;
             let q = qps.get_mut(qp as usize)?.as_mut()?;
-            if !matches!(q.state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+            if !matches!(
+                q.state,
+                QpState::Rts | QpState::Closing | QpState::Terminate
+            ) {
                 return None;
             }
             let conn = q.conn.as_mut()?;
@@ -74,19 +77,38 @@ impl Rnic {
 
     /// Whether the QP has anything to transmit right now.
     pub fn wants_transmit(&self, qp: u32) -> bool {
-        let Some(Some(q)) = self.qps.get(qp as usize) else { return false };
-        let Some(conn) = q.conn.as_ref() else { return false };
-        matches!(q.state, QpState::Rts | QpState::Closing | QpState::Terminate)
-            && (conn.terminate.is_some() || !conn.irq.is_empty() || conn.cur.is_some() || next_startable(q))
+        let Some(Some(q)) = self.qps.get(qp as usize) else {
+            return false;
+        };
+        let Some(conn) = q.conn.as_ref() else {
+            return false;
+        };
+        matches!(
+            q.state,
+            QpState::Rts | QpState::Closing | QpState::Terminate
+        ) && (conn.terminate.is_some()
+            || !conn.irq.is_empty()
+            || conn.cur.is_some()
+            || next_startable(q))
     }
 }
 
 fn untagged(qn: u32, msn: u32, mo: u32, rsvd_ulp: u32) -> Buffer {
-    Buffer::Untagged { qn, msn, mo, rsvd_ulp }
+    Buffer::Untagged {
+        qn,
+        msn,
+        mo,
+        rsvd_ulp,
+    }
 }
 
 /// Emits one FPDU: `seg`'s headers, then `payload_len` octets of the scratch buffer.
-fn emit(conn: &mut Conn, out: &mut [u8], seg: &SegmentRepr, payload_len: Option<usize>) -> Option<usize> {
+fn emit(
+    conn: &mut Conn,
+    out: &mut [u8],
+    seg: &SegmentRepr,
+    payload_len: Option<usize>,
+) -> Option<usize> {
     let mut hdr = [0u8; 128];
     let hl = seg.emit(&mut hdr).ok()?;
     let payload = &conn.scratch[..payload_len.unwrap_or(0)];
@@ -97,7 +119,9 @@ fn emit(conn: &mut Conn, out: &mut [u8], seg: &SegmentRepr, payload_len: Option<
 /// outstanding Reads to finish (Verbs sections 6.5 and 8.2.2.2).
 fn next_startable(q: &Qp) -> bool {
     let Some(wr) = q.sq.front() else { return false };
-    let Some(conn) = q.conn.as_ref() else { return false };
+    let Some(conn) = q.conn.as_ref() else {
+        return false;
+    };
     if wr.read_fence && !conn.orq.is_empty() {
         return false;
     }
@@ -116,7 +140,13 @@ fn max_payload(conn: &Conn, header: usize) -> u32 {
 
 /// Copies `dst.len()` octets of the SGL's concatenation, starting at `offset`, into `dst`,
 /// checking every local STag (valid, same PD, in bounds).
-fn gather(mem: &MemTable, pd: u32, sgl: &[Sge], mut offset: u64, dst: &mut [u8]) -> Result<(), AccessError> {
+fn gather(
+    mem: &MemTable,
+    pd: u32,
+    sgl: &[Sge],
+    mut offset: u64,
+    dst: &mut [u8],
+) -> Result<(), AccessError> {
     let mut at = 0;
     for sge in sgl {
         if at == dst.len() {
@@ -127,7 +157,14 @@ fn gather(mem: &MemTable, pd: u32, sgl: &[Sge], mut offset: u64, dst: &mut [u8])
             continue;
         }
         let n = ((sge.len as u64 - offset) as usize).min(dst.len() - at);
-        let r = mem.resolve(sge.stag, pd, Access::LOCAL_READ, sge.to + offset, n as u64, false)?;
+        let r = mem.resolve(
+            sge.stag,
+            pd,
+            Access::LOCAL_READ,
+            sge.to + offset,
+            n as u64,
+            false,
+        )?;
         r.raw.read(r.offset, &mut dst[at..at + n]);
         at += n;
         offset = 0;
@@ -141,28 +178,56 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         if !next_startable(q) {
             return (None, Done::None);
         }
-        let Some(wr) = q.sq.pop_front() else { return (None, Done::None) };
+        let Some(wr) = q.sq.pop_front() else {
+            return (None, Done::None);
+        };
         let seq = q.next_seq;
         q.next_seq += 1;
-        q.inflight.push_back(Inflight { seq, wr_id: wr.wr_id, opcode: wc_opcode(&wr.op), signaled: wr.signaled, done: None });
+        q.inflight.push_back(Inflight {
+            seq,
+            wr_id: wr.wr_id,
+            opcode: wc_opcode(&wr.op),
+            signaled: wr.signaled,
+            done: None,
+        });
         if let SendOp::LocalInvalidate { stag } = wr.op {
             let status = match mem.invalidate(stag, pd) {
                 Ok(()) => Status::Success,
                 Err(_) => Status::LocalProtectionError,
             };
-            return (None, Done::Wr { seq, status, len: 0 });
+            return (
+                None,
+                Done::Wr {
+                    seq,
+                    status,
+                    len: 0,
+                },
+            );
         }
         if let Some(conn) = q.conn.as_mut() {
-            conn.cur = Some(TxCur { wr, seq, offset: 0, imm_phase: false });
+            conn.cur = Some(TxCur {
+                wr,
+                seq,
+                offset: 0,
+                imm_phase: false,
+            });
         }
     }
-    let Some(conn) = q.conn.as_mut() else { return (None, Done::None) };
-    let Some(mut cur) = conn.cur else { return (None, Done::None) };
+    let Some(conn) = q.conn.as_mut() else {
+        return (None, Done::None);
+    };
+    let Some(mut cur) = conn.cur else {
+        return (None, Done::None);
+    };
     let v = conn.params.rdmap_version;
     let total = cur.wr.length();
     match cur.wr.op {
-        SendOp::Send { solicited, invalidate } => {
-            let n = (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
+        SendOp::Send {
+            solicited,
+            invalidate,
+        } => {
+            let n =
+                (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
             if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
                 conn.cur = None;
                 return (None, Done::Error);
@@ -178,7 +243,12 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 version: v,
                 opcode,
                 last,
-                buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], cur.offset as u32, invalidate.unwrap_or(0)),
+                buffer: untagged(
+                    rdmap::QN_SEND,
+                    conn.msn_tx[0],
+                    cur.offset as u32,
+                    invalidate.unwrap_or(0),
+                ),
                 header: RdmapHeader::None,
             };
             let sent = emit(conn, out, &seg, Some(n));
@@ -189,12 +259,27 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             if last {
                 conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
                 conn.cur = None;
-                return (sent, Done::Wr { seq: cur.seq, status: Status::Success, len: total as u32 });
+                return (
+                    sent,
+                    Done::Wr {
+                        seq: cur.seq,
+                        status: Status::Success,
+                        len: total as u32,
+                    },
+                );
             }
             conn.cur = Some(cur);
             (sent, Done::None)
         }
-        SendOp::Write { remote_stag, remote_to } | SendOp::WriteImm { remote_stag, remote_to, .. } if !cur.imm_phase => {
+        SendOp::Write {
+            remote_stag,
+            remote_to,
+        }
+        | SendOp::WriteImm {
+            remote_stag,
+            remote_to,
+            ..
+        } if !cur.imm_phase => {
             let n = (total - cur.offset).min(max_payload(conn, TAGGED_HEADER_LEN) as u64) as usize;
             if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
                 conn.cur = None;
@@ -205,7 +290,10 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 version: v,
                 opcode: Opcode::Write,
                 last,
-                buffer: Buffer::Tagged { stag: remote_stag, to: remote_to.wrapping_add(cur.offset) },
+                buffer: Buffer::Tagged {
+                    stag: remote_stag,
+                    to: remote_to.wrapping_add(cur.offset),
+                },
                 header: RdmapHeader::None,
             };
             let sent = emit(conn, out, &seg, Some(n));
@@ -220,18 +308,39 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                     return (sent, Done::None);
                 }
                 conn.cur = None;
-                return (sent, Done::Wr { seq: cur.seq, status: Status::Success, len: total as u32 });
+                return (
+                    sent,
+                    Done::Wr {
+                        seq: cur.seq,
+                        status: Status::Success,
+                        len: total as u32,
+                    },
+                );
             }
             conn.cur = Some(cur);
             (sent, Done::None)
         }
-        SendOp::WriteImm { imm, .. } | SendOp::Immediate { imm, solicited: false } => {
-            immediate(conn, out, v, imm, Opcode::ImmediateData, cur.seq, total as u32)
-        }
-        SendOp::Immediate { imm, solicited: true } => {
-            immediate(conn, out, v, imm, Opcode::ImmediateDataSe, cur.seq, 0)
-        }
-        SendOp::Read { remote_stag, remote_to } => {
+        SendOp::WriteImm { imm, .. }
+        | SendOp::Immediate {
+            imm,
+            solicited: false,
+        } => immediate(
+            conn,
+            out,
+            v,
+            imm,
+            Opcode::ImmediateData,
+            cur.seq,
+            total as u32,
+        ),
+        SendOp::Immediate {
+            imm,
+            solicited: true,
+        } => immediate(conn, out, v, imm, Opcode::ImmediateDataSe, cur.seq, 0),
+        SendOp::Read {
+            remote_stag,
+            remote_to,
+        } => {
             let sink = cur.wr.sgl[0];
             let seg = SegmentRepr {
                 version: v,
@@ -249,7 +358,11 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             let sent = emit(conn, out, &seg, None);
             if sent.is_some() {
                 conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
-                conn.orq.push_back(Orq::Read { seq: cur.seq, sink_stag: sink.stag, len: sink.len });
+                conn.orq.push_back(Orq::Read {
+                    seq: cur.seq,
+                    sink_stag: sink.stag,
+                    len: sink.len,
+                });
                 conn.cur = None;
             }
             (sent, Done::None)
@@ -262,7 +375,12 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             };
             let request_id = conn.next_request_id;
             let req = match cur.wr.op {
-                SendOp::FetchAdd { remote_stag, remote_to, add, add_mask } => AtomicRequest {
+                SendOp::FetchAdd {
+                    remote_stag,
+                    remote_to,
+                    add,
+                    add_mask,
+                } => AtomicRequest {
                     aopcode: AOpCode::FetchAdd,
                     request_id,
                     stag: remote_stag,
@@ -273,7 +391,14 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                     compare: 0,
                     compare_mask: u64::MAX,
                 },
-                SendOp::CmpSwap { remote_stag, remote_to, compare, compare_mask, swap, swap_mask } => AtomicRequest {
+                SendOp::CmpSwap {
+                    remote_stag,
+                    remote_to,
+                    compare,
+                    compare_mask,
+                    swap,
+                    swap_mask,
+                } => AtomicRequest {
                     aopcode: AOpCode::CmpSwap,
                     request_id,
                     stag: remote_stag,
@@ -296,7 +421,11 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             if sent.is_some() {
                 conn.next_request_id = conn.next_request_id.wrapping_add(1);
                 conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
-                conn.orq.push_back(Orq::Atomic { seq: cur.seq, request_id, result });
+                conn.orq.push_back(Orq::Atomic {
+                    seq: cur.seq,
+                    request_id,
+                    result,
+                });
                 conn.cur = None;
             }
             (sent, Done::None)
@@ -305,7 +434,15 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
     }
 }
 
-fn immediate(conn: &mut Conn, out: &mut [u8], v: u8, imm: u64, opcode: Opcode, seq: u64, len: u32) -> (Option<usize>, Done) {
+fn immediate(
+    conn: &mut Conn,
+    out: &mut [u8],
+    v: u8,
+    imm: u64,
+    opcode: Opcode,
+    seq: u64,
+    len: u32,
+) -> (Option<usize>, Done) {
     let seg = SegmentRepr {
         version: v,
         opcode,
@@ -319,22 +456,39 @@ fn immediate(conn: &mut Conn, out: &mut [u8], v: u8, imm: u64, opcode: Opcode, s
     }
     conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
     conn.cur = None;
-    (sent, Done::Wr { seq, status: Status::Success, len })
+    (
+        sent,
+        Done::Wr {
+            seq,
+            status: Status::Success,
+            len,
+        },
+    )
 }
 
 fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
     let v = conn.params.rdmap_version;
     let max = max_payload(conn, TAGGED_HEADER_LEN);
     match *conn.irq.front()? {
-        Irq::Read { sink_stag, sink_to, src, len, sent } => {
+        Irq::Read {
+            sink_stag,
+            sink_to,
+            src,
+            len,
+            sent,
+        } => {
             let n = (len - sent).min(max) as usize;
-            src.raw.read(src.offset + sent as usize, &mut conn.scratch[..n]);
+            src.raw
+                .read(src.offset + sent as usize, &mut conn.scratch[..n]);
             let last = sent + n as u32 == len;
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadResponse,
                 last,
-                buffer: Buffer::Tagged { stag: sink_stag, to: sink_to.wrapping_add(sent as u64) },
+                buffer: Buffer::Tagged {
+                    stag: sink_stag,
+                    to: sink_to.wrapping_add(sent as u64),
+                },
                 header: RdmapHeader::None,
             };
             let r = emit(conn, out, &seg, Some(n))?;
@@ -345,13 +499,19 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             }
             Some(r)
         }
-        Irq::Atomic { request_id, original } => {
+        Irq::Atomic {
+            request_id,
+            original,
+        } => {
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::AtomicResponse,
                 last: true,
                 buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], 0, 0),
-                header: RdmapHeader::AtomicResponse { request_id, original },
+                header: RdmapHeader::AtomicResponse {
+                    request_id,
+                    original,
+                },
             };
             let r = emit(conn, out, &seg, None)?;
             conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);

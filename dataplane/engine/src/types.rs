@@ -42,18 +42,48 @@ pub const MAX_SGE: usize = 4;
 /// The operation of a Send Queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOp {
-    Send { solicited: bool, invalidate: Option<u32> },
-    Write { remote_stag: u32, remote_to: u64 },
+    Send {
+        solicited: bool,
+        invalidate: Option<u32>,
+    },
+    Write {
+        remote_stag: u32,
+        remote_to: u64,
+    },
     /// RDMA Write followed by Immediate Data (RFC 7306 section 6: two messages, one WR).
-    WriteImm { remote_stag: u32, remote_to: u64, imm: u64 },
+    WriteImm {
+        remote_stag: u32,
+        remote_to: u64,
+        imm: u64,
+    },
     /// Sink is the WR's single SGE, which must be registered with remote write access.
-    Read { remote_stag: u32, remote_to: u64 },
+    Read {
+        remote_stag: u32,
+        remote_to: u64,
+    },
     /// The original value lands in the WR's single 8-byte SGE.
-    FetchAdd { remote_stag: u32, remote_to: u64, add: u64, add_mask: u64 },
+    FetchAdd {
+        remote_stag: u32,
+        remote_to: u64,
+        add: u64,
+        add_mask: u64,
+    },
     /// Swap is CmpSwap with a zero compare mask.
-    CmpSwap { remote_stag: u32, remote_to: u64, compare: u64, compare_mask: u64, swap: u64, swap_mask: u64 },
-    Immediate { imm: u64, solicited: bool },
-    LocalInvalidate { stag: u32 },
+    CmpSwap {
+        remote_stag: u32,
+        remote_to: u64,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    },
+    Immediate {
+        imm: u64,
+        solicited: bool,
+    },
+    LocalInvalidate {
+        stag: u32,
+    },
 }
 
 /// A Send Queue work request.
@@ -73,7 +103,14 @@ impl SendWr {
         let mut s = [Sge::default(); MAX_SGE];
         let n = sgl.len().min(MAX_SGE);
         s[..n].copy_from_slice(&sgl[..n]);
-        SendWr { wr_id, op, sgl: s, num_sge: n as u8, signaled: true, read_fence: false }
+        SendWr {
+            wr_id,
+            op,
+            sgl: s,
+            num_sge: n as u8,
+            signaled: true,
+            read_fence: false,
+        }
     }
     pub fn sgl(&self) -> &[Sge] {
         &self.sgl[..self.num_sge as usize]
@@ -96,7 +133,11 @@ impl RecvWr {
         let mut s = [Sge::default(); MAX_SGE];
         let n = sgl.len().min(MAX_SGE);
         s[..n].copy_from_slice(&sgl[..n]);
-        RecvWr { wr_id, sgl: s, num_sge: n as u8 }
+        RecvWr {
+            wr_id,
+            sgl: s,
+            num_sge: n as u8,
+        }
     }
     pub fn sgl(&self) -> &[Sge] {
         &self.sgl[..self.num_sge as usize]
@@ -211,9 +252,15 @@ impl std::error::Error for VerbsError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncEvent {
     /// The peer sent a Terminate.
-    TerminateReceived { qp: u32, cause: iwarp_wire::TermCause },
+    TerminateReceived {
+        qp: u32,
+        cause: iwarp_wire::TermCause,
+    },
     /// We sent a Terminate because of what the peer sent.
-    TerminateSent { qp: u32, cause: iwarp_wire::TermCause },
+    TerminateSent {
+        qp: u32,
+        cause: iwarp_wire::TermCause,
+    },
     /// A CQ overflowed: completions were lost, the QPs using it go to Error.
     CqOverflow { cq: u32 },
     /// The QP entered Error.
