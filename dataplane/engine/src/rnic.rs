@@ -396,13 +396,15 @@ impl Rnic {
             i.done = Some((status, byte_len));
         }
         let (cq, id) = (q.send_cq, q.id);
-        let mut ready: Vec<Inflight> = Vec::new();
-        while q.inflight.front().is_some_and(|i| i.done.is_some()) {
-            if let Some(i) = q.inflight.pop_front() {
-                ready.push(i);
+        // Release completed WRs from the head, in SQ order (no allocation on this path).
+        loop {
+            let Ok(q) = self.qp_mut(qp) else { return };
+            if !q.inflight.front().is_some_and(|i| i.done.is_some()) {
+                break;
             }
-        }
-        for i in ready {
+            let Some(i) = q.inflight.pop_front() else {
+                break;
+            };
             let (status, byte_len) = i.done.unwrap_or((Status::WrFlushed, 0));
             if i.signaled || status != Status::Success {
                 self.push_wc(

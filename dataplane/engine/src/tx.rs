@@ -115,6 +115,40 @@ fn emit(
     conn.emitter.emit(out, &hdr[..hl], payload).ok()
 }
 
+/// Emits one FPDU whose payload is gathered by `fill` — straight into `out` when markers
+/// are off, through the scratch buffer when they are on.
+fn emit_gathered<F>(
+    conn: &mut Conn,
+    out: &mut [u8],
+    seg: &SegmentRepr,
+    n: usize,
+    fill: F,
+) -> Result<Option<usize>, AccessError>
+where
+    F: FnOnce(&mut [u8]) -> Result<(), AccessError>,
+{
+    let mut hdr = [0u8; 128];
+    let Ok(hl) = seg.emit(&mut hdr) else {
+        return Ok(None);
+    };
+    if conn.params.tx.markers {
+        fill(&mut conn.scratch[..n])?;
+        return Ok(conn.emitter.emit(out, &hdr[..hl], &conn.scratch[..n]).ok());
+    }
+    let mut failed = None;
+    let r = conn.emitter.emit_with(out, &hdr[..hl], n, |dst| {
+        fill(dst).map_err(|e| {
+            failed = Some(e);
+            iwarp_wire::Error::Malformed
+        })
+    });
+    match (r, failed) {
+        (_, Some(e)) => Err(e),
+        (Ok(len), None) => Ok(Some(len)),
+        (Err(_), None) => Ok(None),
+    }
+}
+
 /// Can the SQ's next WR start now? Reads and atomics wait for ORD room, fenced WRs for the
 /// outstanding Reads to finish (Verbs sections 6.5 and 8.2.2.2).
 fn next_startable(q: &Qp) -> bool {
@@ -491,7 +525,11 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                 },
                 header: RdmapHeader::None,
             };
-            let r = emit(conn, out, &seg, Some(n))?;
+            let fill = |dst: &mut [u8]| {
+                src.raw.read(src.offset + sent as usize, dst);
+                Ok(())
+            };
+            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
             if last {
                 conn.irq.pop_front();
             } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
