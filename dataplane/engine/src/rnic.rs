@@ -399,7 +399,7 @@ impl Rnic {
         // Release completed WRs from the head, in SQ order (no allocation on this path).
         loop {
             let Ok(q) = self.qp_mut(qp) else { return };
-            if !q.inflight.front().is_some_and(|i| i.done.is_some()) {
+            if q.inflight.front().is_none_or(|i| i.done.is_none()) {
                 break;
             }
             let Some(i) = q.inflight.pop_front() else {
