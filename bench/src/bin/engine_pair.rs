@@ -120,13 +120,13 @@ fn sends(secs: f64) -> (f64, f64) {
         for i in 0..batch {
             let sge = Sge {
                 stag: b.stag,
-                to: b.base + 64 * i as u64,
+                to: b.base + 64 * i,
                 len: 64,
             };
             b.rnic.post_recv(b.qp, RecvWr::new(i, &[sge])).unwrap();
             let sge = Sge {
                 stag: a.stag,
-                to: a.base + 64 * i as u64,
+                to: a.base + 64 * i,
                 len: 64,
             };
             let mut wr = SendWr::new(
