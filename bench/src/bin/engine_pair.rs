@@ -57,6 +57,7 @@ fn end(len: usize) -> End {
             QpCaps {
                 sq_depth: DEPTH,
                 rq_depth: DEPTH,
+                srq: None,
             },
         )
         .unwrap();

@@ -8,6 +8,18 @@ use crate::raw::RawRegion;
 use crate::types::Access;
 use core::ptr::NonNull;
 
+/// A Fast-Register request: make `stag` name `len` bytes at `offset` of the memory region
+/// `source` maps, with `access`, its tagged offsets starting at `base_to`.
+#[derive(Debug, Clone, Copy)]
+pub struct FastReg {
+    pub stag: u32,
+    pub source: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub access: Access,
+    pub base_to: u64,
+}
+
 /// Why an access was refused. The engine maps each to the Terminate of the layer that
 /// detected it (DDP for tagged placement, RDMAP for Read Requests and atomics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +36,21 @@ pub enum AccessError {
     Misaligned,
 }
 
+/// What an STag names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A memory region, registered with its memory.
+    Mr,
+    /// A memory window: valid only while bound to part of a region (Verbs section 7.3).
+    Mw,
+    /// An STag reserved for fast-registration, valid once a Fast-Register WR gives it memory.
+    FastReg,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Region {
-    raw: RawRegion,
+    kind: Kind,
+    raw: Option<RawRegion>,
     pd: u32,
     access: Access,
     /// The tagged offset of the region's first byte: its virtual address for VA-based
@@ -72,16 +96,47 @@ impl MemTable {
     ) -> u32 {
         // SAFETY: forwarded from this function's contract.
         let raw = unsafe { RawRegion::new(base, len) };
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(1).max(1);
-        let region = Region {
-            raw,
+        self.insert(Region {
+            kind: Kind::Mr,
+            raw: Some(raw),
             pd,
             access,
             base_to,
-            key,
+            key: 0,
             valid: true,
-        };
+        })
+    }
+
+    /// Reserves an STag for a memory window of `pd`; invalid until bound.
+    pub fn alloc_mw(&mut self, pd: u32) -> u32 {
+        self.insert(Region {
+            kind: Kind::Mw,
+            raw: None,
+            pd,
+            access: Access::default(),
+            base_to: 0,
+            key: 0,
+            valid: false,
+        })
+    }
+
+    /// Reserves an STag for fast-registration in `pd`; invalid until registered.
+    pub fn alloc_fastreg(&mut self, pd: u32) -> u32 {
+        self.insert(Region {
+            kind: Kind::FastReg,
+            raw: None,
+            pd,
+            access: Access::default(),
+            base_to: 0,
+            key: 0,
+            valid: false,
+        })
+    }
+
+    fn insert(&mut self, mut region: Region) -> u32 {
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(1).max(1);
+        region.key = key;
         let index = match self.regions.iter().position(Option::is_none) {
             Some(i) => {
                 self.regions[i] = Some(region);
@@ -128,6 +183,80 @@ impl MemTable {
         Ok(())
     }
 
+    fn entry_mut(&mut self, stag: u32) -> Option<&mut Region> {
+        let index = (stag >> 8) as usize;
+        let r = self.regions.get_mut(index.checked_sub(1)?)?.as_mut()?;
+        (r.key == (stag & 0xff) as u8).then_some(r)
+    }
+
+    /// Binds window `mw` to `len` bytes at tagged offset `to` of region `mr` (Verbs 7.3.3):
+    /// both in `pd`, the region has the Bind right, the range lies inside it. The window's
+    /// tagged offsets are the region's (`to` addresses its first byte).
+    pub fn bind_mw(
+        &mut self,
+        mw: u32,
+        mr: u32,
+        pd: u32,
+        to: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), AccessError> {
+        match self.entry(mr) {
+            Some(r) if r.kind == Kind::Mr => {}
+            _ => return Err(AccessError::InvalidStag),
+        }
+        let src = self.resolve(mr, pd, Access::BIND, to, len, false)?;
+        let w = self
+            .entry_mut(mw)
+            .filter(|w| w.kind == Kind::Mw)
+            .ok_or(AccessError::InvalidStag)?;
+        if w.pd != pd {
+            return Err(AccessError::NotAssociated);
+        }
+        w.raw = Some(src.raw.sub(src.offset, len as usize));
+        w.base_to = to;
+        w.access = access;
+        w.valid = true;
+        Ok(())
+    }
+
+    /// Fast-registers `stag` (reserved by `alloc_fastreg`) over `len` bytes at `offset` of the
+    /// memory region `source` maps.
+    pub fn fast_register(&mut self, pd: u32, r: FastReg) -> Result<(), AccessError> {
+        let FastReg {
+            stag,
+            source,
+            offset,
+            len,
+            access,
+            base_to,
+        } = r;
+        let src = self
+            .entry(source)
+            .filter(|r| r.kind == Kind::Mr)
+            .ok_or(AccessError::InvalidStag)?;
+        if src.pd != pd {
+            return Err(AccessError::NotAssociated);
+        }
+        let raw = src.raw.ok_or(AccessError::InvalidStag)?;
+        let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
+        if end > raw.len() as u64 {
+            return Err(AccessError::Bounds);
+        }
+        let f = self
+            .entry_mut(stag)
+            .filter(|f| f.kind == Kind::FastReg)
+            .ok_or(AccessError::InvalidStag)?;
+        if f.pd != pd {
+            return Err(AccessError::NotAssociated);
+        }
+        f.raw = Some(raw.sub(offset as usize, len as usize));
+        f.access = access;
+        f.base_to = base_to;
+        f.valid = true;
+        Ok(())
+    }
+
     /// The check every access goes through: STag valid, same PD, right present, range in
     /// bounds (and 8-byte aligned for atomics). Touches no memory.
     pub fn resolve(
@@ -149,15 +278,16 @@ impl MemTable {
         if !r.access.contains(need) {
             return Err(AccessError::Rights);
         }
+        let raw = r.raw.ok_or(AccessError::InvalidStag)?;
         let offset = to.checked_sub(r.base_to).ok_or(AccessError::Bounds)?;
         let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
-        if end > r.raw.len() as u64 {
+        if end > raw.len() as u64 {
             return Err(AccessError::Bounds);
         }
         let offset = offset as usize;
-        if atomic && !r.raw.aligned8(offset) {
+        if atomic && !raw.aligned8(offset) {
             return Err(AccessError::Misaligned);
         }
-        Ok(Resolved { raw: r.raw, offset })
+        Ok(Resolved { raw, offset })
     }
 }

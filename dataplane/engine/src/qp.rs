@@ -78,6 +78,12 @@ pub(crate) struct Inflight {
 /// An outstanding Read or atomic (the ORQ, bounded by ORD).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Orq {
+    /// Read V2: the response comes untagged on queue 3 and is scattered into `sink`.
+    ReadV2 {
+        seq: u64,
+        sink: crate::types::Sge,
+        received: u32,
+    },
     Read {
         seq: u64,
         sink_stag: u32,
@@ -93,6 +99,11 @@ pub(crate) enum Orq {
 /// An accepted inbound Read or atomic waiting to be answered (the IRQ, bounded by IRD).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Irq {
+    ReadV2 {
+        src: Resolved,
+        len: u32,
+        sent: u32,
+    },
     Read {
         sink_stag: u32,
         sink_to: u64,
@@ -100,9 +111,13 @@ pub(crate) enum Irq {
         len: u32,
         sent: u32,
     },
+    /// Checked on arrival, executed when its response is generated, so that it sees every
+    /// earlier request of the stream done (RFC 7306 section 7: a second atomic is not
+    /// processed before the first response, an atomic not before an earlier Read's response).
     Atomic {
         request_id: u32,
-        original: u64,
+        target: Resolved,
+        req: iwarp_wire::rdmap::AtomicRequest,
     },
 }
 
@@ -181,6 +196,8 @@ pub(crate) struct Qp {
     pub conn: Option<Conn>,
     /// A graceful close was asked for: go Idle once everything sent completed.
     pub closing: bool,
+    /// Receives come from this shared receive queue instead of `rq`.
+    pub srq: Option<u32>,
 }
 
 /// Is `from -> to` a transition the Verbs state diagram (figure 4) lets a consumer ask for?

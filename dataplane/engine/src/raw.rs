@@ -33,6 +33,17 @@ impl RawRegion {
         self.len
     }
 
+    /// The sub-range `offset..offset+len` (a memory window or fast-registered range).
+    /// Panics if out of bounds: callers check first.
+    pub fn sub(&self, offset: usize, len: usize) -> RawRegion {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        RawRegion {
+            // SAFETY: offset <= len, so the result stays within (or one past) the region.
+            base: unsafe { NonNull::new_unchecked(self.base.as_ptr().add(offset)) },
+            len,
+        }
+    }
+
     /// Copies `src` into the region at `offset`. Panics if out of bounds (callers check
     /// first; this is a broken invariant, never a wire input).
     pub fn write(&self, offset: usize, src: &[u8]) {

@@ -17,6 +17,18 @@ use std::collections::VecDeque;
 pub struct QpCaps {
     pub sq_depth: usize,
     pub rq_depth: usize,
+    /// Take receives from this S-RQ (created with `create_srq`) instead of the QP's own RQ.
+    pub srq: Option<u32>,
+}
+
+/// A shared receive queue (Verbs section 6.3) with its limit event.
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: u32,
+    pub rq: VecDeque<RecvWr>,
+    pub depth: usize,
+    /// Armed limit: when fewer WRs than this remain, raise `SrqLimitReached` once.
+    pub limit: Option<usize>,
 }
 
 /// One RNIC: memory table, CQs and QPs, driven by its caller.
@@ -26,6 +38,7 @@ pub struct Rnic {
     pub(crate) cqs: Vec<Option<Cq>>,
     pub(crate) qps: Vec<Option<Qp>>,
     pub(crate) events: VecDeque<AsyncEvent>,
+    pub(crate) srqs: Vec<Option<Srq>>,
     next_pd: u32,
 }
 
@@ -36,6 +49,7 @@ impl Rnic {
             cqs: Vec::new(),
             qps: Vec::new(),
             events: VecDeque::new(),
+            srqs: Vec::new(),
             next_pd: 1,
         }
     }
@@ -80,6 +94,52 @@ impl Rnic {
         id
     }
 
+    /// Creates a shared receive queue in `pd` (Verbs section 6.3).
+    pub fn create_srq(&mut self, pd: u32, depth: usize) -> u32 {
+        self.srqs.push(Some(Srq {
+            pd,
+            rq: VecDeque::with_capacity(depth),
+            depth,
+            limit: None,
+        }));
+        (self.srqs.len() - 1) as u32
+    }
+
+    pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self
+            .srqs
+            .get_mut(srq as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidSrq)?;
+        if s.rq.len() >= s.depth {
+            return Err(VerbsError::QueueFull);
+        }
+        s.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Arms the S-RQ limit: when fewer than `limit` receives remain, `SrqLimitReached` is
+    /// raised once (Modify S-RQ, Verbs section 6.3.3).
+    pub fn arm_srq_limit(&mut self, srq: u32, limit: usize) -> Result<(), VerbsError> {
+        let s = self
+            .srqs
+            .get_mut(srq as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidSrq)?;
+        s.limit = Some(limit);
+        Ok(())
+    }
+
+    /// Allocates a memory window STag in `pd`, usable once bound with a Bind MW work request.
+    pub fn alloc_mw(&mut self, pd: u32) -> u32 {
+        self.mem.alloc_mw(pd)
+    }
+
+    /// Reserves an STag for a Fast-Register work request.
+    pub fn alloc_fastreg_stag(&mut self, pd: u32) -> u32 {
+        self.mem.alloc_fastreg(pd)
+    }
+
     pub fn create_qp(
         &mut self,
         pd: u32,
@@ -90,6 +150,12 @@ impl Rnic {
         for cq in [send_cq, recv_cq] {
             if self.cq(cq).is_none() {
                 return Err(VerbsError::InvalidCq);
+            }
+        }
+        if let Some(srq) = caps.srq {
+            match self.srqs.get(srq as usize).and_then(Option::as_ref) {
+                Some(s) if s.pd == pd => {}
+                _ => return Err(VerbsError::InvalidSrq),
             }
         }
         let id = self.qps.len() as u32;
@@ -107,6 +173,7 @@ impl Rnic {
             next_seq: 0,
             conn: None,
             closing: false,
+            srq: caps.srq,
         }));
         Ok(id)
     }
@@ -225,8 +292,9 @@ impl Rnic {
         if wr.num_sge as usize > MAX_SGE {
             return Err(VerbsError::TooManySge);
         }
-        let pd = self.qp_mut(qp)?.pd;
-        self.check_send_wr(pd, &wr)?;
+        let q = self.qp_mut(qp)?;
+        let (pd, version) = (q.pd, q.conn.as_ref().map_or(1, |c| c.params.rdmap_version));
+        self.check_send_wr(pd, version, &wr)?;
         let q = self.qp_mut(qp)?;
         match q.state {
             QpState::Rts => {}
@@ -245,8 +313,35 @@ impl Rnic {
         Ok(())
     }
 
-    fn check_send_wr(&self, pd: u32, wr: &SendWr) -> Result<(), VerbsError> {
+    fn check_send_wr(&self, pd: u32, version: u8, wr: &SendWr) -> Result<(), VerbsError> {
+        if wr.is_inline
+            && (!matches!(
+                wr.op,
+                SendOp::Send { .. } | SendOp::Write { .. } | SendOp::SendImm { .. }
+            ) || wr.inline_len as usize > crate::types::MAX_INLINE)
+        {
+            return Err(VerbsError::InvalidInline);
+        }
         match wr.op {
+            SendOp::SendImm { .. } | SendOp::ReadV2 { .. } if version < 2 => {
+                return Err(VerbsError::NotNegotiated);
+            }
+            SendOp::ReadV2 { .. } => {
+                let [sge] = wr.sgl() else {
+                    return Err(VerbsError::TooManySge);
+                };
+                // The sink stays private: local write is enough.
+                self.mem
+                    .resolve(
+                        sge.stag,
+                        pd,
+                        Access::LOCAL_WRITE,
+                        sge.to,
+                        sge.len as u64,
+                        false,
+                    )
+                    .map_err(|_| VerbsError::InvalidStag)?;
+            }
             SendOp::Read { .. } => {
                 let [sge] = wr.sgl() else {
                     return Err(VerbsError::TooManySge);
@@ -539,5 +634,9 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
         SendOp::Immediate { .. } => WcOpcode::Immediate,
         SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+        SendOp::SendImm { .. } => WcOpcode::Send,
+        SendOp::ReadV2 { .. } => WcOpcode::Read,
+        SendOp::BindMw { .. } => WcOpcode::BindMw,
+        SendOp::FastRegister { .. } => WcOpcode::FastRegister,
     }
 }

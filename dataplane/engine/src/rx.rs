@@ -8,7 +8,7 @@ use crate::qp::{Irq, Orq, QpState, RxRecv};
 use crate::rnic::Rnic;
 use crate::types::{Access, AsyncEvent, Status, WcOpcode, WorkCompletion};
 use iwarp_wire::ddp::Buffer;
-use iwarp_wire::rdmap::{AOpCode, Opcode, RdmapHeader, SegmentRepr};
+use iwarp_wire::rdmap::{Opcode, RdmapHeader, SegmentRepr};
 use iwarp_wire::terminate::{self as t, TermCause};
 use iwarp_wire::Layer;
 
@@ -113,16 +113,12 @@ impl Rnic {
             Opcode::ReadRequest | Opcode::AtomicRequest => self.rx_request(qp, &seg, ulpdu, hl),
             Opcode::AtomicResponse => self.rx_atomic_response(qp, &seg, ulpdu, hl),
             Opcode::Terminate => self.rx_terminate(qp, &seg),
-            // RDMAP version 2 messages: negotiated on the wire, not yet processed by the
-            // engine; a peer that sends them gets the Terminate for an unsupported opcode.
-            Opcode::ReadRequestV2
-            | Opcode::ReadResponseV2
-            | Opcode::SendImmediate
+            Opcode::SendImmediate
             | Opcode::SendInvalidateImmediate
             | Opcode::SendSeImmediate
-            | Opcode::SendSeInvalidateImmediate => {
-                self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, hl)
-            }
+            | Opcode::SendSeInvalidateImmediate => self.rx_send(qp, &seg, payload, ulpdu, hl),
+            Opcode::ReadRequestV2 => self.rx_request(qp, &seg, ulpdu, hl),
+            Opcode::ReadResponseV2 => self.rx_read_response_v2(qp, &seg, payload, ulpdu),
         }
     }
 
@@ -182,7 +178,28 @@ impl Rnic {
         else {
             return;
         };
-        let Rnic { mem, qps, .. } = self;
+        // V2 draft section 5.3: in a Send with Immediate the last segment carries only the
+        // eight octets of immediate data, which are delivered, not placed.
+        let imm_tail = seg.last
+            && matches!(
+                seg.opcode,
+                Opcode::SendImmediate
+                    | Opcode::SendInvalidateImmediate
+                    | Opcode::SendSeImmediate
+                    | Opcode::SendSeInvalidateImmediate
+            );
+        if imm_tail && payload.len() != 8 {
+            self.terminate(qp, t::RDMAP_CATASTROPHIC_LOCAL, ulpdu, hl);
+            return;
+        }
+        let place = if imm_tail { &[][..] } else { payload };
+        let Rnic {
+            mem,
+            qps,
+            srqs,
+            events,
+            ..
+        } = self;
         let Some(Some(q)) = qps.get_mut(qp as usize) else {
             return;
         };
@@ -196,8 +213,22 @@ impl Rnic {
             self.terminate(qp, t::DDP_UNTAGGED_INVALID_MO, ulpdu, 18);
             return;
         }
-        if mo == 0 {
-            let Some(wr) = q.rq.pop_front() else {
+        if conn.rx_recv.is_none() {
+            let wr = match q.srq {
+                Some(srq) => {
+                    let Some(Some(s)) = srqs.get_mut(srq as usize) else {
+                        return;
+                    };
+                    let wr = s.rq.pop_front();
+                    if s.limit.is_some_and(|l| s.rq.len() < l) {
+                        s.limit = None;
+                        events.push_back(AsyncEvent::SrqLimitReached { srq });
+                    }
+                    wr
+                }
+                None => q.rq.pop_front(),
+            };
+            let Some(wr) = wr else {
                 self.terminate(qp, t::DDP_UNTAGGED_NO_BUFFER, ulpdu, 18);
                 return;
             };
@@ -205,7 +236,7 @@ impl Rnic {
         }
         let Some(mut rx) = conn.rx_recv else { return };
         // Scatter the payload into the receive WR's SGL at message offset `mo`.
-        if mo as u64 + payload.len() as u64 > rx.wr.capacity() {
+        if mo as u64 + place.len() as u64 > rx.wr.capacity() {
             conn.rx_recv = None;
             self.terminate(qp, t::DDP_UNTAGGED_TOO_LONG, ulpdu, 18);
             self.push_wc(
@@ -215,7 +246,7 @@ impl Rnic {
             return;
         }
         let mut skip = mo as u64;
-        let mut rest = payload;
+        let mut rest = place;
         for sge in rx.wr.sgl() {
             if rest.is_empty() {
                 break;
@@ -253,8 +284,8 @@ impl Rnic {
             rest = &rest[n..];
             skip = 0;
         }
-        rx.received += payload.len() as u32;
-        conn.mo_rx[0] = mo + payload.len() as u32;
+        rx.received += place.len() as u32;
+        conn.mo_rx[0] = mo + place.len() as u32;
         if !seg.last {
             conn.rx_recv = Some(rx);
             return;
@@ -275,6 +306,12 @@ impl Rnic {
             wc.imm = Some(imm);
             wc.byte_len = 0;
         }
+        if imm_tail {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(payload);
+            wc.opcode = WcOpcode::RecvImmediate;
+            wc.imm = Some(u64::from_be_bytes(b));
+        }
         if seg.opcode.carries_invalidate() {
             if mem.invalidate(rsvd_ulp, pd).is_err() {
                 self.terminate(qp, t::RDMAP_PROTECTION_CANNOT_INVALIDATE, ulpdu, hl);
@@ -283,6 +320,61 @@ impl Rnic {
             wc.invalidated_stag = Some(rsvd_ulp);
         }
         self.push_wc(cq, wc);
+    }
+
+    /// Read V2 Response: untagged on queue 3, scattered into the sink the Read V2 named.
+    fn rx_read_response_v2(&mut self, qp: u32, seg: &SegmentRepr, payload: &[u8], ulpdu: &[u8]) {
+        let Buffer::Untagged { msn, mo, .. } = seg.buffer else {
+            return;
+        };
+        let Rnic { mem, qps, .. } = self;
+        let Some(Some(q)) = qps.get_mut(qp as usize) else {
+            return;
+        };
+        let pd = q.pd;
+        let Some(conn) = q.conn.as_mut() else { return };
+        if msn != conn.msn_rx[3] {
+            self.terminate(qp, t::DDP_UNTAGGED_MSN_RANGE, ulpdu, 18);
+            return;
+        }
+        let Some(Orq::ReadV2 {
+            seq,
+            sink,
+            received,
+        }) = conn.orq.front_mut()
+        else {
+            self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, 18);
+            return;
+        };
+        if mo != *received {
+            self.terminate(qp, t::DDP_UNTAGGED_INVALID_MO, ulpdu, 18);
+            return;
+        }
+        if mo as u64 + payload.len() as u64 > sink.len as u64 {
+            self.terminate(qp, t::DDP_UNTAGGED_TOO_LONG, ulpdu, 18);
+            return;
+        }
+        match mem.resolve(
+            sink.stag,
+            pd,
+            Access::LOCAL_WRITE,
+            sink.to + mo as u64,
+            payload.len() as u64,
+            false,
+        ) {
+            Ok(r) => r.raw.write(r.offset, payload),
+            Err(_) => {
+                self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
+                return;
+            }
+        }
+        *received += payload.len() as u32;
+        if seg.last {
+            let (seq, len) = (*seq, *received);
+            conn.orq.pop_front();
+            conn.msn_rx[3] = conn.msn_rx[3].wrapping_add(1);
+            self.finish_wr(qp, seq, Status::Success, len);
+        }
     }
 
     fn rx_request(&mut self, qp: u32, seg: &SegmentRepr, ulpdu: &[u8], hl: usize) {
@@ -328,6 +420,26 @@ impl Rnic {
                     }
                 }
             }
+            RdmapHeader::ReadRequestV2(r) => {
+                match mem.resolve(
+                    r.src_stag,
+                    pd,
+                    Access::REMOTE_READ,
+                    r.src_to,
+                    r.size as u64,
+                    false,
+                ) {
+                    Ok(src) => Irq::ReadV2 {
+                        src,
+                        len: r.size,
+                        sent: 0,
+                    },
+                    Err(e) => {
+                        self.terminate(qp, rdmap_cause(e), ulpdu, hl);
+                        return;
+                    }
+                }
+            }
             RdmapHeader::AtomicRequest(a) => {
                 let target = match mem.resolve(a.stag, pd, Access::REMOTE_ATOMIC, a.to, 8, true) {
                     Ok(r) => r,
@@ -336,29 +448,15 @@ impl Rnic {
                         return;
                     }
                 };
-                // Executed on arrival with a real atomic instruction, answered in order.
-                // A CmpSwap swap mask of zero swaps no bits, exactly as RFC 7306's
-                // definition reads; our own requests send all ones for a plain CmpSwap.
-                // (siw's experimental branch sends zero; with us its CmpSwap then leaves
-                // memory unchanged and returns the original value — a deliberate choice to
-                // follow the RFC, noted in the README.)
-                let original = match a.aopcode {
-                    AOpCode::FetchAdd => {
-                        target
-                            .raw
-                            .fetch_add(target.offset, a.add_swap, a.add_swap_mask)
-                    }
-                    AOpCode::CmpSwap => target.raw.cmp_swap(
-                        target.offset,
-                        a.compare,
-                        a.compare_mask,
-                        a.add_swap,
-                        a.add_swap_mask,
-                    ),
-                };
+                // A CmpSwap swap mask of zero swaps no bits, exactly as RFC 7306's definition
+                // reads; our own requests send all ones for a plain CmpSwap. (siw's
+                // experimental branch sends zero; with us its CmpSwap then leaves memory
+                // unchanged and returns the original value: a deliberate choice to follow
+                // the RFC, noted in the README.)
                 Irq::Atomic {
                     request_id: a.request_id,
-                    original,
+                    target,
+                    req: a,
                 }
             }
             _ => return,

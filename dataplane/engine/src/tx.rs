@@ -159,10 +159,14 @@ fn next_startable(q: &Qp) -> bool {
     if wr.read_fence && !conn.orq.is_empty() {
         return false;
     }
+    if wr.local_fence && !q.inflight.is_empty() {
+        return false;
+    }
     match wr.op {
-        SendOp::Read { .. } | SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
-            conn.orq.len() < conn.params.ord as usize
-        }
+        SendOp::Read { .. }
+        | SendOp::ReadV2 { .. }
+        | SendOp::FetchAdd { .. }
+        | SendOp::CmpSwap { .. } => conn.orq.len() < conn.params.ord as usize,
         _ => true,
     }
 }
@@ -170,6 +174,22 @@ fn next_startable(q: &Qp) -> bool {
 fn max_payload(conn: &Conn, header: usize) -> u32 {
     let m = mulpdu(conn.params.max_fpdu, conn.params.tx.markers);
     m.saturating_sub(header).max(1) as u32
+}
+
+/// The WR's payload from `offset`: its inline data, or gathered from its SGL.
+fn payload(
+    mem: &MemTable,
+    pd: u32,
+    wr: &crate::types::SendWr,
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<(), AccessError> {
+    if wr.is_inline {
+        let o = offset as usize;
+        dst.copy_from_slice(&wr.inline[o..o + dst.len()]);
+        return Ok(());
+    }
+    gather(mem, pd, wr.sgl(), offset, dst)
 }
 
 /// Copies `dst.len()` octets of the SGL's concatenation, starting at `offset`, into `dst`,
@@ -224,10 +244,41 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             signaled: wr.signaled,
             done: None,
         });
-        if let SendOp::LocalInvalidate { stag } = wr.op {
-            let status = match mem.invalidate(stag, pd) {
-                Ok(()) => Status::Success,
-                Err(_) => Status::LocalProtectionError,
+        // Work that touches only the local STag table completes without going on the wire.
+        let local = match wr.op {
+            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd)),
+            SendOp::BindMw {
+                mw,
+                mr,
+                to,
+                len,
+                access,
+            } => Some(mem.bind_mw(mw, mr, pd, to, len, access)),
+            SendOp::FastRegister {
+                stag,
+                source,
+                offset,
+                len,
+                access,
+                base_to,
+            } => Some(mem.fast_register(
+                pd,
+                crate::mem::FastReg {
+                    stag,
+                    source,
+                    offset,
+                    len,
+                    access,
+                    base_to,
+                },
+            )),
+            _ => None,
+        };
+        if let Some(result) = local {
+            let status = if result.is_ok() {
+                Status::Success
+            } else {
+                Status::LocalProtectionError
             };
             return (
                 None,
@@ -262,10 +313,6 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         } => {
             let n =
                 (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
-            if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
-                conn.cur = None;
-                return (None, Done::Error);
-            }
             let last = cur.offset + n as u64 == total;
             let opcode = match (solicited, invalidate.is_some()) {
                 (false, false) => Opcode::Send,
@@ -285,7 +332,14 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 ),
                 header: RdmapHeader::None,
             };
-            let sent = emit(conn, out, &seg, Some(n));
+            let wr = cur.wr;
+            let gathered = emit_gathered(conn, out, &seg, n, |dst| {
+                payload(mem, pd, &wr, cur.offset, dst)
+            });
+            let Ok(sent) = gathered else {
+                conn.cur = None;
+                return (None, Done::Error);
+            };
             if sent.is_none() {
                 return (None, Done::None);
             }
@@ -315,10 +369,6 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             ..
         } if !cur.imm_phase => {
             let n = (total - cur.offset).min(max_payload(conn, TAGGED_HEADER_LEN) as u64) as usize;
-            if gather(mem, pd, cur.wr.sgl(), cur.offset, &mut conn.scratch[..n]).is_err() {
-                conn.cur = None;
-                return (None, Done::Error);
-            }
             let last = cur.offset + n as u64 == total;
             let seg = SegmentRepr {
                 version: v,
@@ -330,7 +380,14 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 },
                 header: RdmapHeader::None,
             };
-            let sent = emit(conn, out, &seg, Some(n));
+            let wr = cur.wr;
+            let gathered = emit_gathered(conn, out, &seg, n, |dst| {
+                payload(mem, pd, &wr, cur.offset, dst)
+            });
+            let Ok(sent) = gathered else {
+                conn.cur = None;
+                return (None, Done::Error);
+            };
             if sent.is_none() {
                 return (None, Done::None);
             }
@@ -464,7 +521,104 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             }
             (sent, Done::None)
         }
-        SendOp::Write { .. } | SendOp::LocalInvalidate { .. } => (None, Done::None),
+        SendOp::SendImm {
+            solicited,
+            invalidate,
+            imm,
+        } => {
+            let opcode = match (solicited, invalidate.is_some()) {
+                (false, false) => Opcode::SendImmediate,
+                (false, true) => Opcode::SendInvalidateImmediate,
+                (true, false) => Opcode::SendSeImmediate,
+                (true, true) => Opcode::SendSeInvalidateImmediate,
+            };
+            let rsvd = invalidate.unwrap_or(0);
+            if cur.imm_phase || total == 0 {
+                // V2 draft section 5.3: the last ULPDU, L set, carries only the immediate data.
+                let seg = SegmentRepr {
+                    version: v,
+                    opcode,
+                    last: true,
+                    buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], total as u32, rsvd),
+                    header: RdmapHeader::None,
+                };
+                let bytes = imm.to_be_bytes();
+                let Ok(sent) = emit_gathered(conn, out, &seg, 8, |dst| {
+                    dst.copy_from_slice(&bytes);
+                    Ok(())
+                }) else {
+                    return (None, Done::None);
+                };
+                if sent.is_none() {
+                    return (None, Done::None);
+                }
+                conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
+                conn.cur = None;
+                return (
+                    sent,
+                    Done::Wr {
+                        seq: cur.seq,
+                        status: Status::Success,
+                        len: total as u32,
+                    },
+                );
+            }
+            let n =
+                (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
+            let seg = SegmentRepr {
+                version: v,
+                opcode,
+                last: false,
+                buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], cur.offset as u32, rsvd),
+                header: RdmapHeader::None,
+            };
+            let wr = cur.wr;
+            let Ok(sent) = emit_gathered(conn, out, &seg, n, |dst| {
+                payload(mem, pd, &wr, cur.offset, dst)
+            }) else {
+                conn.cur = None;
+                return (None, Done::Error);
+            };
+            if sent.is_none() {
+                return (None, Done::None);
+            }
+            cur.offset += n as u64;
+            cur.imm_phase = cur.offset == total;
+            conn.cur = Some(cur);
+            (sent, Done::None)
+        }
+        SendOp::ReadV2 {
+            remote_stag,
+            remote_to,
+        } => {
+            let sink = cur.wr.sgl[0];
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::ReadRequestV2,
+                last: true,
+                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
+                header: RdmapHeader::ReadRequestV2(iwarp_wire::rdmap::ReadRequestV2 {
+                    size: sink.len,
+                    src_stag: remote_stag,
+                    src_to: remote_to,
+                }),
+            };
+            let sent = emit(conn, out, &seg, None);
+            if sent.is_some() {
+                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
+                conn.orq.push_back(Orq::ReadV2 {
+                    seq: cur.seq,
+                    sink,
+                    received: 0,
+                });
+                conn.cur = None;
+            }
+            (sent, Done::None)
+        }
+        SendOp::Write { .. }
+        | SendOp::LocalInvalidate { .. }
+        | SendOp::BindMw { .. }
+        | SendOp::FastRegister { .. } => (None, Done::None),
     }
 }
 
@@ -537,10 +691,50 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             }
             Some(r)
         }
+        Irq::ReadV2 { src, len, sent } => {
+            let max = max_payload(conn, UNTAGGED_HEADER_LEN);
+            let n = (len - sent).min(max) as usize;
+            let last = sent + n as u32 == len;
+            let seg = SegmentRepr {
+                version: v,
+                opcode: Opcode::ReadResponseV2,
+                last,
+                buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], sent, 0),
+                header: RdmapHeader::None,
+            };
+            let fill = |dst: &mut [u8]| {
+                src.raw.read(src.offset + sent as usize, dst);
+                Ok(())
+            };
+            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
+            if last {
+                conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
+                conn.irq.pop_front();
+            } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
+                *sent += n as u32;
+            }
+            Some(r)
+        }
         Irq::Atomic {
             request_id,
-            original,
+            target,
+            req,
         } => {
+            // Executed now, with a real atomic instruction on the registered memory.
+            let original = match req.aopcode {
+                AOpCode::FetchAdd => {
+                    target
+                        .raw
+                        .fetch_add(target.offset, req.add_swap, req.add_swap_mask)
+                }
+                AOpCode::CmpSwap => target.raw.cmp_swap(
+                    target.offset,
+                    req.compare,
+                    req.compare_mask,
+                    req.add_swap,
+                    req.add_swap_mask,
+                ),
+            };
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::AtomicResponse,

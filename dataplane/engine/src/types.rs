@@ -84,7 +84,42 @@ pub enum SendOp {
     LocalInvalidate {
         stag: u32,
     },
+    /// Send with Immediate Data, the four variants of the RDMAP version 2 draft (needs
+    /// version 2 negotiated).
+    SendImm {
+        solicited: bool,
+        invalidate: Option<u32>,
+        imm: u64,
+    },
+    /// RDMA Read V2 (version 2 draft): the response is untagged, so the sink needs only
+    /// local write access and is never exposed to the peer.
+    ReadV2 {
+        remote_stag: u32,
+        remote_to: u64,
+    },
+    /// Bind a memory window (allocated with `alloc_mw`) to `len` bytes at tagged offset `to`
+    /// of the memory region `mr`, with `access` (Verbs section 7.3).
+    BindMw {
+        mw: u32,
+        mr: u32,
+        to: u64,
+        len: u64,
+        access: Access,
+    },
+    /// Fast-register: make the reserved STag `stag` name `len` bytes at `offset` of the memory
+    /// the region `source` maps, with `access`, VA-based at `base_to` (0 for zero-based).
+    FastRegister {
+        stag: u32,
+        source: u32,
+        offset: u64,
+        len: u64,
+        access: Access,
+        base_to: u64,
+    },
 }
+
+/// The most inline data a Send or Write may carry in the WR itself.
+pub const MAX_INLINE: usize = 64;
 
 /// A Send Queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +131,12 @@ pub struct SendWr {
     pub signaled: bool,
     /// Read fence: wait until all prior Reads and atomics completed (Verbs 8.2.2.2).
     pub read_fence: bool,
+    /// Local fence: wait until every prior WR completed (Verbs 8.2.2.2).
+    pub local_fence: bool,
+    /// Inline data: the payload travels in the WR (`inline[..inline_len]`), not by STag.
+    pub inline: [u8; MAX_INLINE],
+    pub inline_len: u8,
+    pub is_inline: bool,
 }
 
 impl SendWr {
@@ -110,12 +151,31 @@ impl SendWr {
             num_sge: n as u8,
             signaled: true,
             read_fence: false,
+            local_fence: false,
+            inline: [0; MAX_INLINE],
+            inline_len: 0,
+            is_inline: false,
         }
+    }
+
+    /// A Send or Write whose payload is copied into the WR (at most [`MAX_INLINE`] bytes).
+    pub fn with_inline(wr_id: u64, op: SendOp, data: &[u8]) -> Option<SendWr> {
+        if data.len() > MAX_INLINE {
+            return None;
+        }
+        let mut wr = SendWr::new(wr_id, op, &[]);
+        wr.inline[..data.len()].copy_from_slice(data);
+        wr.inline_len = data.len() as u8;
+        wr.is_inline = true;
+        Some(wr)
     }
     pub fn sgl(&self) -> &[Sge] {
         &self.sgl[..self.num_sge as usize]
     }
     pub fn length(&self) -> u64 {
+        if self.is_inline {
+            return self.inline_len as u64;
+        }
         self.sgl().iter().map(|s| s.len as u64).sum()
     }
 }
@@ -192,6 +252,8 @@ pub enum WcOpcode {
     CmpSwap,
     Immediate,
     LocalInvalidate,
+    BindMw,
+    FastRegister,
     Recv,
     /// Receive of Immediate Data (RFC 7306), or the immediate part of Write with Immediate.
     RecvImmediate,
@@ -232,6 +294,9 @@ pub enum VerbsError {
     /// The operation needs RDMAP version 2 (negotiated) or extensions the peer lacks.
     NotNegotiated,
     OutOfResources,
+    /// Inline data only for Send and Write, up to MAX_INLINE bytes.
+    InvalidInline,
+    InvalidSrq,
 }
 
 impl fmt::Display for VerbsError {
@@ -267,4 +332,6 @@ pub enum AsyncEvent {
     QpError { qp: u32 },
     /// The peer closed the connection gracefully.
     ConnectionClosed { qp: u32 },
+    /// An S-RQ fell below the limit its consumer armed (Verbs section 8.4).
+    SrqLimitReached { srq: u32 },
 }

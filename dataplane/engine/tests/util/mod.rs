@@ -27,6 +27,7 @@ pub struct Side {
     pub qp: u32,
     pub cq: u32,
     pub pd: u32,
+    pub srq: Option<u32>,
     pub bufs: Vec<Buf>,
     pub events: Vec<AsyncEvent>,
 }
@@ -40,10 +41,11 @@ pub struct Pair {
 }
 
 impl Side {
-    fn new(params: ConnParams, cq_depth: usize) -> Side {
+    fn new(params: ConnParams, cq_depth: usize, with_srq: bool) -> Side {
         let mut rnic = Rnic::new();
         let pd = rnic.alloc_pd();
         let cq = rnic.create_cq(cq_depth);
+        let srq = with_srq.then(|| rnic.create_srq(pd, 64));
         let qp = rnic
             .create_qp(
                 pd,
@@ -52,6 +54,7 @@ impl Side {
                 QpCaps {
                     sq_depth: 64,
                     rq_depth: 64,
+                    srq,
                 },
             )
             .unwrap();
@@ -61,6 +64,7 @@ impl Side {
             qp,
             cq,
             pd,
+            srq,
             bufs: Vec::new(),
             events: Vec::new(),
         }
@@ -78,9 +82,26 @@ impl Pair {
     }
 
     pub fn with(pa: ConnParams, pb: ConnParams, cq_depth: usize, split: bool) -> Pair {
+        Self::build(pa, pb, cq_depth, split, false)
+    }
+
+    /// B's QP takes its receives from a shared receive queue.
+    pub fn with_srq() -> Pair {
+        let p = ConnParams::new(true, 8, 8, MSS);
+        Self::build(p, p, 4096, false, true)
+    }
+
+    /// Both sides negotiated RDMAP version 2.
+    pub fn v2(split: bool) -> Pair {
+        let mut p = ConnParams::new(true, 8, 8, MSS);
+        p.rdmap_version = 2;
+        Self::build(p, p, 4096, split, false)
+    }
+
+    fn build(pa: ConnParams, pb: ConnParams, cq_depth: usize, split: bool, srq: bool) -> Pair {
         Pair {
-            a: Side::new(pa, cq_depth),
-            b: Side::new(pb, cq_depth),
+            a: Side::new(pa, cq_depth, false),
+            b: Side::new(pb, cq_depth, srq),
             split,
             rng: 0x9e37_79b9_7f4a_7c15,
             wire: vec![0; 1 << 16],
