@@ -424,3 +424,105 @@ fn atomics_and_read_v2_share_queue_3_in_order() {
     );
     assert_eq!(p.get_u64(B, target, 0), 7);
 }
+
+#[test]
+fn v2_operations_both_directions() {
+    let mut p = Pair::v2(false);
+    for (from, to) in [(A, B), (B, A)] {
+        let src = p.buffer(to, 3000, Access::REMOTE_READ | Access::LOCAL_WRITE);
+        p.fill(to, src, 3000, 0x21);
+        let sink = p.buffer(from, 3000, Access::LOCAL_WRITE);
+        let (stag, addr) = p.remote(to, src, 0);
+        p.post_send(
+            from,
+            SendWr::new(
+                1,
+                SendOp::ReadV2 {
+                    remote_stag: stag,
+                    remote_to: addr,
+                },
+                &[p.sge(from, sink, 0, 3000)],
+            ),
+        );
+        let dst = p.buffer(to, 3000, Access::LOCAL_WRITE);
+        p.post_recv(to, 2, &[p.sge(to, dst, 0, 3000)]);
+        // Fenced: it sends what the Read V2 brought back.
+        let mut wr = SendWr::new(
+            3,
+            SendOp::SendImm {
+                solicited: false,
+                invalidate: None,
+                imm: 5,
+            },
+            &[p.sge(from, sink, 0, 3000)],
+        );
+        wr.read_fence = true;
+        p.post_send(from, wr);
+        p.post_recv(to, 4, &[]);
+        p.post_send(
+            from,
+            SendWr::new(
+                5,
+                SendOp::Immediate {
+                    imm: 6,
+                    solicited: false,
+                },
+                &[],
+            ),
+        );
+        p.drive();
+        assert_eq!(
+            p.wcs(from).iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            vec![1, 3, 5]
+        );
+        let got = p.wcs(to);
+        assert_eq!(
+            got.iter().map(|w| (w.wr_id, w.imm)).collect::<Vec<_>>(),
+            vec![(2, Some(5)), (4, Some(6))]
+        );
+        assert!(
+            p.bytes(to, dst, 3000) == p.bytes(to, src, 3000),
+            "Read V2 then Send with Immediate carried it back"
+        );
+    }
+}
+
+#[test]
+fn next_completion_notification() {
+    let mut p = Pair::new(false);
+    let dst = p.buffer(B, 64, Access::LOCAL_WRITE);
+    let src = p.buffer(A, 64, Access::LOCAL_WRITE);
+    p.b.rnic.req_notify_cq(p.b.cq, false).unwrap();
+    p.post_recv(B, 1, &[p.sge(B, dst, 0, 64)]);
+    p.post_recv(B, 2, &[p.sge(B, dst, 0, 64)]);
+    p.post_send(
+        A,
+        SendWr::new(
+            1,
+            SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            &[p.sge(A, src, 0, 8)],
+        ),
+    );
+    p.drive();
+    assert!(
+        p.b.rnic.take_cq_event(p.b.cq),
+        "any completion fires a next-completion request"
+    );
+    p.post_send(
+        A,
+        SendWr::new(
+            2,
+            SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+            &[p.sge(A, src, 0, 8)],
+        ),
+    );
+    p.drive();
+    assert!(!p.b.rnic.take_cq_event(p.b.cq), "one request, one event");
+    assert_eq!(p.wcs(B).len(), 2);
+}
