@@ -678,3 +678,54 @@ fn unused_recv_wr_fields() {
     assert_eq!(p.one_wc(B).byte_len, 0);
     let _ = RecvWr::new(0, &[Sge::default()]);
 }
+
+#[test]
+fn markers_negotiated_every_operation() {
+    let mut params = iwarp_engine::ConnParams::new(true, 8, 8, util::MSS);
+    params.tx.markers = true;
+    params.rx.markers = true;
+    let mut p = Pair::with(params, params, 4096, true);
+    for len in [0usize, 1, 511, 512, 513, 1400, 65536] {
+        let src = p.buffer(A, len.max(1), Access::LOCAL_WRITE | Access::REMOTE_READ);
+        let dst = p.buffer(B, len.max(1), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        p.fill(A, src, len, 0x11 ^ len as u8);
+        p.post_recv(B, 1, &[p.sge(B, dst, 0, len)]);
+        p.post_send(
+            A,
+            SendWr::new(
+                1,
+                SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                &[p.sge(A, src, 0, len)],
+            ),
+        );
+        let (stag, addr) = p.remote(A, src, 0);
+        let sink = p.buffer(B, len.max(1), Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        p.post_send(
+            B,
+            SendWr::new(
+                2,
+                SendOp::Read {
+                    remote_stag: stag,
+                    remote_to: addr,
+                },
+                &[p.sge(B, sink, 0, len)],
+            ),
+        );
+        p.drive();
+        assert_eq!(p.one_wc(A).status, Status::Success);
+        let wcs = p.wcs(B);
+        assert_eq!(wcs.len(), 2);
+        assert!(wcs.iter().all(|w| w.status == Status::Success));
+        assert!(
+            p.bytes(B, dst, len) == p.bytes(A, src, len),
+            "send with markers, {len}"
+        );
+        assert!(
+            p.bytes(B, sink, len) == p.bytes(A, src, len),
+            "read with markers, {len}"
+        );
+    }
+}
