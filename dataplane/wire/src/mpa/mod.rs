@@ -10,6 +10,7 @@
 pub mod deframer;
 pub mod fpdu;
 pub mod frame;
+pub mod negotiation;
 
 pub use deframer::Deframer;
 pub use fpdu::{FpduEmitter, MpaParams};
