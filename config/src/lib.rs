@@ -1,1 +1,474 @@
-//! iwarp-config
+//! Typed configuration: one TOML file, every key with a default, and validation whose errors
+//! name the key and what is wrong with it (`port.kind: unknown value "foo", expected one of
+//! "unix", "tap", "dpdk"`).
+
+use serde::Deserialize;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+/// A configuration error: the key (dotted path) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: Daemon,
+    pub port: Port,
+    pub tcp: Tcp,
+    pub cores: Cores,
+    pub pcap: Pcap,
+    pub limits: Limits,
+    pub shm: Shm,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Daemon {
+    /// The instance name: several daemons can run on one machine.
+    pub name: String,
+    /// Where sockets, stats and shared-memory names live; default /tmp/iwarp-<uid>/<name>.
+    pub runtime_dir: Option<PathBuf>,
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortKind {
+    /// The embedded virtual Ethernet made of Unix datagram sockets: no root, no DPDK.
+    Unix,
+    /// A Linux TAP device (root).
+    Tap,
+    /// A DPDK port (the `dpdk` feature).
+    Dpdk,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Port {
+    pub kind: String,
+    /// MAC address, "02:00:00:00:00:01" form.
+    pub mac: String,
+    /// IPv4 address with prefix, "10.77.0.1/24" form.
+    pub ipv4: String,
+    pub gateway: Option<Ipv4Addr>,
+    pub mtu: usize,
+    /// The directory of the embedded virtual Ethernet segment (unix port).
+    pub segment: PathBuf,
+    /// The TAP interface name (tap port).
+    pub tap_name: String,
+    /// EAL arguments (dpdk port).
+    pub eal_args: Vec<String>,
+    pub dpdk_port_id: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tcp {
+    pub rx_buffer: usize,
+    pub tx_buffer: usize,
+    /// The minimum retransmission timeout, in microseconds (far below smoltcp's fixed 1 s).
+    pub min_rto_us: u64,
+    pub mss: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cores {
+    /// Core ids to pin the poll-mode workers to; empty: one unpinned worker.
+    pub list: Vec<usize>,
+    /// "busy" polls without pause; "adaptive" backs off when idle.
+    pub polling: String,
+    /// Adaptive polling: the longest sleep when idle, in microseconds.
+    pub max_idle_sleep_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Pcap {
+    /// Write every frame sent and received to this pcap file.
+    pub file: Option<PathBuf>,
+}
+
+/// Resource limits: the answers of Query RNIC (Verbs section 8.1).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_srq: u32,
+    pub max_mr: u32,
+    pub max_mw: u32,
+    pub max_pd: u32,
+    pub max_sq_depth: u32,
+    pub max_rq_depth: u32,
+    pub max_sge: u32,
+    pub max_ird: u16,
+    pub max_ord: u16,
+    pub max_inline: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Shm {
+    /// "auto" uses hugepages when free ones exist, "on" requires them, "off" never uses them.
+    pub hugepages: String,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            daemon: Daemon::default(),
+            port: Port::default(),
+            tcp: Tcp::default(),
+            cores: Cores::default(),
+            pcap: Pcap::default(),
+            limits: Limits::default(),
+            shm: Shm::default(),
+        }
+    }
+}
+
+impl Default for Daemon {
+    fn default() -> Daemon {
+        Daemon {
+            name: "iwarp0".into(),
+            runtime_dir: None,
+            log_level: "info".into(),
+        }
+    }
+}
+
+impl Default for Port {
+    fn default() -> Port {
+        Port {
+            kind: "unix".into(),
+            mac: "02:00:00:00:00:01".into(),
+            ipv4: "10.77.0.1/24".into(),
+            gateway: None,
+            mtu: 1500,
+            segment: std::env::temp_dir().join("iwarp-segment"),
+            tap_name: "iwarp0".into(),
+            eal_args: Vec::new(),
+            dpdk_port_id: 0,
+        }
+    }
+}
+
+impl Default for Tcp {
+    fn default() -> Tcp {
+        Tcp {
+            rx_buffer: 4 << 20,
+            tx_buffer: 4 << 20,
+            min_rto_us: 1000,
+            mss: 1460,
+        }
+    }
+}
+
+impl Default for Cores {
+    fn default() -> Cores {
+        Cores {
+            list: Vec::new(),
+            polling: "adaptive".into(),
+            max_idle_sleep_us: 200,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_qp: 1024,
+            max_cq: 1024,
+            max_cqe: 65536,
+            max_srq: 256,
+            max_mr: 65536,
+            max_mw: 65536,
+            max_pd: 1024,
+            max_sq_depth: 4096,
+            max_rq_depth: 4096,
+            max_sge: 4,
+            max_ird: 128,
+            max_ord: 128,
+            max_inline: 64,
+        }
+    }
+}
+
+impl Default for Shm {
+    fn default() -> Shm {
+        Shm {
+            hugepages: "auto".into(),
+        }
+    }
+}
+
+fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), ConfigError> {
+    if allowed.contains(&value) {
+        Ok(())
+    } else {
+        let list: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
+        Err(err(
+            key,
+            format!(
+                "unknown value \"{value}\", expected one of {}",
+                list.join(", ")
+            ),
+        ))
+    }
+}
+
+/// Parses "aa:bb:cc:dd:ee:ff".
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in out.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// Parses "a.b.c.d/len".
+pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (ip, len) = s.split_once('/')?;
+    let len: u8 = len.parse().ok()?;
+    (len <= 32).then_some(())?;
+    Some((ip.parse().ok()?, len))
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates TOML text; unknown keys are errors.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|s| text[..s.start].lines().count())
+                .map_or(String::new(), |l| format!("line {l}"));
+            err(&key, e.message().to_string())
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn port_kind(&self) -> PortKind {
+        match self.port.kind.as_str() {
+            "tap" => PortKind::Tap,
+            "dpdk" => PortKind::Dpdk,
+            _ => PortKind::Unix,
+        }
+    }
+
+    /// Checks every value; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.daemon.name.is_empty() || self.daemon.name.contains('/') {
+            return Err(err("daemon.name", "must be a non-empty name without '/'"));
+        }
+        one_of(
+            "daemon.log_level",
+            &self.daemon.log_level,
+            &["error", "warn", "info", "debug", "trace"],
+        )?;
+        one_of("port.kind", &self.port.kind, &["unix", "tap", "dpdk"])?;
+        if parse_mac(&self.port.mac).is_none() {
+            return Err(err(
+                "port.mac",
+                format!(
+                    "\"{}\" is not a MAC address like 02:00:00:00:00:01",
+                    self.port.mac
+                ),
+            ));
+        }
+        if parse_mac(&self.port.mac).is_some_and(|m| m[0] & 1 != 0) {
+            return Err(err(
+                "port.mac",
+                "a multicast address cannot be a port's address",
+            ));
+        }
+        if parse_cidr(&self.port.ipv4).is_none() {
+            return Err(err(
+                "port.ipv4",
+                format!(
+                    "\"{}\" is not an IPv4 address with prefix like 10.77.0.1/24",
+                    self.port.ipv4
+                ),
+            ));
+        }
+        if !(576..=9216).contains(&self.port.mtu) {
+            return Err(err(
+                "port.mtu",
+                format!("{} is outside 576..=9216", self.port.mtu),
+            ));
+        }
+        if self.port_kind() == PortKind::Dpdk && self.port.eal_args.is_empty() {
+            return Err(err(
+                "port.eal_args",
+                "the dpdk port needs EAL arguments (e.g. [\"--vdev=net_memif0\"])",
+            ));
+        }
+        if self.tcp.min_rto_us == 0 || self.tcp.min_rto_us > 1_000_000 {
+            return Err(err(
+                "tcp.min_rto_us",
+                format!("{} is outside 1..=1000000", self.tcp.min_rto_us),
+            ));
+        }
+        if self.tcp.mss < 536 || self.tcp.mss + 40 > self.port.mtu {
+            return Err(err(
+                "tcp.mss",
+                format!(
+                    "{} must be at least 536 and fit port.mtu {} with 40 octets of headers",
+                    self.tcp.mss, self.port.mtu
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("tcp.rx_buffer", self.tcp.rx_buffer),
+            ("tcp.tx_buffer", self.tcp.tx_buffer),
+        ] {
+            if !(64 << 10..=1 << 30).contains(&v) {
+                return Err(err(key, format!("{v} is outside 64 KiB..=1 GiB")));
+            }
+        }
+        one_of("cores.polling", &self.cores.polling, &["busy", "adaptive"])?;
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(c) = self.cores.list.iter().find(|&&c| c >= n) {
+            return Err(err(
+                "cores.list",
+                format!("core {c} does not exist on this machine ({n} cores)"),
+            ));
+        }
+        if self.limits.max_ird > 0x3fff || self.limits.max_ord > 0x3fff {
+            return Err(err(
+                "limits.max_ird",
+                "IRD and ORD are 14-bit values (RFC 6581): at most 16383",
+            ));
+        }
+        if self.limits.max_sge == 0 || self.limits.max_sge > 4 {
+            return Err(err(
+                "limits.max_sge",
+                format!("{} is outside 1..=4", self.limits.max_sge),
+            ));
+        }
+        one_of("shm.hugepages", &self.shm.hugepages, &["auto", "on", "off"])?;
+        Ok(())
+    }
+
+    /// The runtime directory: configured, or /tmp/iwarp-<uid>/<name>.
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.daemon.runtime_dir.clone().unwrap_or_else(|| {
+            let uid = std::env::var("UID")
+                .or_else(|_| std::env::var("USER"))
+                .unwrap_or_else(|_| "user".into());
+            std::env::temp_dir()
+                .join(format!("iwarp-{uid}"))
+                .join(&self.daemon.name)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn a_full_file() {
+        let c = Config::parse(
+            r#"
+            [daemon]
+            name = "left"
+            [port]
+            kind = "unix"
+            mac = "02:00:00:00:00:0a"
+            ipv4 = "10.77.0.10/24"
+            [tcp]
+            min_rto_us = 500
+            [cores]
+            list = [0]
+            polling = "busy"
+            [pcap]
+            file = "/tmp/x.pcap"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.daemon.name, "left");
+        assert_eq!(parse_mac(&c.port.mac), Some([2, 0, 0, 0, 0, 10]));
+        assert_eq!(c.tcp.min_rto_us, 500);
+        assert_eq!(c.pcap.file.as_deref(), Some(Path::new("/tmp/x.pcap")));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::parse("[port]\nkind = \"foo\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "port.kind: unknown value \"foo\", expected one of \"unix\", \"tap\", \"dpdk\""
+        );
+        assert_eq!(
+            Config::parse("[port]\nmac = \"zz\"\n").unwrap_err().key,
+            "port.mac"
+        );
+        assert_eq!(
+            Config::parse("[port]\nipv4 = \"10.0.0.1\"\n")
+                .unwrap_err()
+                .key,
+            "port.ipv4"
+        );
+        assert_eq!(
+            Config::parse("[tcp]\nmin_rto_us = 0\n").unwrap_err().key,
+            "tcp.min_rto_us"
+        );
+        assert_eq!(
+            Config::parse("[cores]\nlist = [4096]\n").unwrap_err().key,
+            "cores.list"
+        );
+        assert_eq!(
+            Config::parse("[port]\nkind = \"dpdk\"\n").unwrap_err().key,
+            "port.eal_args"
+        );
+        assert_eq!(
+            Config::parse("[limits]\nmax_ird = 20000\n")
+                .unwrap_err()
+                .key,
+            "limits.max_ird"
+        );
+        let e = Config::parse("[port]\nbogus = 1\n").unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}
