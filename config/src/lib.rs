@@ -33,7 +33,7 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub daemon: Daemon,
@@ -137,20 +137,6 @@ pub struct Limits {
 pub struct Shm {
     /// "auto" uses hugepages when free ones exist, "on" requires them, "off" never uses them.
     pub hugepages: String,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            daemon: Daemon::default(),
-            port: Port::default(),
-            tcp: Tcp::default(),
-            cores: Cores::default(),
-            pcap: Pcap::default(),
-            limits: Limits::default(),
-            shm: Shm::default(),
-        }
-    }
 }
 
 impl Default for Daemon {

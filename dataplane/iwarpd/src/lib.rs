@@ -1,1 +1,14 @@
-//! iwarpd
+//! iwarpd: the dataplane daemon's library — ports, the smoltcp device and clock, and the
+//! node that runs TCP connections through the RNIC engine.
+//!
+//! - `port/`: the [`port::Port`] trait and its implementations (embedded Unix-socket
+//!   Ethernet, pcap capture wrapper, a lossy wrapper for tests).
+//! - `device.rs`: smoltcp's `phy::Device` over a port.
+//! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
+//!   configured minimum RTO.
+//! - `node.rs`: one RNIC on one port: TCP per QP, MPA setup, FPDU-aligned transmission.
+
+pub mod clock;
+pub mod device;
+pub mod node;
+pub mod port;

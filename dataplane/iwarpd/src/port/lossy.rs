@@ -1,0 +1,52 @@
+//! Drops received frames at a fixed rate, deterministically (a seeded xorshift), to test
+//! loss recovery where no netem is available.
+
+use super::Port;
+use std::io;
+
+pub struct LossyPort<P: Port> {
+    inner: P,
+    /// Drop one frame in `one_in`.
+    one_in: u64,
+    state: u64,
+    pub dropped: u64,
+}
+
+impl<P: Port> LossyPort<P> {
+    pub fn new(inner: P, one_in: u64, seed: u64) -> LossyPort<P> {
+        LossyPort {
+            inner,
+            one_in: one_in.max(1),
+            state: seed | 1,
+            dropped: 0,
+        }
+    }
+}
+
+impl<P: Port> Port for LossyPort<P> {
+    fn mac(&self) -> [u8; 6] {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+        let (state, one_in, dropped) = (&mut self.state, self.one_in, &mut self.dropped);
+        self.inner.rx_burst(max, |frame| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            if *state % one_in == 0 {
+                *dropped += 1;
+            } else {
+                f(frame)
+            }
+        })
+    }
+    fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.inner.tx(frame)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}

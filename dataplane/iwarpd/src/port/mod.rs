@@ -1,0 +1,28 @@
+//! Ports move Ethernet frames in bursts. The smoltcp device (`device.rs`) sits on one.
+//!
+//! - [`unix::UnixPort`]: the embedded default, a virtual Ethernet segment made of Unix
+//!   datagram sockets in one directory (no root, no DPDK, no hugepages).
+//! - [`pcap::PcapPort`]: wraps any port and writes every frame to a pcap file.
+//! - [`lossy::LossyPort`]: wraps any port and drops received frames at a set rate (tests).
+//!
+//! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
+
+pub mod lossy;
+pub mod pcap;
+pub mod unix;
+
+use std::io;
+
+/// An Ethernet port.
+pub trait Port {
+    /// The port's MAC address.
+    fn mac(&self) -> [u8; 6];
+    /// The largest Ethernet payload (IP packet) the port carries.
+    fn mtu(&self) -> usize;
+    /// Receives up to `max` frames without blocking, handing each to `f`; returns how many.
+    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> io::Result<usize>;
+    /// Sends one frame (a port may batch frames until [`Port::flush`]).
+    fn tx(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Sends whatever is batched.
+    fn flush(&mut self) -> io::Result<()>;
+}

@@ -1,0 +1,410 @@
+//! Two RNIC nodes, each with its own MAC and IP, on the embedded Unix-socket Ethernet:
+//! ARP, TCP (smoltcp), MPA setup, then every RDMA operation through the engine, bytes
+//! compared. Runs unprivileged everywhere.
+
+use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, Status, WorkCompletion};
+use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::node::{ConnState, Node, TcpSettings};
+use iwarpd::port::lossy::LossyPort;
+use iwarpd::port::pcap::PcapPort;
+use iwarpd::port::unix::UnixPort;
+use iwarpd::port::Port;
+use std::net::Ipv4Addr;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+struct Mem {
+    ptr: NonNull<u8>,
+    len: usize,
+    stag: u32,
+}
+
+impl Mem {
+    fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge {
+            stag: self.stag,
+            to: self.ptr.as_ptr() as u64 + off as u64,
+            len: len as u32,
+        }
+    }
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of a leaked buffer; the engine is not running concurrently.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len).to_vec() }
+    }
+    fn fill(&self, seed: u8) {
+        for i in 0..self.len {
+            // SAFETY: as in `bytes`.
+            unsafe { *self.ptr.as_ptr().add(i) = seed.wrapping_add((i * 13 + i / 509) as u8) };
+        }
+    }
+    fn u64_at(&self, off: usize) -> u64 {
+        // SAFETY: in bounds and 8-aligned (buffers are u64 arrays).
+        unsafe { *(self.ptr.as_ptr().add(off) as *const u64) }
+    }
+}
+
+struct End<P: Port> {
+    node: Node<P>,
+    qp: u32,
+    cq: u32,
+    pd: u32,
+    conn: usize,
+}
+
+impl<P: Port> End<P> {
+    fn new(port: P, ip: Ipv4Addr) -> End<P> {
+        let mut node = Node::new(port, ip, 24, TcpSettings::default());
+        let pd = node.rnic.alloc_pd();
+        let cq = node.rnic.create_cq(4096);
+        let qp = node
+            .rnic
+            .create_qp(
+                pd,
+                cq,
+                cq,
+                QpCaps {
+                    sq_depth: 256,
+                    rq_depth: 256,
+                    srq: None,
+                },
+            )
+            .unwrap();
+        End {
+            node,
+            qp,
+            cq,
+            pd,
+            conn: usize::MAX,
+        }
+    }
+    fn mem(&mut self, len: usize, access: Access) -> Mem {
+        let words = Box::leak(vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice());
+        let ptr = NonNull::new(words.as_mut_ptr() as *mut u8).unwrap();
+        // SAFETY: leaked, valid for the rest of the test.
+        let stag = unsafe {
+            self.node
+                .rnic
+                .register_mr(self.pd, ptr, len, access, ptr.as_ptr() as u64)
+        };
+        Mem { ptr, len, stag }
+    }
+    fn wcs(&mut self) -> Vec<WorkCompletion> {
+        let mut out = vec![blank(); 64];
+        let n = self.node.rnic.poll_cq(self.cq, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+}
+
+fn blank() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        qp: 0,
+        opcode: iwarp_engine::WcOpcode::Send,
+        status: Status::Success,
+        byte_len: 0,
+        imm: None,
+        invalidated_stag: None,
+        solicited: false,
+    }
+}
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+const B_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
+
+fn pair<P: Port, Q: Port>(pa: P, pb: Q, settings: Settings) -> (End<P>, End<Q>) {
+    let mut a = End::new(pa, A_IP);
+    let mut b = End::new(pb, B_IP);
+    a.conn = a.node.listen(7174, a.qp, settings.clone()).unwrap();
+    b.conn = b.node.connect(A_IP, 7174, 40000, b.qp, settings).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(a.node.state(a.conn) == Some(&ConnState::Rts)
+        && b.node.state(b.conn) == Some(&ConnState::Rts))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "setup: {:?} / {:?}",
+            a.node.state(a.conn),
+            b.node.state(b.conn)
+        );
+        a.node.poll();
+        b.node.poll();
+    }
+    (a, b)
+}
+
+/// Polls both nodes until `done` or the deadline.
+fn until<P: Port, Q: Port>(
+    a: &mut End<P>,
+    b: &mut End<Q>,
+    secs: u64,
+    mut done: impl FnMut(&mut End<P>, &mut End<Q>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done(a, b) {
+        assert!(Instant::now() < deadline, "timed out");
+        a.node.poll();
+        b.node.poll();
+    }
+}
+
+fn segment_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(name).tempdir().unwrap()
+}
+
+#[test]
+fn every_rdma_operation_over_the_default_port() {
+    let dir = segment_dir("iwarp-seg");
+    let pcap = dir.path().join("a.pcap");
+    let pa = PcapPort::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 0, 0x0a], 1500).unwrap(),
+        &pcap,
+    )
+    .unwrap();
+    let pb = UnixPort::open(dir.path(), [2, 0, 0, 0, 0, 0x0b], 1500).unwrap();
+    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    let n = a.node.negotiated(a.conn).unwrap().clone();
+    assert!(n.tx.crc && n.revision == 2);
+
+    let big = 1 << 20;
+    let a_mem = a.mem(big, Access::ALL);
+    let b_mem = b.mem(big, Access::ALL);
+    b_mem.fill(7);
+    // Write B -> A, 1 MiB.
+    let op = SendOp::Write {
+        remote_stag: a_mem.stag,
+        remote_to: a_mem.sge(0, 0).to,
+    };
+    b.node
+        .rnic
+        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, big)]))
+        .unwrap();
+    let mut got = Vec::new();
+    until(&mut a, &mut b, 30, |_, b| {
+        got.extend(b.wcs());
+        !got.is_empty()
+    });
+    assert_eq!((got[0].wr_id, got[0].status), (1, Status::Success));
+    // A Write completes at the sender before it is placed; a Send after it arrives after it
+    // is placed (RDMAP ordering), so its receive completion is the signal.
+    let a_rx = a.mem(64, Access::LOCAL_WRITE);
+    a.node
+        .rnic
+        .post_recv(a.qp, RecvWr::new(2, &[a_rx.sge(0, 64)]))
+        .unwrap();
+    b.node
+        .rnic
+        .post_send(
+            b.qp,
+            SendWr::new(
+                3,
+                SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+                &[b_mem.sge(0, 8)],
+            ),
+        )
+        .unwrap();
+    let mut aw = Vec::new();
+    until(&mut a, &mut b, 30, |a, _| {
+        aw.extend(a.wcs());
+        !aw.is_empty()
+    });
+    assert_eq!(aw[0].wr_id, 2);
+    assert_eq!(b.wcs().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![3]);
+    assert!(
+        a_mem.bytes(0, big) == b_mem.bytes(0, big),
+        "1 MiB Write placed intact"
+    );
+
+    // Send A -> B.
+    let b_rx = b.mem(4096, Access::LOCAL_WRITE);
+    b.node
+        .rnic
+        .post_recv(b.qp, RecvWr::new(5, &[b_rx.sge(0, 4096)]))
+        .unwrap();
+    a.node
+        .rnic
+        .post_send(
+            a.qp,
+            SendWr::new(
+                6,
+                SendOp::Send {
+                    solicited: true,
+                    invalidate: None,
+                },
+                &[a_mem.sge(100, 3000)],
+            ),
+        )
+        .unwrap();
+    let mut bw = Vec::new();
+    until(&mut a, &mut b, 10, |_, b| {
+        bw.extend(b.wcs());
+        !bw.is_empty()
+    });
+    assert_eq!((bw[0].wr_id, bw[0].byte_len), (5, 3000));
+    assert_eq!(b_rx.bytes(0, 3000), a_mem.bytes(100, 3000));
+
+    // Read A <- B, 200 KiB.
+    let sink = a.mem(200 << 10, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let op = SendOp::Read {
+        remote_stag: b_mem.stag,
+        remote_to: b_mem.sge(4096, 0).to,
+    };
+    a.node
+        .rnic
+        .post_send(a.qp, SendWr::new(7, op, &[sink.sge(0, 200 << 10)]))
+        .unwrap();
+    let mut aw = Vec::new();
+    until(&mut a, &mut b, 10, |a, _| {
+        aw.extend(a.wcs());
+        aw.iter().any(|w| w.wr_id == 7)
+    });
+    assert!(aw.iter().all(|w| w.status == Status::Success));
+    assert!(
+        sink.bytes(0, 200 << 10) == b_mem.bytes(4096, 200 << 10),
+        "Read intact"
+    );
+
+    // Atomics A -> B: FetchAdd then CmpSwap.
+    let target = b.mem(64, Access::REMOTE_ATOMIC | Access::LOCAL_WRITE);
+    let result = a.mem(8, Access::LOCAL_WRITE);
+    let to = target.sge(8, 0).to;
+    let fa = SendOp::FetchAdd {
+        remote_stag: target.stag,
+        remote_to: to,
+        add: 41,
+        add_mask: 0,
+    };
+    let cs = SendOp::CmpSwap {
+        remote_stag: target.stag,
+        remote_to: to,
+        compare: 41,
+        compare_mask: u64::MAX,
+        swap: 1000,
+        swap_mask: u64::MAX,
+    };
+    a.node
+        .rnic
+        .post_send(a.qp, SendWr::new(8, fa, &[result.sge(0, 8)]))
+        .unwrap();
+    a.node
+        .rnic
+        .post_send(a.qp, SendWr::new(9, cs, &[result.sge(0, 8)]))
+        .unwrap();
+    let mut aw = Vec::new();
+    until(&mut a, &mut b, 10, |a, _| {
+        aw.extend(a.wcs());
+        aw.iter().any(|w| w.wr_id == 9)
+    });
+    assert!(aw.iter().all(|w| w.status == Status::Success));
+    assert_eq!(
+        result.u64_at(0),
+        41,
+        "CmpSwap returned the value FetchAdd left"
+    );
+    assert_eq!(target.u64_at(8), 1000);
+
+    // Immediate Data A -> B.
+    b.node.rnic.post_recv(b.qp, RecvWr::new(10, &[])).unwrap();
+    a.node
+        .rnic
+        .post_send(
+            a.qp,
+            SendWr::new(
+                11,
+                SendOp::Immediate {
+                    imm: 0xfeed_f00d,
+                    solicited: false,
+                },
+                &[],
+            ),
+        )
+        .unwrap();
+    let mut bw = Vec::new();
+    until(&mut a, &mut b, 10, |_, b| {
+        bw.extend(b.wcs());
+        !bw.is_empty()
+    });
+    assert_eq!(bw[0].imm, Some(0xfeed_f00d));
+
+    let c = a.node.counters();
+    assert!(c.rx_frames > 700 && c.tx_frames > 0, "{c:?}");
+    drop(a);
+    // The capture holds the exchange: the MPA frames and FPDUs (decoded by tshark in CI).
+    assert!(std::fs::metadata(&pcap).unwrap().len() > (1 << 20));
+}
+
+#[test]
+fn loss_recovery_at_one_percent() {
+    let dir = segment_dir("iwarp-loss");
+    let pa = LossyPort::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 1, 0x0a], 1500).unwrap(),
+        100,
+        0x1234_5678,
+    );
+    let pb = LossyPort::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 1, 0x0b], 1500).unwrap(),
+        100,
+        0x8765_4321,
+    );
+    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    let chunk = 1 << 20;
+    let total: usize = 256 << 20;
+    let a_mem = a.mem(chunk, Access::ALL);
+    let b_mem = b.mem(chunk, Access::ALL);
+    b_mem.fill(3);
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut last_rx = 0;
+    let mut sent = 0usize;
+    let mut done = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut report = Instant::now();
+    while done < total / chunk || a.node.counters().stream_bytes_rx < (total as u64) {
+        assert!(Instant::now() < deadline, "transfer stalled");
+        if sent < total / chunk && sent - done < 4 {
+            let op = SendOp::Write {
+                remote_stag: a_mem.stag,
+                remote_to: a_mem.sge(0, 0).to,
+            };
+            b.node
+                .rnic
+                .post_send(b.qp, SendWr::new(sent as u64, op, &[b_mem.sge(0, chunk)]))
+                .unwrap();
+            sent += 1;
+        }
+        a.node.poll();
+        b.node.poll();
+        for w in b.wcs() {
+            assert_eq!(w.status, Status::Success);
+            done += 1;
+        }
+        if std::env::var_os("IWARP_DEBUG").is_some() && report.elapsed() > Duration::from_secs(2) {
+            report = Instant::now();
+            eprintln!(
+                "sent {sent} done {done} a {:?} b {:?}",
+                a.node.counters(),
+                b.node.counters()
+            );
+        }
+        let rx = a.node.counters().stream_bytes_rx;
+        if rx > last_rx {
+            worst = worst.max(last_progress.elapsed());
+            last_progress = Instant::now();
+            last_rx = rx;
+        }
+    }
+    assert!(a_mem.bytes(0, chunk) == b_mem.bytes(0, chunk));
+    println!(
+        "256 MiB through 1 % loss each way: {:?}, frames dropped {} + {}, worst stall {:?}",
+        start.elapsed(),
+        a.node.port().dropped,
+        b.node.port().dropped,
+        worst
+    );
+    assert!(a.node.port().dropped + b.node.port().dropped > 0);
+}
