@@ -32,6 +32,9 @@ pub struct TcpSettings {
     pub tx_buffer: usize,
     pub min_rto_us: u64,
     pub mss: usize,
+    /// Bytes queued in TCP and not yet acknowledged, at most: the node's own fixed window.
+    /// It bounds what one timeout resends and keeps segments MSS-aligned.
+    pub max_inflight: usize,
 }
 
 impl Default for TcpSettings {
@@ -41,6 +44,7 @@ impl Default for TcpSettings {
             tx_buffer: 4 << 20,
             min_rto_us: 1000,
             mss: 1460,
+            max_inflight: 256 << 10,
         }
     }
 }
@@ -135,9 +139,10 @@ impl<P: Port> Node<P> {
         // RDMA latency: no Nagle, no delayed ACK.
         s.set_nagle_enabled(false);
         s.set_ack_delay(None);
-        // Without congestion control smoltcp sends the whole window again on every timeout,
-        // which on a lossy or shallow-buffered link collapses goodput.
-        s.set_congestion_control(tcp::CongestionControl::Cubic);
+        // smoltcp's congestion controllers count the window in bytes and cut segments at its
+        // edge, which breaks FPDU alignment. We bound what is in flight ourselves instead
+        // (`TcpSettings::max_inflight`, whole segments), and smoltcp sends what we queue.
+        s.set_congestion_control(tcp::CongestionControl::None);
         self.sockets.add(s)
     }
 
@@ -408,7 +413,8 @@ impl<P: Port> Node<P> {
         loop {
             let room = {
                 let s = self.sockets.get::<tcp::Socket>(handle);
-                s.send_capacity() - s.send_queue()
+                (s.send_capacity() - s.send_queue())
+                    .min(self.tcp.max_inflight.saturating_sub(s.send_queue()))
             };
             if room < self.tcp.mss || !self.rnic.wants_transmit(qp) {
                 break;

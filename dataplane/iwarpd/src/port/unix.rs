@@ -4,6 +4,11 @@
 //! destination MAC; a broadcast or multicast frame goes to every other socket in the
 //! directory. Two or more daemons pointed at the same directory form a LAN, unprivileged.
 //! A frame to a MAC nobody bound is dropped, as a switch with no such port would.
+//!
+//! Linux queues few datagrams per Unix socket (`net.unix.max_dgram_qlen`, 10 on some
+//! systems), so a burst meets a full peer queue often. Like a NIC whose TX ring is full, the
+//! port then keeps the frame in a bounded backlog and retries on the next flush or receive,
+//! in order, instead of losing it; only past the backlog's bound is a frame dropped.
 
 use super::Port;
 use std::io;
@@ -17,7 +22,13 @@ pub struct UnixPort {
     mac: [u8; 6],
     mtu: usize,
     buf: Vec<u8>,
+    backlog: std::collections::VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    pub tx_dropped: u64,
 }
+
+/// Frames the port holds back when peers' queues are full.
+const BACKLOG: usize = 8192;
 
 fn mac_name(mac: &[u8]) -> String {
     let h: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
@@ -40,12 +51,33 @@ impl UnixPort {
             mac,
             mtu,
             buf: vec![0; mtu + 14],
+            backlog: std::collections::VecDeque::new(),
+            spare: Vec::new(),
+            tx_dropped: 0,
         })
     }
 
-    fn send_to(&self, frame: &[u8], path: &Path) {
-        // Nobody there, or its queue is full: the frame is lost, as on a wire; TCP recovers.
-        let _ = self.sock.send_to(frame, path);
+    /// Sends a unicast frame. `false` when the peer's queue is full (try again later);
+    /// a frame to nobody counts as sent (lost on the segment, as on a wire).
+    fn send_unicast(&self, frame: &[u8]) -> bool {
+        match self
+            .sock
+            .send_to(frame, self.dir.join(mac_name(&frame[..6])))
+        {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            _ => true,
+        }
+    }
+
+    fn drain_backlog(&mut self) {
+        while let Some(front) = self.backlog.front() {
+            if !self.send_unicast(front) {
+                return;
+            }
+            if let Some(b) = self.backlog.pop_front() {
+                self.spare.push(b);
+            }
+        }
     }
 }
 
@@ -65,6 +97,7 @@ impl Port for UnixPort {
     }
 
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+        self.drain_backlog();
         let mut n = 0;
         while n < max {
             match self.sock.recv(&mut self.buf) {
@@ -84,19 +117,31 @@ impl Port for UnixPort {
             return Ok(());
         }
         if frame[0] & 1 != 0 {
+            // Broadcast (ARP): best effort to every other port; ARP retries on loss.
             for entry in std::fs::read_dir(&self.dir)?.flatten() {
                 let p = entry.path();
                 if p != self.path && p.extension().is_some_and(|e| e == "sock") {
-                    self.send_to(frame, &p);
+                    let _ = self.sock.send_to(frame, &p);
                 }
             }
-        } else {
-            self.send_to(frame, &self.dir.join(mac_name(&frame[..6])));
+            return Ok(());
         }
+        if self.backlog.is_empty() && self.send_unicast(frame) {
+            return Ok(());
+        }
+        if self.backlog.len() >= BACKLOG {
+            self.tx_dropped += 1;
+            return Ok(());
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(frame);
+        self.backlog.push_back(b);
         Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.drain_backlog();
         Ok(())
     }
 }
