@@ -60,13 +60,8 @@ impl UnixPort {
     /// Sends a unicast frame. `false` when the peer's queue is full (try again later);
     /// a frame to nobody counts as sent (lost on the segment, as on a wire).
     fn send_unicast(&self, frame: &[u8]) -> bool {
-        match self
-            .sock
-            .send_to(frame, self.dir.join(mac_name(&frame[..6])))
-        {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-            _ => true,
-        }
+        let to = self.dir.join(mac_name(&frame[..6]));
+        !matches!(self.sock.send_to(frame, to), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     fn drain_backlog(&mut self) {
