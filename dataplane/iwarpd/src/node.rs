@@ -35,6 +35,9 @@ pub struct TcpSettings {
     /// Bytes queued in TCP and not yet acknowledged, at most: the node's own fixed window.
     /// It bounds what one timeout resends and keeps segments MSS-aligned.
     pub max_inflight: usize,
+    /// A connection whose data goes unacknowledged this long (real time) is given up, and
+    /// its QP enters Error: how a dead peer is detected.
+    pub user_timeout: std::time::Duration,
 }
 
 impl Default for TcpSettings {
@@ -45,6 +48,7 @@ impl Default for TcpSettings {
             min_rto_us: 1000,
             mss: 1460,
             max_inflight: 256 << 10,
+            user_timeout: std::time::Duration::from_secs(2),
         }
     }
 }
@@ -143,6 +147,10 @@ impl<P: Port> Node<P> {
         // edge, which breaks FPDU alignment. We bound what is in flight ourselves instead
         // (`TcpSettings::max_inflight`, whole segments), and smoltcp sends what we queue.
         s.set_congestion_control(tcp::CongestionControl::None);
+        // smoltcp's timeout counts from the last segment received, so an idle connection
+        // needs keep-alives (a quarter of the timeout) to stay up while its peer lives.
+        s.set_timeout(Some(self.clock.real_to_virtual(self.tcp.user_timeout)));
+        s.set_keep_alive(Some(self.clock.real_to_virtual(self.tcp.user_timeout / 4)));
         self.sockets.add(s)
     }
 

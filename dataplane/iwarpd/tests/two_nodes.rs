@@ -484,3 +484,122 @@ fn loss_recovery_at_one_percent() {
     );
     assert!(a.node.port().dropped + b.node.port().dropped > 0);
 }
+
+#[test]
+fn a_dead_peer_is_reported_and_the_others_keep_being_served() {
+    let dir = segment_dir("iwarp-kill");
+    let port = |last: u8| UnixPort::open(dir.path(), [2, 0, 0, 0, 2, last], 1500).unwrap();
+    let mut a = End::new(port(0x0a), A_IP);
+    let qp2 = a
+        .node
+        .rnic
+        .create_qp(
+            a.pd,
+            a.cq,
+            a.cq,
+            QpCaps {
+                sq_depth: 64,
+                rq_depth: 64,
+                srq: None,
+            },
+        )
+        .unwrap();
+    let mut b = End::new(port(0x0b), B_IP);
+    let mut c = End::new(port(0x0c), Ipv4Addr::new(10, 77, 0, 12));
+    a.conn = a.node.listen(7174, a.qp, Settings::default()).unwrap();
+    let a_conn2 = a.node.listen(7175, qp2, Settings::default()).unwrap();
+    b.conn = b
+        .node
+        .connect(A_IP, 7174, 40001, b.qp, Settings::default())
+        .unwrap();
+    c.conn = c
+        .node
+        .connect(A_IP, 7175, 40002, c.qp, Settings::default())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(b.node.state(b.conn) == Some(&ConnState::Rts)
+        && c.node.state(c.conn) == Some(&ConnState::Rts))
+    {
+        assert!(Instant::now() < deadline);
+        a.node.poll();
+        b.node.poll();
+        c.node.poll();
+    }
+    // C starts a transfer to A, then dies (its node and port vanish without a word).
+    let a_mem = a.mem(1 << 20, Access::ALL);
+    let c_mem = c.mem(1 << 20, Access::ALL);
+    let op = SendOp::Write {
+        remote_stag: a_mem.stag,
+        remote_to: a_mem.sge(0, 0).to,
+    };
+    c.node
+        .rnic
+        .post_send(c.qp, SendWr::new(1, op, &[c_mem.sge(0, 1 << 20)]))
+        .unwrap();
+    for _ in 0..20 {
+        a.node.poll();
+        c.node.poll();
+    }
+    drop(c);
+    // A notices within its user timeout and moves that QP to Error; B is unaffected.
+    let b_mem = b.mem(4096, Access::ALL);
+    b_mem.fill(9);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lost = false;
+    let mut served = 0;
+    while !(lost && served >= 20) {
+        assert!(Instant::now() < deadline, "lost {lost} served {served}");
+        if !lost {
+            lost = a
+                .node
+                .state(a_conn2)
+                .is_some_and(|s| matches!(s, ConnState::Closed | ConnState::Failed(_)));
+        }
+        // Keep B's traffic going: a Read of A's memory every round.
+        if b.wcs().iter().any(|w| w.status == Status::Success) || served == 0 {
+            let op = SendOp::Read {
+                remote_stag: a_mem.stag,
+                remote_to: a_mem.sge(0, 0).to,
+            };
+            b.node
+                .rnic
+                .post_send(b.qp, SendWr::new(2, op, &[b_mem.sge(0, 4096)]))
+                .unwrap();
+            served += 1;
+        }
+        a.node.poll();
+        b.node.poll();
+    }
+    assert_eq!(
+        a.node.rnic.qp_state(qp2),
+        Some(iwarp_engine::QpState::Error)
+    );
+    assert_eq!(a.node.rnic.qp_state(a.qp), Some(iwarp_engine::QpState::Rts));
+    let mut events = Vec::new();
+    while let Some(e) = a.node.rnic.poll_event() {
+        events.push(e);
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, iwarp_engine::AsyncEvent::QpError { qp } if *qp == qp2)),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn an_idle_connection_stays_up() {
+    let dir = segment_dir("iwarp-idle");
+    let pa = UnixPort::open(dir.path(), [2, 0, 0, 0, 3, 0x0a], 1500).unwrap();
+    let pb = UnixPort::open(dir.path(), [2, 0, 0, 0, 3, 0x0b], 1500).unwrap();
+    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    // Longer than the 2 s user timeout, with no RDMA traffic at all.
+    let until_t = Instant::now() + Duration::from_millis(3500);
+    while Instant::now() < until_t {
+        a.node.poll();
+        b.node.poll();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(a.node.state(a.conn), Some(&ConnState::Rts));
+    assert_eq!(b.node.state(b.conn), Some(&ConnState::Rts));
+}
