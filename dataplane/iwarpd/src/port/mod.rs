@@ -3,12 +3,14 @@
 //! - [`unix::UnixPort`]: the embedded default, a virtual Ethernet segment made of Unix
 //!   datagram sockets in one directory (no root, no DPDK, no hugepages).
 //! - [`pcap::PcapPort`]: wraps any port and writes every frame to a pcap file.
+//! - [`tap::TapPort`]: a Linux TAP interface (root), to reach a bridge, a VM or another stack.
 //! - [`lossy::LossyPort`]: wraps any port and drops received frames at a set rate (tests).
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
 
 pub mod lossy;
 pub mod pcap;
+pub mod tap;
 pub mod unix;
 
 use std::io;

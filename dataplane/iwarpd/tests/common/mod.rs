@@ -1,0 +1,151 @@
+//! Helpers shared by the node tests: an RNIC end with a QP, registered memory, and
+//! polling loops.
+#![allow(dead_code)]
+
+use iwarp_engine::{Access, QpCaps, Sge, Status, WorkCompletion};
+use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::node::{ConnState, Node, TcpSettings};
+use iwarpd::port::Port;
+use std::net::Ipv4Addr;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+pub struct Mem {
+    pub ptr: NonNull<u8>,
+    pub len: usize,
+    pub stag: u32,
+}
+
+impl Mem {
+    pub fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge {
+            stag: self.stag,
+            to: self.ptr.as_ptr() as u64 + off as u64,
+            len: len as u32,
+        }
+    }
+    pub fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of a leaked buffer; the engine is not running concurrently.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len).to_vec() }
+    }
+    pub fn fill(&self, seed: u8) {
+        for i in 0..self.len {
+            // SAFETY: as in `bytes`.
+            unsafe { *self.ptr.as_ptr().add(i) = seed.wrapping_add((i * 13 + i / 509) as u8) };
+        }
+    }
+    pub fn u64_at(&self, off: usize) -> u64 {
+        // SAFETY: in bounds and 8-aligned (buffers are u64 arrays).
+        unsafe { *(self.ptr.as_ptr().add(off) as *const u64) }
+    }
+}
+
+pub struct End<P: Port> {
+    pub node: Node<P>,
+    pub qp: u32,
+    pub cq: u32,
+    pub pd: u32,
+    pub conn: usize,
+}
+
+impl<P: Port> End<P> {
+    pub fn new(port: P, ip: Ipv4Addr) -> End<P> {
+        let mut node = Node::new(port, ip, 24, TcpSettings::default());
+        let pd = node.rnic.alloc_pd();
+        let cq = node.rnic.create_cq(4096);
+        let qp = node
+            .rnic
+            .create_qp(
+                pd,
+                cq,
+                cq,
+                QpCaps {
+                    sq_depth: 256,
+                    rq_depth: 256,
+                    srq: None,
+                },
+            )
+            .unwrap();
+        End {
+            node,
+            qp,
+            cq,
+            pd,
+            conn: usize::MAX,
+        }
+    }
+    pub fn mem(&mut self, len: usize, access: Access) -> Mem {
+        let words = Box::leak(vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice());
+        let ptr = NonNull::new(words.as_mut_ptr() as *mut u8).unwrap();
+        // SAFETY: leaked, valid for the rest of the test.
+        let stag = unsafe {
+            self.node
+                .rnic
+                .register_mr(self.pd, ptr, len, access, ptr.as_ptr() as u64)
+        };
+        Mem { ptr, len, stag }
+    }
+    pub fn wcs(&mut self) -> Vec<WorkCompletion> {
+        let mut out = vec![blank(); 64];
+        let n = self.node.rnic.poll_cq(self.cq, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+}
+
+pub fn blank() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        qp: 0,
+        opcode: iwarp_engine::WcOpcode::Send,
+        status: Status::Success,
+        byte_len: 0,
+        imm: None,
+        invalidated_stag: None,
+        solicited: false,
+    }
+}
+
+pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
+
+pub fn pair<P: Port, Q: Port>(pa: P, pb: Q, settings: Settings) -> (End<P>, End<Q>) {
+    let mut a = End::new(pa, A_IP);
+    let mut b = End::new(pb, B_IP);
+    a.conn = a.node.listen(7174, a.qp, settings.clone()).unwrap();
+    b.conn = b.node.connect(A_IP, 7174, 40000, b.qp, settings).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(a.node.state(a.conn) == Some(&ConnState::Rts)
+        && b.node.state(b.conn) == Some(&ConnState::Rts))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "setup: {:?} / {:?}",
+            a.node.state(a.conn),
+            b.node.state(b.conn)
+        );
+        a.node.poll();
+        b.node.poll();
+    }
+    (a, b)
+}
+
+/// Polls both nodes until `done` or the deadline.
+pub fn until<P: Port, Q: Port>(
+    a: &mut End<P>,
+    b: &mut End<Q>,
+    secs: u64,
+    mut done: impl FnMut(&mut End<P>, &mut End<Q>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done(a, b) {
+        assert!(Instant::now() < deadline, "timed out");
+        a.node.poll();
+        b.node.poll();
+    }
+}
+
+pub fn segment_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(name).tempdir().unwrap()
+}
