@@ -8,6 +8,8 @@
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
 
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod lossy;
 pub mod pcap;
 pub mod tap;

@@ -1,0 +1,19 @@
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include "shim.h"
+
+uint16_t iw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_rx_burst(port, queue, pkts, n);
+}
+uint16_t iw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n) {
+    return rte_eth_tx_burst(port, queue, pkts, n);
+}
+struct rte_mbuf *iw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+void iw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+void *iw_pktmbuf_data(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
+uint16_t iw_pktmbuf_data_len(const struct rte_mbuf *m) { return rte_pktmbuf_data_len(m); }
+char *iw_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
+int iw_errno(void) { return rte_errno; }
+unsigned iw_lcore_id(void) { return rte_lcore_id(); }
