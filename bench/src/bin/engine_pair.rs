@@ -115,7 +115,7 @@ fn sends(secs: f64) -> (f64, f64) {
     let mut a = end(1 << 16);
     let mut b = end(1 << 16);
     let mut wire = vec![0u8; 2048];
-    let mut wcs = vec![blank(); 256];
+    let mut wcs = vec![WorkCompletion::default(); 256];
     let batch = 256;
     let run = |a: &mut End, b: &mut End, wire: &mut [u8], wcs: &mut [WorkCompletion]| {
         for i in 0..batch {
@@ -165,7 +165,7 @@ fn writes(secs: f64) -> (f64, f64) {
     let mut a = end(LEN * 8);
     let mut b = end(LEN * 8);
     let mut wire = vec![0u8; 2048];
-    let mut wcs = vec![blank(); 256];
+    let mut wcs = vec![WorkCompletion::default(); 256];
     let batch = 8u64;
     let run = |a: &mut End, b: &mut End, wire: &mut [u8], wcs: &mut [WorkCompletion]| {
         for i in 0..batch {
@@ -198,19 +198,6 @@ fn writes(secs: f64) -> (f64, f64) {
     let dt = start.elapsed().as_secs_f64();
     let allocs = ALLOCS.load(Ordering::Relaxed) - allocs0;
     (bytes as f64 / dt, allocs as f64 / msgs as f64)
-}
-
-fn blank() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        qp: 0,
-        opcode: iwarp_engine::WcOpcode::Send,
-        status: iwarp_engine::Status::Success,
-        byte_len: 0,
-        imm: None,
-        invalidated_stag: None,
-        solicited: false,
-    }
 }
 
 fn main() {

@@ -388,16 +388,7 @@ impl Rnic {
                 let (cq, qpn) = (q.recv_cq, q.id);
                 self.push_wc(
                     cq,
-                    WorkCompletion {
-                        wr_id: wr.wr_id,
-                        qp: qpn,
-                        opcode: WcOpcode::Recv,
-                        status: Status::WrFlushed,
-                        byte_len: 0,
-                        imm: None,
-                        invalidated_stag: None,
-                        solicited: false,
-                    },
+                    WorkCompletion::new(wr.wr_id, qpn, WcOpcode::Recv, Status::WrFlushed, 0),
                 );
                 return Ok(());
             }
@@ -574,16 +565,13 @@ impl Rnic {
         for wr in rq {
             self.push_wc(
                 cq,
-                WorkCompletion {
-                    wr_id: wr.wr_id,
-                    qp: id,
-                    opcode: WcOpcode::Recv,
-                    status: first.take().unwrap_or(Status::WrFlushed),
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_stag: None,
-                    solicited: false,
-                },
+                WorkCompletion::new(
+                    wr.wr_id,
+                    id,
+                    WcOpcode::Recv,
+                    first.take().unwrap_or(Status::WrFlushed),
+                    0,
+                ),
             );
         }
     }

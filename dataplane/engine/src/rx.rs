@@ -516,14 +516,5 @@ impl Rnic {
 }
 
 fn recv_wc(qp: u32, wr_id: u64, opcode: WcOpcode, status: Status, byte_len: u32) -> WorkCompletion {
-    WorkCompletion {
-        wr_id,
-        qp,
-        opcode,
-        status,
-        byte_len,
-        imm: None,
-        invalidated_stag: None,
-        solicited: false,
-    }
+    WorkCompletion::new(wr_id, qp, opcode, status, byte_len)
 }

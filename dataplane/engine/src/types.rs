@@ -208,8 +208,9 @@ impl RecvWr {
 }
 
 /// Completion status (Verbs section 8.3.2, with libibverbs' spellings in mind).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Status {
+    #[default]
     Success,
     /// The message was longer than the receive buffers.
     LocalLengthError,
@@ -243,8 +244,9 @@ impl fmt::Display for Status {
 }
 
 /// What a completion completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WcOpcode {
+    #[default]
     Send,
     Write,
     Read,
@@ -259,8 +261,8 @@ pub enum WcOpcode {
     RecvImmediate,
 }
 
-/// A work completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A work completion. `Default` is a blank slot for `poll_cq` output arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkCompletion {
     pub wr_id: u64,
     pub qp: u32,
@@ -270,6 +272,26 @@ pub struct WorkCompletion {
     pub imm: Option<u64>,
     pub invalidated_stag: Option<u32>,
     pub solicited: bool,
+}
+
+impl WorkCompletion {
+    /// A completion with no immediate data, invalidated STag or solicited flag.
+    pub fn new(
+        wr_id: u64,
+        qp: u32,
+        opcode: WcOpcode,
+        status: Status,
+        byte_len: u32,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            qp,
+            opcode,
+            status,
+            byte_len,
+            ..WorkCompletion::default()
+        }
+    }
 }
 
 /// A failed verb (the Verbs spec's immediate errors), returned at post/modify time.

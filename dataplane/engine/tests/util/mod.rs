@@ -240,19 +240,7 @@ impl Pair {
 
     pub fn wcs(&mut self, s: usize) -> Vec<WorkCompletion> {
         let side = self.side(s);
-        let mut out = vec![
-            WorkCompletion {
-                wr_id: 0,
-                qp: 0,
-                opcode: iwarp_engine::WcOpcode::Send,
-                status: iwarp_engine::Status::Success,
-                byte_len: 0,
-                imm: None,
-                invalidated_stag: None,
-                solicited: false
-            };
-            64
-        ];
+        let mut out = vec![WorkCompletion::default(); 64];
         let n = side.rnic.poll_cq(side.cq, &mut out).unwrap();
         out.truncate(n);
         out

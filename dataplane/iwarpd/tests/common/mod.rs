@@ -2,7 +2,7 @@
 //! polling loops.
 #![allow(dead_code)]
 
-use iwarp_engine::{Access, QpCaps, Sge, Status, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, Sge, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::Port;
@@ -87,23 +87,10 @@ impl<P: Port> End<P> {
         Mem { ptr, len, stag }
     }
     pub fn wcs(&mut self) -> Vec<WorkCompletion> {
-        let mut out = vec![blank(); 64];
+        let mut out = vec![WorkCompletion::default(); 64];
         let n = self.node.rnic.poll_cq(self.cq, &mut out).unwrap();
         out.truncate(n);
         out
-    }
-}
-
-pub fn blank() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        qp: 0,
-        opcode: iwarp_engine::WcOpcode::Send,
-        status: Status::Success,
-        byte_len: 0,
-        imm: None,
-        invalidated_stag: None,
-        solicited: false,
     }
 }
 
