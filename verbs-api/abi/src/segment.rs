@@ -154,7 +154,16 @@ impl Segment {
             }
             let _ = std::fs::remove_file(&path);
             if policy == HugePolicy::Required {
-                return Err(io::Error::other("hugepage mapping failed"));
+                return Err(io::Error::other(format!(
+                    "hugepage mapping in {} failed",
+                    dir.display()
+                )));
+            }
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "cannot map hugepages in {}: shared memory falls back to /dev/shm",
+                    dir.display()
+                );
             }
         }
         let page = 4096;
