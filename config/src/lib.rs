@@ -93,6 +93,13 @@ pub struct Tcp {
     /// The minimum retransmission timeout, in microseconds (far below smoltcp's fixed 1 s).
     pub min_rto_us: u64,
     pub mss: usize,
+    /// Unacknowledged bytes per connection, at most (the node's own window; whole segments).
+    /// smoltcp's maximum RTO is not a key: it is its fixed 60 s divided by the clock
+    /// dilation, 60 ms with the default min_rto_us.
+    pub max_inflight: usize,
+    /// A connection whose data stays unacknowledged this long (milliseconds, real time) is
+    /// given up and its QP enters Error: how a dead peer is detected.
+    pub user_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -104,6 +111,8 @@ pub struct Cores {
     pub polling: String,
     /// Adaptive polling: the longest sleep when idle, in microseconds.
     pub max_idle_sleep_us: u64,
+    /// Adaptive polling: idle polls spun before the first sleep.
+    pub idle_spins: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -172,6 +181,8 @@ impl Default for Tcp {
             tx_buffer: 4 << 20,
             min_rto_us: 1000,
             mss: 1460,
+            max_inflight: 256 << 10,
+            user_timeout_ms: 2000,
         }
     }
 }
@@ -182,6 +193,7 @@ impl Default for Cores {
             list: Vec::new(),
             polling: "adaptive".into(),
             max_idle_sleep_us: 200,
+            idle_spins: 64,
         }
     }
 }
@@ -346,7 +358,28 @@ impl Config {
                 return Err(err(key, format!("{v} is outside 64 KiB..=1 GiB")));
             }
         }
+        if self.tcp.max_inflight < self.tcp.mss || self.tcp.max_inflight > self.tcp.tx_buffer {
+            return Err(err(
+                "tcp.max_inflight",
+                format!(
+                    "{} must be between tcp.mss ({}) and tcp.tx_buffer ({})",
+                    self.tcp.max_inflight, self.tcp.mss, self.tcp.tx_buffer
+                ),
+            ));
+        }
+        if !(10..=3_600_000).contains(&self.tcp.user_timeout_ms) {
+            return Err(err(
+                "tcp.user_timeout_ms",
+                format!("{} is outside 10..=3600000", self.tcp.user_timeout_ms),
+            ));
+        }
         one_of("cores.polling", &self.cores.polling, &["busy", "adaptive"])?;
+        if !(1..=1_000_000).contains(&self.cores.max_idle_sleep_us) {
+            return Err(err(
+                "cores.max_idle_sleep_us",
+                format!("{} is outside 1..=1000000", self.cores.max_idle_sleep_us),
+            ));
+        }
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(c) = self.cores.list.iter().find(|&&c| c >= n) {
             return Err(err(
@@ -453,6 +486,24 @@ mod tests {
                 .unwrap_err()
                 .key,
             "limits.max_ird"
+        );
+        assert_eq!(
+            Config::parse("[tcp]\nmax_inflight = 100\n")
+                .unwrap_err()
+                .key,
+            "tcp.max_inflight"
+        );
+        assert_eq!(
+            Config::parse("[tcp]\nuser_timeout_ms = 1\n")
+                .unwrap_err()
+                .key,
+            "tcp.user_timeout_ms"
+        );
+        assert_eq!(
+            Config::parse("[cores]\nmax_idle_sleep_us = 0\n")
+                .unwrap_err()
+                .key,
+            "cores.max_idle_sleep_us"
         );
         let e = Config::parse("[port]\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");

@@ -8,7 +8,10 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 2 {
         return;
     }
-    let params = MpaParams { crc: data[0] & 1 != 0, markers: data[0] & 2 != 0 };
+    let params = MpaParams {
+        crc: data[0] & 1 != 0,
+        markers: data[0] & 2 != 0,
+    };
     let chunk = (data[1] as usize % 64) + 1;
     let stream = &data[2..];
     let mut whole = Vec::new();

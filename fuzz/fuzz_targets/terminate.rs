@@ -7,6 +7,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(t) = TerminateRepr::parse(&TerminatePacket::new_unchecked(data)) {
         let mut buf = vec![0u8; t.buffer_len()];
         t.emit(&mut buf).expect("emit into buffer_len octets");
-        assert_eq!(TerminateRepr::parse(&TerminatePacket::new_unchecked(&buf[..])).expect("re-parse"), t);
+        assert_eq!(
+            TerminateRepr::parse(&TerminatePacket::new_unchecked(&buf[..])).expect("re-parse"),
+            t
+        );
     }
 });

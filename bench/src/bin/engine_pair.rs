@@ -2,7 +2,7 @@
 //! CRC32c on. Reports 64-byte Sends per second, 64 KiB RDMA Write bandwidth, and heap
 //! allocations per message on the steady path (counted by a wrapping global allocator).
 //!
-//!     cargo run --release -p iwarp-bench --bin engine-pair [-- SECONDS]
+//!     cargo run --release -p iwarp-bench --bin engine-pair [-- SECONDS [sends|writes]]
 
 use iwarp_engine::{Access, ConnParams, QpCaps, RecvWr, Rnic, SendOp, SendWr, Sge, WorkCompletion};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -205,17 +205,23 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
+    // Optional second argument: `sends` or `writes` to run only that test (for profiling).
+    let only = std::env::args().nth(2).unwrap_or_default();
     println!("engine pair, one thread, CRC32c on, MSS {MSS}, {secs} s per test");
-    let (rate, allocs) = sends(secs);
-    println!(
-        "64 B Send        {:>8.2} M msg/s   allocations per message {:.3}",
-        rate / 1e6,
-        allocs
-    );
-    let (bw, allocs) = writes(secs);
-    println!(
-        "64 KiB Write     {:>8.2} GB/s      allocations per message {:.3}",
-        bw / 1e9,
-        allocs
-    );
+    if only != "writes" {
+        let (rate, allocs) = sends(secs);
+        println!(
+            "64 B Send        {:>8.2} M msg/s   allocations per message {:.3}",
+            rate / 1e6,
+            allocs
+        );
+    }
+    if only != "sends" {
+        let (bw, allocs) = writes(secs);
+        println!(
+            "64 KiB Write     {:>8.2} GB/s      allocations per message {:.3}",
+            bw / 1e9,
+            allocs
+        );
+    }
 }

@@ -28,6 +28,30 @@ impl core::fmt::Display for QpState {
     }
 }
 
+/// The peer-to-peer "Ready to Receive" message MPA revision 2 negotiation agreed on
+/// (RFC 6581 section 5): a zero-length Send, RDMA Write or RDMA Read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RtrKind {
+    Send,
+    Write,
+    Read,
+}
+
+/// Peer-to-peer mode (RFC 6581): the MPA initiator sends the RTR as its first FPDU; the
+/// responder sends nothing until it has received that RTR, and refuses any other first
+/// message with a Terminate (hardware RNICs do the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerToPeer {
+    pub rtr: RtrKind,
+    /// True on the MPA initiator (the side that sent the MPA Request).
+    pub initiator: bool,
+}
+
+/// The STag carried by the RTR Write and Read. Not zero: Chelsio hardware refuses a tagged
+/// segment with STag 0 even at zero length (see DESIGN.md). A zero-length RTR is never
+/// checked against the STag table, on either side.
+pub const RTR_STAG: u32 = 0x0000_0100;
+
 /// What connection setup (MPA negotiation, in the control plane) agreed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnParams {
@@ -45,6 +69,8 @@ pub struct ConnParams {
     pub max_fpdu: usize,
     /// The largest ULPDU we accept.
     pub max_rx_ulpdu: usize,
+    /// Peer-to-peer mode with its RTR, when MPA negotiation agreed on one.
+    pub p2p: Option<PeerToPeer>,
 }
 
 impl ConnParams {
@@ -61,6 +87,7 @@ impl ConnParams {
             rdmap_version: 1,
             max_fpdu,
             max_rx_ulpdu: 65535,
+            p2p: None,
         }
     }
 }
@@ -87,8 +114,12 @@ pub(crate) enum Orq {
     Read {
         seq: u64,
         sink_stag: u32,
+        sink_to: u64,
         len: u32,
     },
+    /// The peer-to-peer RTR sent as a zero-length Read (RFC 6581 section 5): its zero-length
+    /// response completes nothing.
+    Rtr,
     Atomic {
         seq: u64,
         request_id: u32,
@@ -118,6 +149,8 @@ pub(crate) enum Irq {
         request_id: u32,
         target: Resolved,
         req: iwarp_wire::rdmap::AtomicRequest,
+        /// The original value once the operation ran (it runs exactly once).
+        executed: Option<u64>,
     },
 }
 
@@ -157,6 +190,10 @@ pub(crate) struct Conn {
     pub terminate: Option<TerminateRepr>,
     pub irq_burst: u32,
     pub next_request_id: u32,
+    /// Initiator: the RTR still to send (first, before anything else).
+    pub rtr_tx: Option<RtrKind>,
+    /// Responder: the RTR still awaited (nothing is sent until it arrives).
+    pub rtr_rx: Option<RtrKind>,
 }
 
 impl Conn {
@@ -176,6 +213,8 @@ impl Conn {
             terminate: None,
             irq_burst: 0,
             next_request_id: 1,
+            rtr_tx: params.p2p.filter(|p| p.initiator).map(|p| p.rtr),
+            rtr_rx: params.p2p.filter(|p| !p.initiator).map(|p| p.rtr),
         }
     }
 }

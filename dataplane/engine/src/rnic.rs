@@ -530,6 +530,11 @@ impl Rnic {
         q.conn = None;
         let mut first = first;
         for i in inflight {
+            // An unsignaled WR that already succeeded stays silent; everything else
+            // completes, flushed ones with the flush status whatever their signaling.
+            if !i.signaled && matches!(i.done, Some((Status::Success, _))) {
+                continue;
+            }
             let status = match i.done {
                 Some((s, _)) => s,
                 None => first.take().unwrap_or(Status::WrFlushed),
@@ -592,7 +597,14 @@ impl Rnic {
             let ddp_len = if tagged { 14 } else { 18 };
             t.ddp_segment_length = Some(ulpdu.len() as u16);
             t.ddp_header = iwarp_wire::terminate::CopiedHeader::new(&ulpdu[..ddp_len]);
-            if cause.layer == iwarp_wire::Layer::Rdmap && header_len > ddp_len {
+            // The Terminated RDMA Header is the Read Request's only (RFC 5040 section 4.8);
+            // for the RFC 7306 messages it is left out (RFC 7306 section 8.1).
+            let read_request = !tagged
+                && matches!(
+                    iwarp_wire::rdmap::parse_control(ulpdu[1]),
+                    Ok((_, iwarp_wire::rdmap::Opcode::ReadRequest))
+                );
+            if cause.layer == iwarp_wire::Layer::Rdmap && header_len > ddp_len && read_request {
                 t.rdmap_header =
                     iwarp_wire::terminate::CopiedHeader::new(&ulpdu[ddp_len..header_len]);
             }

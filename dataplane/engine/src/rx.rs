@@ -3,8 +3,9 @@
 //! 7, RFC 7306 section 8). A violation touches no memory: it queues the Terminate the RFCs
 //! name, with the offending headers, and stops the stream.
 
-use crate::mem::AccessError;
-use crate::qp::{Irq, Orq, QpState, RxRecv};
+use crate::mem::{AccessError, Resolved};
+use crate::qp::{Irq, Orq, QpState, RtrKind, RxRecv};
+use crate::raw::RawRegion;
 use crate::rnic::Rnic;
 use crate::types::{Access, AsyncEvent, Status, WcOpcode, WorkCompletion};
 use iwarp_wire::ddp::Buffer;
@@ -101,6 +102,9 @@ impl Rnic {
             return;
         }
         let hl = seg.header_len();
+        if self.rx_rtr(qp, &seg, payload, ulpdu, hl) {
+            return;
+        }
         match seg.opcode {
             Opcode::Write => self.rx_tagged(qp, &seg, payload, ulpdu, hl, false),
             Opcode::ReadResponse => self.rx_tagged(qp, &seg, payload, ulpdu, hl, true),
@@ -120,6 +124,65 @@ impl Rnic {
             Opcode::ReadRequestV2 => self.rx_request(qp, &seg, ulpdu, hl),
             Opcode::ReadResponseV2 => self.rx_read_response_v2(qp, &seg, payload, ulpdu),
         }
+    }
+
+    /// Peer-to-peer responder awaiting the RTR (RFC 6581 section 5): the first message must
+    /// be exactly the zero-length message agreed on; it is absorbed (no receive WR consumed,
+    /// no memory touched, a Read answered with a zero-length Read Response). Anything else
+    /// is a Terminate. Returns whether the segment was handled here.
+    fn rx_rtr(
+        &mut self,
+        qp: u32,
+        seg: &SegmentRepr,
+        payload: &[u8],
+        ulpdu: &[u8],
+        hl: usize,
+    ) -> bool {
+        let Ok(q) = self.qp_mut(qp) else { return true };
+        let Some(conn) = q.conn.as_mut() else {
+            return true;
+        };
+        let Some(kind) = conn.rtr_rx else {
+            return false;
+        };
+        let agreed = seg.last
+            && payload.is_empty()
+            && match (kind, seg.opcode, seg.buffer, seg.header) {
+                (RtrKind::Send, Opcode::Send, Buffer::Untagged { msn, mo: 0, .. }, _) => {
+                    msn == conn.msn_rx[0]
+                }
+                (RtrKind::Write, Opcode::Write, Buffer::Tagged { .. }, _) => true,
+                (
+                    RtrKind::Read,
+                    Opcode::ReadRequest,
+                    Buffer::Untagged { msn, .. },
+                    RdmapHeader::ReadRequest(r),
+                ) => msn == conn.msn_rx[1] && r.size == 0,
+                _ => false,
+            };
+        if !agreed {
+            self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, hl);
+            return true;
+        }
+        conn.rtr_rx = None;
+        match (kind, seg.header) {
+            (RtrKind::Send, _) => conn.msn_rx[0] = conn.msn_rx[0].wrapping_add(1),
+            (RtrKind::Read, RdmapHeader::ReadRequest(r)) => {
+                conn.msn_rx[1] = conn.msn_rx[1].wrapping_add(1);
+                conn.irq.push_back(Irq::Read {
+                    sink_stag: r.sink_stag,
+                    sink_to: r.sink_to,
+                    src: Resolved {
+                        raw: RawRegion::empty(),
+                        offset: 0,
+                    },
+                    len: 0,
+                    sent: 0,
+                });
+            }
+            _ => {}
+        }
+        true
     }
 
     fn rx_tagged(
@@ -143,7 +206,24 @@ impl Rnic {
         if response {
             // A Read Response answers the oldest outstanding Read (RFC 5040 section 5.5).
             match conn.orq.front() {
-                Some(Orq::Read { sink_stag, .. }) if *sink_stag == stag => {}
+                Some(Orq::Read {
+                    sink_stag,
+                    sink_to,
+                    len,
+                    ..
+                }) if *sink_stag == stag => {
+                    // Only the sink range the Read Request advertised may be written, even
+                    // where the STag's region is larger.
+                    let end = to.checked_add(payload.len() as u64);
+                    if to < *sink_to || end.is_none_or(|e| e > sink_to + *len as u64) {
+                        self.terminate(qp, t::DDP_TAGGED_BASE_BOUNDS, ulpdu, hl);
+                        return;
+                    }
+                }
+                Some(Orq::Rtr) if payload.is_empty() && seg.last => {
+                    conn.orq.pop_front();
+                    return;
+                }
                 _ => {
                     self.terminate(qp, t::RDMAP_UNEXPECTED_OPCODE, ulpdu, hl);
                     return;
@@ -314,6 +394,10 @@ impl Rnic {
         }
         if seg.opcode.carries_invalidate() {
             if mem.invalidate(rsvd_ulp, pd).is_err() {
+                // RFC 5040 section 7.2: the STag cannot be invalidated; the receive WR the
+                // message consumed completes in error before the stream is terminated.
+                wc.status = Status::RemoteAccessError;
+                self.push_wc(cq, wc);
                 self.terminate(qp, t::RDMAP_PROTECTION_CANNOT_INVALIDATE, ulpdu, hl);
                 return;
             }
@@ -457,6 +541,7 @@ impl Rnic {
                     request_id: a.request_id,
                     target,
                     req: a,
+                    executed: None,
                 }
             }
             _ => return,

@@ -3,7 +3,7 @@
 //! so the daemon can put it in one TCP segment (RFC 5044 section 8).
 
 use crate::mem::{AccessError, MemTable};
-use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, TxCur};
+use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG};
 use crate::rnic::{wc_opcode, Rnic};
 use crate::types::{Access, SendOp, Sge, Status};
 use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -36,7 +36,13 @@ impl Rnic {
                 return None;
             }
             let conn = q.conn.as_mut()?;
-            if let Some(t) = conn.terminate.take() {
+            // `is_some` first: the Terminate is large, and `take` on every call would move it.
+            if let Some(t) = conn
+                .terminate
+                .is_some()
+                .then(|| conn.terminate.take())
+                .flatten()
+            {
                 let seg = SegmentRepr {
                     version: conn.params.rdmap_version,
                     opcode: Opcode::Terminate,
@@ -52,6 +58,14 @@ impl Rnic {
             }
             if q.state == QpState::Terminate {
                 return None;
+            }
+            // RFC 6581 section 5: the responder sends nothing before the RTR arrives; the
+            // initiator's first FPDU is the RTR.
+            if conn.rtr_rx.is_some() {
+                return None;
+            }
+            if let Some(kind) = conn.rtr_tx.take() {
+                return tx_rtr(conn, out, kind);
             }
             let sq_ready = conn.cur.is_some() || next_startable(q);
             let conn = q.conn.as_mut()?;
@@ -87,10 +101,65 @@ impl Rnic {
             q.state,
             QpState::Rts | QpState::Closing | QpState::Terminate
         ) && (conn.terminate.is_some()
-            || !conn.irq.is_empty()
-            || conn.cur.is_some()
-            || next_startable(q))
+            || (conn.rtr_rx.is_none()
+                && (conn.rtr_tx.is_some()
+                    || !conn.irq.is_empty()
+                    || conn.cur.is_some()
+                    || next_startable(q))))
     }
+}
+
+/// The peer-to-peer RTR (RFC 6581 section 5): a zero-length Send, Write or Read. A Read
+/// takes an ORQ slot until its zero-length response arrives.
+fn tx_rtr(conn: &mut Conn, out: &mut [u8], kind: RtrKind) -> Option<usize> {
+    let v = conn.params.rdmap_version;
+    let (opcode, buffer, header) = match kind {
+        RtrKind::Send => (
+            Opcode::Send,
+            untagged(rdmap::QN_SEND, conn.msn_tx[0], 0, 0),
+            RdmapHeader::None,
+        ),
+        RtrKind::Write => (
+            Opcode::Write,
+            Buffer::Tagged {
+                stag: RTR_STAG,
+                to: 0,
+            },
+            RdmapHeader::None,
+        ),
+        RtrKind::Read => (
+            Opcode::ReadRequest,
+            untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
+            RdmapHeader::ReadRequest(ReadRequest {
+                sink_stag: RTR_STAG,
+                sink_to: 0,
+                size: 0,
+                src_stag: RTR_STAG,
+                src_to: 0,
+            }),
+        ),
+    };
+    let seg = SegmentRepr {
+        version: v,
+        opcode,
+        last: true,
+        buffer,
+        header,
+    };
+    let Some(n) = emit(conn, out, &seg, None) else {
+        // `out` too small: try again on the next call.
+        conn.rtr_tx = Some(kind);
+        return None;
+    };
+    match kind {
+        RtrKind::Send => conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1),
+        RtrKind::Read => {
+            conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
+            conn.orq.push_back(Orq::Rtr);
+        }
+        RtrKind::Write => {}
+    }
+    Some(n)
 }
 
 fn untagged(qn: u32, msn: u32, mo: u32, rsvd_ulp: u32) -> Buffer {
@@ -332,9 +401,9 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 ),
                 header: RdmapHeader::None,
             };
-            let wr = cur.wr;
+            let wr = &cur.wr;
             let gathered = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, &wr, cur.offset, dst)
+                payload(mem, pd, wr, cur.offset, dst)
             });
             let Ok(sent) = gathered else {
                 conn.cur = None;
@@ -380,9 +449,9 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 },
                 header: RdmapHeader::None,
             };
-            let wr = cur.wr;
+            let wr = &cur.wr;
             let gathered = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, &wr, cur.offset, dst)
+                payload(mem, pd, wr, cur.offset, dst)
             });
             let Ok(sent) = gathered else {
                 conn.cur = None;
@@ -452,6 +521,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 conn.orq.push_back(Orq::Read {
                     seq: cur.seq,
                     sink_stag: sink.stag,
+                    sink_to: sink.to,
                     len: sink.len,
                 });
                 conn.cur = None;
@@ -572,9 +642,9 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], cur.offset as u32, rsvd),
                 header: RdmapHeader::None,
             };
-            let wr = cur.wr;
+            let wr = &cur.wr;
             let Ok(sent) = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, &wr, cur.offset, dst)
+                payload(mem, pd, wr, cur.offset, dst)
             }) else {
                 conn.cur = None;
                 return (None, Done::Error);
@@ -666,8 +736,6 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             sent,
         } => {
             let n = (len - sent).min(max) as usize;
-            src.raw
-                .read(src.offset + sent as usize, &mut conn.scratch[..n]);
             let last = sent + n as u32 == len;
             let seg = SegmentRepr {
                 version: v,
@@ -719,21 +787,33 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             request_id,
             target,
             req,
+            executed,
         } => {
-            // Executed now, with a real atomic instruction on the registered memory.
-            let original = match req.aopcode {
-                AOpCode::FetchAdd => {
-                    target
-                        .raw
-                        .fetch_add(target.offset, req.add_swap, req.add_swap_mask)
+            // Executed now, with a real atomic instruction on the registered memory, exactly
+            // once: if the response does not fit `out` this time, the original value is kept
+            // for the next call instead of running the operation again.
+            let original = match executed {
+                Some(v) => v,
+                None => {
+                    let v = match req.aopcode {
+                        AOpCode::FetchAdd => {
+                            target
+                                .raw
+                                .fetch_add(target.offset, req.add_swap, req.add_swap_mask)
+                        }
+                        AOpCode::CmpSwap => target.raw.cmp_swap(
+                            target.offset,
+                            req.compare,
+                            req.compare_mask,
+                            req.add_swap,
+                            req.add_swap_mask,
+                        ),
+                    };
+                    if let Some(Irq::Atomic { executed, .. }) = conn.irq.front_mut() {
+                        *executed = Some(v);
+                    }
+                    v
                 }
-                AOpCode::CmpSwap => target.raw.cmp_swap(
-                    target.offset,
-                    req.compare,
-                    req.compare_mask,
-                    req.add_swap,
-                    req.add_swap_mask,
-                ),
             };
             let seg = SegmentRepr {
                 version: v,

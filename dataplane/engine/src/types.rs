@@ -118,6 +118,33 @@ pub enum SendOp {
     },
 }
 
+impl SendOp {
+    /// Swap, offered as CmpSwap with a zero compare mask (always equal) and an all-ones swap
+    /// mask: an unconditional 64-bit swap per RFC 7306 section 5.1.2's pseudocode.
+    pub fn swap(remote_stag: u32, remote_to: u64, swap: u64) -> SendOp {
+        SendOp::CmpSwap {
+            remote_stag,
+            remote_to,
+            compare: 0,
+            compare_mask: 0,
+            swap,
+            swap_mask: u64::MAX,
+        }
+    }
+
+    /// A plain compare-and-swap: all compare and swap bits count.
+    pub fn cmp_swap(remote_stag: u32, remote_to: u64, compare: u64, swap: u64) -> SendOp {
+        SendOp::CmpSwap {
+            remote_stag,
+            remote_to,
+            compare,
+            compare_mask: u64::MAX,
+            swap,
+            swap_mask: u64::MAX,
+        }
+    }
+}
+
 /// The most inline data a Send or Write may carry in the WR itself.
 pub const MAX_INLINE: usize = 64;
 

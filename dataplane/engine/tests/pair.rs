@@ -233,21 +233,28 @@ fn atomics_fetch_add_cmp_swap_swap_and_masks() {
         assert_eq!(run(&mut p, cs(8, 9)), 7);
         assert_eq!(p.get_u64(to, target, 8), 7);
         // Swap = CmpSwap with a zero compare mask.
+        assert_eq!(run(&mut p, SendOp::swap(stag, addr, 42)), 7);
+        assert_eq!(p.get_u64(to, target, 8), 42);
+        assert_eq!(run(&mut p, SendOp::cmp_swap(stag, addr, 42, 43)), 42);
+        assert_eq!(p.get_u64(to, target, 8), 43);
+        // The deliberate choice for a zero swap mask (what siw's iwarpex branch sends for a
+        // plain CmpSwap): RFC 7306's pseudocode read literally, no bit is swapped, the
+        // original comes back.
         assert_eq!(
             run(
                 &mut p,
                 SendOp::CmpSwap {
                     remote_stag: stag,
                     remote_to: addr,
-                    compare: 0,
-                    compare_mask: 0,
-                    swap: 42,
-                    swap_mask: u64::MAX
+                    compare: 43,
+                    compare_mask: u64::MAX,
+                    swap: 44,
+                    swap_mask: 0
                 }
             ),
-            7
+            43
         );
-        assert_eq!(p.get_u64(to, target, 8), 42);
+        assert_eq!(p.get_u64(to, target, 8), 43);
         // Masked CmpSwap: compare the low byte only, swap the high 32 bits only.
         p.set_u64(to, target, 8, 0x1111_1111_2222_2233);
         assert_eq!(

@@ -7,8 +7,11 @@
 //! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
 //!   configured minimum RTO.
 //! - `node.rs`: one RNIC on one port: TCP per QP, MPA setup, FPDU-aligned transmission.
+//! - `worker.rs`: the poll-mode core that owns a node (pinning, busy/adaptive polling,
+//!   counters readable while it runs).
 
 pub mod clock;
 pub mod device;
 pub mod node;
 pub mod port;
+pub mod worker;

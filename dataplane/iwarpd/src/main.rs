@@ -1,24 +1,32 @@
 //! `iwarpd`: the dataplane daemon.
 //!
-//! Loads the TOML configuration (CLI flags override it), opens the configured port, and runs
-//! the RNIC node on a poll-mode worker pinned to the configured core, busy or adaptive
-//! polling. Counters are written to `<runtime dir>/stats` every second and on SIGUSR1.
-//! SIGINT/SIGTERM stop it cleanly: connections aborted, runtime files removed.
+//! Loads the TOML configuration (CLI flags override it) and refuses a bad one with a message
+//! naming the key (exit status 2). Opens the configured port (optionally wrapped in a pcap
+//! writer) on a poll-mode worker pinned to the first configured core, and runs the RNIC node
+//! there, busy or adaptive polling. The main thread only watches signals and counters:
+//! `<runtime dir>/stats` is rewritten every second (one line per core, `key=value`), SIGUSR1
+//! logs the counters at once. SIGINT/SIGTERM stop it cleanly: every connection aborted (RST
+//! to the peer, QP to Error), the port closed (the Unix port removes its socket), runtime
+//! files removed.
 //!
-//! Today the node serves the port, ARP and TCP; RDMA connections and QPs arrive through the
-//! control plane (`iwarp-control`, not built yet).
+//! Connections and QPs arrive through the control plane (`iwarp-control`) over the command
+//! ring; until that is wired the daemon serves the port, ARP and TCP.
 
 use clap::Parser;
+use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
+use iwarp_abi::segment::{HugePolicy, Segment};
 use iwarp_config::{parse_cidr, parse_mac, Config, PortKind};
 use iwarpd::node::{Node, TcpSettings};
 use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::tap::TapPort;
 use iwarpd::port::unix::UnixPort;
 use iwarpd::port::Port;
-use std::path::PathBuf;
+use iwarpd::worker::{self, CoreCounters, Polling};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -36,18 +44,36 @@ struct Args {
     /// MAC address (port.mac).
     #[arg(long)]
     mac: Option<String>,
-    /// IPv4 address with prefix (port.ipv4).
+    /// IPv4 address with prefix, e.g. 10.77.0.2/24 (port.ipv4).
     #[arg(long)]
     ip: Option<String>,
     /// Directory of the embedded Unix-socket Ethernet segment (port.segment).
     #[arg(long)]
     segment: Option<PathBuf>,
-    /// Write every frame to this pcap file (pcap.file).
+    /// TAP interface name (port.tap_name).
+    #[arg(long)]
+    tap: Option<String>,
+    /// Write every frame sent and received to this pcap file (pcap.file).
     #[arg(long)]
     pcap: Option<PathBuf>,
     /// Runtime directory (daemon.runtime_dir).
     #[arg(long)]
     runtime_dir: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace (daemon.log_level).
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Cores to pin poll-mode workers to, comma-separated (cores.list).
+    #[arg(long, value_delimiter = ',')]
+    cores: Option<Vec<usize>>,
+    /// busy or adaptive (cores.polling).
+    #[arg(long)]
+    polling: Option<String>,
+    /// Minimum retransmission timeout in microseconds (tcp.min_rto_us).
+    #[arg(long)]
+    min_rto_us: Option<u64>,
+    /// Check the configuration, print it, and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 fn load(args: &Args) -> Result<Config, String> {
@@ -70,12 +96,28 @@ fn load(args: &Args) -> Result<Config, String> {
     if let Some(v) = &args.segment {
         c.port.segment = v.clone();
     }
+    if let Some(v) = &args.tap {
+        c.port.tap_name = v.clone();
+    }
     if let Some(v) = &args.pcap {
         c.pcap.file = Some(v.clone());
     }
     if let Some(v) = &args.runtime_dir {
         c.daemon.runtime_dir = Some(v.clone());
     }
+    if let Some(v) = &args.log_level {
+        c.daemon.log_level = v.clone();
+    }
+    if let Some(v) = &args.cores {
+        c.cores.list = v.clone();
+    }
+    if let Some(v) = &args.polling {
+        c.cores.polling = v.clone();
+    }
+    if let Some(v) = args.min_rto_us {
+        c.tcp.min_rto_us = v;
+    }
+    // CLI values go through the same validation, so the message names the key either way.
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -89,23 +131,73 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    env_logger::Builder::new()
-        .parse_filters(&cfg.daemon.log_level)
-        .format_timestamp_micros()
-        .init();
+    if args.check {
+        use std::io::Write;
+        // A closed stdout (`| head`) is not an error worth a panic.
+        let _ = writeln!(std::io::stdout(), "{cfg:#?}");
+        return ExitCode::SUCCESS;
+    }
+    let level = cfg
+        .daemon
+        .log_level
+        .parse::<tracing::Level>()
+        .unwrap_or(tracing::Level::INFO);
+    // Also bridges smoltcp's `log` records into tracing.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
     match run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log::error!("{e}");
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// Removes the daemon's runtime files when dropped, whatever way `run` ends, then the
+/// directory if nothing else is left in it (it may be a directory the user shares).
+struct RuntimeDir(PathBuf);
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        for f in ["pid", "stats", "stats.tmp", "daemon.shm"] {
+            let _ = std::fs::remove_file(self.0.join(f));
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 fn run(cfg: Config) -> Result<(), String> {
     let runtime = cfg.runtime_dir();
+    let pid_file = runtime.join("pid");
+    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+        if let Ok(pid) = pid.trim().parse::<i32>() {
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid, 0) } == 0 {
+                return Err(format!(
+                    "daemon.runtime_dir {}: daemon {} (pid {pid}) already runs there",
+                    runtime.display(),
+                    cfg.daemon.name
+                ));
+            }
+        }
+    }
     std::fs::create_dir_all(&runtime)
-        .map_err(|e| format!("runtime dir {}: {e}", runtime.display()))?;
+        .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
+    let _guard = RuntimeDir(runtime.clone());
+    std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
+
+    let shm = daemon_segment(&cfg, &runtime)?;
+    tracing::info!(
+        "daemon segment {} ({}), linked as {}",
+        shm.path().map_or("?".into(), |p| p.display().to_string()),
+        cfg.shm.hugepages,
+        runtime.join("daemon.shm").display()
+    );
+
     let stop = Arc::new(AtomicBool::new(false));
     let dump = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -115,45 +207,236 @@ fn run(cfg: Config) -> Result<(), String> {
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))
         .map_err(|e| format!("signal handler: {e}"))?;
 
-    let mac = parse_mac(&cfg.port.mac).ok_or("port.mac")?;
-    let (ip, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4")?;
-    log::info!(
-        "{}: {:?} port, {} {}/{}, runtime {}",
+    let core = cfg.cores.list.first().copied();
+    if cfg.cores.list.len() > 1 {
+        tracing::warn!(
+            "cores.list names {} cores; one port with one queue uses one worker (core {:?})",
+            cfg.cores.list.len(),
+            core
+        );
+    }
+    let counters = Arc::new(CoreCounters::new(core));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let worker = {
+        let (cfg, stop, counters) = (cfg.clone(), Arc::clone(&stop), Arc::clone(&counters));
+        std::thread::Builder::new()
+            .name(format!("iwarpd-core{}", core.map_or(-1, |c| c as i64)))
+            .spawn(move || core_main(&cfg, core, &counters, &stop, ready_tx, shm))
+            .map_err(|e| format!("worker thread: {e}"))?
+    };
+    // The port is opened on the worker (its memory local to that core); wait for the verdict.
+    let started = ready_rx
+        .recv()
+        .unwrap_or_else(|_| Err("worker ended before opening the port".into()));
+    if let Err(e) = started {
+        let _ = worker.join();
+        return Err(e);
+    }
+    tracing::info!(
+        "{}: {:?} port {} {}, runtime {}, {} polling",
         cfg.daemon.name,
         cfg.port_kind(),
         cfg.port.mac,
+        cfg.port.ipv4,
+        runtime.display(),
+        cfg.cores.polling
+    );
+
+    let stats = runtime.join("stats");
+    let mut last = Instant::now() - Duration::from_secs(1);
+    while !stop.load(Ordering::Relaxed) && !worker.is_finished() {
+        if dump.swap(false, Ordering::Relaxed) {
+            tracing::info!("SIGUSR1 counters: {}", counters.line());
+        }
+        if last.elapsed() >= Duration::from_secs(1) {
+            write_stats(&stats, &[&counters]);
+            last = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    tracing::info!("{}: stopping", cfg.daemon.name);
+    let result = worker
+        .join()
+        .unwrap_or_else(|_| Err("worker panicked".into()));
+    tracing::info!("final counters: {}", counters.line());
+    tracing::info!("{}: stopped, runtime files removed", cfg.daemon.name);
+    result
+}
+
+/// Creates the daemon segment (ARCH.md step 1) as `shm.hugepages` says, linked as
+/// `<runtime>/daemon.shm`. A segment of the same name left by a daemon that died (its
+/// creator pid gone) is removed first; one whose creator lives is refused.
+fn daemon_segment(cfg: &Config, runtime: &Path) -> Result<DaemonSide, String> {
+    let name = format!("iwarp-{}.daemon", cfg.daemon.name);
+    if let Some(stale) = Segment::find(&name) {
+        let pid = Segment::open(&stale, None)
+            .map(|s| s.header().creator_pid as i32)
+            .unwrap_or(0);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+            return Err(format!(
+                "daemon.name {}: segment {} belongs to running pid {pid}",
+                cfg.daemon.name,
+                stale.display()
+            ));
+        }
+        tracing::warn!(
+            "removing stale segment {} (pid {pid} is gone)",
+            stale.display()
+        );
+        let _ = std::fs::remove_file(&stale);
+    }
+    let policy = match cfg.shm.hugepages.as_str() {
+        "on" => HugePolicy::Required,
+        "off" => HugePolicy::Off,
+        _ => HugePolicy::Auto,
+    };
+    DaemonShm::create(
+        &name,
+        Some(&runtime.join("daemon.shm")),
+        DEFAULT_COMMAND_SLOTS,
+        DEFAULT_UPCALL_SLOTS,
+        policy,
+    )
+    .map_err(|e| {
+        format!(
+            "shm.hugepages {}: daemon segment {name}: {e}",
+            cfg.shm.hugepages
+        )
+    })
+}
+
+/// Writes the stats file atomically (a reader never sees half of it).
+fn write_stats(path: &Path, cores: &[&CoreCounters]) {
+    let mut text = String::new();
+    for c in cores {
+        text.push_str(&c.line());
+        text.push('\n');
+    }
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
+
+/// The worker thread: pin, open the port, run the node until stopped.
+fn core_main(
+    cfg: &Config,
+    core: Option<usize>,
+    counters: &CoreCounters,
+    stop: &AtomicBool,
+    ready: mpsc::Sender<Result<(), String>>,
+    shm: DaemonSide,
+) -> Result<(), String> {
+    if let Some(c) = core {
+        if worker::pin(core) {
+            tracing::info!("poll-mode worker pinned to core {c}");
+        } else {
+            tracing::warn!("poll-mode worker could not be pinned to core {c}; running unpinned");
+        }
+    }
+    let opened = open_and_run(cfg, counters, stop, &ready, shm);
+    if let Err(e) = &opened {
+        // Tell main if it still waits; otherwise main reads the error from join.
+        let _ = ready.send(Err(e.clone()));
+    }
+    opened
+}
+
+fn open_and_run(
+    cfg: &Config,
+    counters: &CoreCounters,
+    stop: &AtomicBool,
+    ready: &mpsc::Sender<Result<(), String>>,
+    shm: DaemonSide,
+) -> Result<(), String> {
+    let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+    let (ip, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4: not an address/prefix")?;
+    let ctx = Ctx {
+        cfg,
         ip,
         prefix,
-        runtime.display()
-    );
-    let result = match cfg.port_kind() {
+        counters,
+        stop,
+        ready,
+        shm: std::cell::RefCell::new(shm),
+    };
+    match cfg.port_kind() {
         PortKind::Unix => {
             let p = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu)
                 .map_err(|e| format!("port.segment {}: {e}", cfg.port.segment.display()))?;
-            serve(&cfg, p, ip, prefix, &stop, &dump)
+            ctx.serve(p)
         }
         PortKind::Tap => {
             let p = TapPort::open(&cfg.port.tap_name, mac, cfg.port.mtu).map_err(|e| {
                 format!("port.tap_name {}: {e} (TAP needs root)", cfg.port.tap_name)
             })?;
-            serve(&cfg, p, ip, prefix, &stop, &dump)
+            ctx.serve(p)
         }
-        PortKind::Dpdk => serve_dpdk(&cfg, ip, prefix, &stop, &dump),
-    };
-    let _ = std::fs::remove_dir_all(&runtime);
-    log::info!("{}: stopped, runtime files removed", cfg.daemon.name);
-    result
+        PortKind::Dpdk => serve_dpdk(&ctx),
+    }
+}
+
+struct Ctx<'a> {
+    cfg: &'a Config,
+    ip: Ipv4Addr,
+    prefix: u8,
+    counters: &'a CoreCounters,
+    stop: &'a AtomicBool,
+    ready: &'a mpsc::Sender<Result<(), String>>,
+    /// The daemon segment (command and upcall rings, heartbeat); owned by this core.
+    shm: std::cell::RefCell<DaemonSide>,
+}
+
+impl Ctx<'_> {
+    fn serve<P: Port>(&self, port: P) -> Result<(), String> {
+        match &self.cfg.pcap.file {
+            Some(pcap) => {
+                let p = PcapPort::new(port, pcap)
+                    .map_err(|e| format!("pcap.file {}: {e}", pcap.display()))?;
+                tracing::info!("writing every frame to {}", pcap.display());
+                self.poll(p)
+            }
+            None => self.poll(port),
+        }
+    }
+
+    fn poll<P: Port>(&self, port: P) -> Result<(), String> {
+        let cfg = self.cfg;
+        let tcp = TcpSettings {
+            rx_buffer: cfg.tcp.rx_buffer,
+            tx_buffer: cfg.tcp.tx_buffer,
+            min_rto_us: cfg.tcp.min_rto_us,
+            mss: cfg.tcp.mss,
+            max_inflight: cfg.tcp.max_inflight,
+            user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
+        };
+        let mut node = Node::new(port, self.ip, self.prefix, tcp);
+        let polling = if cfg.cores.polling == "busy" {
+            Polling::Busy
+        } else {
+            Polling::Adaptive {
+                idle_spins: cfg.cores.idle_spins,
+                max_sleep: Duration::from_micros(cfg.cores.max_idle_sleep_us),
+            }
+        };
+        let _ = self.ready.send(Ok(()));
+        let shm = self.shm.borrow();
+        // Each turn bumps the heartbeat control watches (a stalled or dead core stops it).
+        // Commands stay queued on the ring until the engine integration serves them.
+        worker::run_with(&mut node, polling, self.counters, self.stop, |_| {
+            shm.beat();
+            false
+        });
+        Ok(())
+    }
 }
 
 #[cfg(feature = "dpdk")]
-fn serve_dpdk(
-    cfg: &Config,
-    ip: std::net::Ipv4Addr,
-    prefix: u8,
-    stop: &AtomicBool,
-    dump: &AtomicBool,
-) -> Result<(), String> {
+fn serve_dpdk(ctx: &Ctx<'_>) -> Result<(), String> {
     use iwarpd::port::dpdk::{eal_init, DpdkPort};
+    let cfg = ctx.cfg;
     eal_init(&cfg.port.eal_args).map_err(|e| format!("port.eal_args: {e}"))?;
     let name = cfg.port.eal_args.iter().find_map(|a| {
         a.strip_prefix("--vdev=")
@@ -162,82 +445,10 @@ fn serve_dpdk(
     let name =
         name.ok_or("port.eal_args: name the device with --vdev=NAME,... (PCI devices: not yet)")?;
     let p = DpdkPort::open(&name, cfg.port.mtu).map_err(|e| format!("DPDK port {name}: {e}"))?;
-    serve(cfg, p, ip, prefix, stop, dump)
+    ctx.serve(p)
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn serve_dpdk(
-    _: &Config,
-    _: std::net::Ipv4Addr,
-    _: u8,
-    _: &AtomicBool,
-    _: &AtomicBool,
-) -> Result<(), String> {
+fn serve_dpdk(_: &Ctx<'_>) -> Result<(), String> {
     Err("port.kind: \"dpdk\" needs iwarpd built with the `dpdk` feature (cargo build --features iwarpd/dpdk)".into())
-}
-
-fn serve<P: Port>(
-    cfg: &Config,
-    port: P,
-    ip: std::net::Ipv4Addr,
-    prefix: u8,
-    stop: &AtomicBool,
-    dump: &AtomicBool,
-) -> Result<(), String> {
-    if let Some(pcap) = &cfg.pcap.file {
-        let p =
-            PcapPort::new(port, pcap).map_err(|e| format!("pcap.file {}: {e}", pcap.display()))?;
-        return poll_loop(cfg, p, ip, prefix, stop, dump);
-    }
-    poll_loop(cfg, port, ip, prefix, stop, dump)
-}
-
-/// The poll-mode core: pinned, busy or adaptive, until told to stop.
-fn poll_loop<P: Port>(
-    cfg: &Config,
-    port: P,
-    ip: std::net::Ipv4Addr,
-    prefix: u8,
-    stop: &AtomicBool,
-    dump: &AtomicBool,
-) -> Result<(), String> {
-    if let Some(&core) = cfg.cores.list.first() {
-        let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: core });
-        log::info!("poll-mode core {core}: pinned {pinned}");
-    }
-    let tcp = TcpSettings {
-        rx_buffer: cfg.tcp.rx_buffer,
-        tx_buffer: cfg.tcp.tx_buffer,
-        min_rto_us: cfg.tcp.min_rto_us,
-        mss: cfg.tcp.mss,
-        ..TcpSettings::default()
-    };
-    let mut node = Node::new(port, ip, prefix, tcp);
-    let busy = cfg.cores.polling == "busy";
-    let max_sleep = Duration::from_micros(cfg.cores.max_idle_sleep_us);
-    let stats = cfg.runtime_dir().join("stats");
-    let mut idle = Duration::ZERO;
-    let mut last_stats = Instant::now() - Duration::from_secs(1);
-    while !stop.load(Ordering::Relaxed) {
-        let worked = node.poll();
-        if dump.swap(false, Ordering::Relaxed) || last_stats.elapsed() >= Duration::from_secs(1) {
-            let c = node.counters();
-            let text = format!(
-                "core {}\nrx_frames {}\ntx_frames {}\nrx_bytes {}\ntx_bytes {}\nfpdus_tx {}\nstream_bytes_rx {}\n",
-                cfg.cores.list.first().map_or("-".to_string(), |c| c.to_string()),
-                c.rx_frames, c.tx_frames, c.rx_bytes, c.tx_bytes, c.fpdus_tx, c.stream_bytes_rx
-            );
-            let _ = std::fs::write(&stats, text);
-            last_stats = Instant::now();
-        }
-        if busy || worked {
-            idle = Duration::ZERO;
-            continue;
-        }
-        // Adaptive: back off exponentially while idle, never past what smoltcp's timers allow.
-        idle = (idle * 2).clamp(Duration::from_micros(1), max_sleep);
-        let sleep = node.poll_delay().map_or(idle, |d| d.min(idle));
-        std::thread::sleep(sleep);
-    }
-    Ok(())
 }

@@ -18,7 +18,7 @@
 use crate::clock::DilatedClock;
 use crate::device::PortDevice;
 use crate::port::Port;
-use iwarp_engine::{ConnParams, Rnic};
+use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
@@ -89,6 +89,13 @@ pub struct Counters {
     pub tx_bytes: u64,
     pub fpdus_tx: u64,
     pub stream_bytes_rx: u64,
+    /// Frames the port could not send or deliver (see [`Port::dropped`]).
+    pub drops: u64,
+    /// Connections that ended other than by our own shutdown (peer reset or closed, user
+    /// timeout, failed setup).
+    pub conns_lost: u64,
+    /// Connections in setup or RTS now.
+    pub connections: u64,
 }
 
 pub struct Node<P: Port> {
@@ -102,6 +109,7 @@ pub struct Node<P: Port> {
     fpdu: Vec<u8>,
     fpdus_tx: u64,
     stream_rx: u64,
+    conns_lost: u64,
 }
 
 impl<P: Port> Node<P> {
@@ -132,6 +140,7 @@ impl<P: Port> Node<P> {
             fpdu: vec![0; tcp.mss],
             fpdus_tx: 0,
             stream_rx: 0,
+            conns_lost: 0,
         }
     }
 
@@ -229,7 +238,29 @@ impl<P: Port> Node<P> {
             tx_bytes: self.dev.tx_bytes,
             fpdus_tx: self.fpdus_tx,
             stream_bytes_rx: self.stream_rx,
+            drops: self.dev.port.dropped(),
+            conns_lost: self.conns_lost,
+            connections: self
+                .conns
+                .iter()
+                .filter(|c| !matches!(c.state, ConnState::Failed(_) | ConnState::Closed))
+                .count() as u64,
         }
+    }
+
+    /// Clean shutdown: every live connection is aborted (a RST goes to each peer, its QP
+    /// enters Error with flushed work), and the RSTs are sent before returning.
+    pub fn shutdown(&mut self) {
+        for i in 0..self.conns.len() {
+            if !matches!(
+                self.conns[i].state,
+                ConnState::Failed(_) | ConnState::Closed
+            ) {
+                self.abort(i);
+            }
+        }
+        self.iface_poll();
+        let _ = self.dev.port.flush();
     }
 
     pub fn port(&self) -> &P {
@@ -275,6 +306,7 @@ impl<P: Port> Node<P> {
         let c = &mut self.conns[i];
         self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
         c.state = ConnState::Failed(why);
+        self.conns_lost += 1;
         self.rnic.connection_lost(c.qp, false);
     }
 
@@ -305,6 +337,7 @@ impl<P: Port> Node<P> {
                     | tcp::State::Closing
             );
             self.conns[i].state = ConnState::Closed;
+            self.conns_lost += 1;
             self.rnic.connection_lost(self.conns[i].qp, graceful);
             return true;
         }
@@ -376,6 +409,22 @@ impl<P: Port> Node<P> {
                     rdmap_version: n.rdmap_version,
                     max_fpdu: self.tcp.mss,
                     max_rx_ulpdu: 65535,
+                    // RFC 6581 peer-to-peer: the RTR negotiation agreed on (one kind).
+                    p2p: n.rtr.and_then(|r| {
+                        let rtr = if r.send {
+                            RtrKind::Send
+                        } else if r.write {
+                            RtrKind::Write
+                        } else if r.read {
+                            RtrKind::Read
+                        } else {
+                            return None;
+                        };
+                        Some(PeerToPeer {
+                            rtr,
+                            initiator: self.conns[i].initiator,
+                        })
+                    }),
                 };
                 if let Err(e) = self.rnic.connect(self.conns[i].qp, params) {
                     self.fail(i, format!("QP to RTS: {e:?}"));
@@ -442,5 +491,23 @@ impl<P: Port> Node<P> {
             }
         }
         busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The node's own state per connection beyond the socket buffers (issue 4: at most
+    /// 4 KiB per connection beyond TCP buffers and rings): a slot of smoltcp's socket set
+    /// (which holds the TCP socket with its assembler and timers) plus our `Conn`.
+    #[test]
+    fn per_connection_state_fits_4_kib() {
+        let socket = std::mem::size_of::<tcp::Socket<'static>>();
+        let conn = std::mem::size_of::<Conn>();
+        let slot = std::mem::size_of::<Option<smoltcp::iface::SocketStorage<'static>>>();
+        println!("per connection: smoltcp socket {socket} B, Conn {conn} B, set slot {slot} B");
+        assert!(socket <= slot, "the slot holds the socket");
+        assert!(slot + conn <= 4096, "{slot} + {conn}");
     }
 }

@@ -102,8 +102,8 @@ fn runs_serves_and_stops_cleanly() {
     std::thread::sleep(Duration::from_millis(1100));
     let text = std::fs::read_to_string(&stats).unwrap();
     let rx: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("rx_frames "))
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("rx_frames="))
         .unwrap()
         .parse()
         .unwrap();

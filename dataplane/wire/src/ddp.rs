@@ -12,6 +12,24 @@
 //!
 //! Contract (smoltcp style): after [`Packet::check_len`] succeeds no accessor panics;
 //! [`DdpRepr::parse`] never panics; [`DdpRepr::emit`] never panics and reports a short buffer.
+//!
+//! Public API (what the engine codes against):
+//!
+//! ```text
+//! Packet<T: AsRef<[u8]>>      new_unchecked / new_checked / check_len, tagged() last() version()
+//!                             rsvd_ulp() stag() to() rsvd_ulp2() qn() msn() mo() header_len()
+//!                             payload(); setters on T: AsMut<[u8]>
+//! DdpRepr { last, rsvd_ulp, buffer: Buffer }   parse(&Packet) / buffer_len() / emit(&mut [u8])
+//! Buffer::Tagged { stag, to } | Buffer::Untagged { qn, msn, mo, rsvd_ulp }
+//! Segmenter::new(message_len, max_payload) -> Iterator<Item = SegmentPlan { offset, len, last }>
+//! Reassembly::accept(mo, len, last) -> Result<Option<message_len>>   (MO continuity check)
+//! ```
+//!
+//! Segmentation (RFC 5041 section 5.1): a tagged segment's TO is the message's base TO plus
+//! [`SegmentPlan::offset`]; an untagged segment's MO is the offset itself; every segment of a
+//! message carries the same STag (tagged) or the same QN and MSN (untagged); only the last has
+//! the L bit. A zero-length message is one segment with no payload and L set (section 5.1
+//! allows zero-length messages; they still consume an untagged buffer).
 
 use crate::error::{Error, Result};
 
@@ -327,13 +345,18 @@ impl Reassembly {
     }
 
     /// Accepts a segment at `mo` of `len` bytes. Returns the message length when `last`.
-    /// An out-of-sequence offset is [`Error::Malformed`]; the engine maps it to the
-    /// "Invalid MO" Terminate (RFC 5041 section 7.2, DDP untagged code 4).
+    /// An out-of-sequence offset (or a message running past 2^32 octets) is
+    /// [`Error::BadMessageOffset`], whose Terminate is "Invalid MO" (RFC 5041 section 7.2,
+    /// DDP untagged code 4). On error the state is left unchanged.
     pub fn accept(&mut self, mo: u32, len: u32, last: bool) -> Result<Option<u32>> {
+        let bad = Error::BadMessageOffset {
+            expected: self.next_mo,
+            received: mo,
+        };
         if mo != self.next_mo {
-            return Err(Error::Malformed);
+            return Err(bad);
         }
-        self.next_mo = mo.checked_add(len).ok_or(Error::Malformed)?;
+        self.next_mo = mo.checked_add(len).ok_or(bad)?;
         if last {
             let total = self.next_mo;
             self.next_mo = 0;
@@ -473,6 +496,19 @@ mod tests {
     fn reassembly_rejects_gap() {
         let mut r = Reassembly::new();
         assert_eq!(r.accept(0, 10, false), Ok(None));
-        assert_eq!(r.accept(11, 10, true), Err(Error::Malformed));
+        let e = r.accept(11, 10, true).unwrap_err();
+        assert_eq!(
+            e,
+            Error::BadMessageOffset {
+                expected: 10,
+                received: 11
+            }
+        );
+        assert_eq!(
+            e.terminate_cause(),
+            Some(crate::terminate::DDP_UNTAGGED_INVALID_MO)
+        );
+        // The message in progress is still intact and can continue.
+        assert_eq!(r.accept(10, 5, true), Ok(Some(15)));
     }
 }

@@ -41,6 +41,9 @@ pub enum Error {
     BadMpaRevision(u8),
     /// Private data longer than the 512 octets RFC 5044 section 7.1 allows.
     PrivateDataTooLong(u16),
+    /// An untagged segment's MO does not continue the message where the previous segment of
+    /// the same message ended (RFC 5041 section 5.2; Terminate per section 7.2, code 4).
+    BadMessageOffset { expected: u32, received: u32 },
     /// The output buffer is too small for `emit`.
     BufferTooSmall,
 }
@@ -69,6 +72,7 @@ impl Error {
             Error::BadMpaKey | Error::BadMpaRevision(_) | Error::PrivateDataTooLong(_) => {
                 LLP_INVALID_REQUEST_REPLY
             }
+            Error::BadMessageOffset { .. } => DDP_UNTAGGED_INVALID_MO,
             Error::BufferTooSmall => return None,
         })
     }
@@ -102,6 +106,9 @@ impl fmt::Display for Error {
             Error::BadMpaRevision(r) => write!(f, "MPA revision {r} not supported"),
             Error::PrivateDataTooLong(l) => {
                 write!(f, "MPA private data of {l} bytes, at most 512 allowed")
+            }
+            Error::BadMessageOffset { expected, received } => {
+                write!(f, "DDP message offset {received}, expected {expected}")
             }
             Error::BufferTooSmall => write!(f, "output buffer too small"),
         }

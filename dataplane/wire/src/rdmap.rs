@@ -14,6 +14,30 @@
 //! Contract (smoltcp style): [`SegmentRepr::parse`] never panics on any input and returns an
 //! [`Error`] that names the Terminate to send; [`SegmentRepr::emit`] never panics into a
 //! buffer of at least [`SegmentRepr::header_len`] bytes.
+//!
+//! Public API (what the engine codes against):
+//!
+//! ```text
+//! Opcode (repr u8, TryFrom<u8>)   .info() -> OpcodeInfo { tagged, qn, rdmap_header_len,
+//!                                 min_version }, .carries_invalidate(), .solicited()
+//! parse_control(u8) -> (version, Opcode); control(version, Opcode) -> u8
+//! SegmentRepr { version, opcode, last, buffer: ddp::Buffer, header: RdmapHeader }
+//!     parse(ulpdu) -> (SegmentRepr, payload slice); header_len(); emit(&mut [u8])
+//! RdmapHeader::{None, ReadRequest, ReadRequestV2, Terminate, Immediate(u64),
+//!               AtomicRequest, AtomicResponse { request_id, original }}
+//! AOpCode::{FetchAdd = 0, CmpSwap = 2} (TryFrom<u8>: 0x1 and 0x3..=0xf are ReservedAOpCode)
+//! QN_SEND 0, QN_READ_REQUEST 1 (also Atomic Requests), QN_TERMINATE 2, QN_RESPONSE 3
+//! ```
+//!
+//! Choices where the specifications leave one:
+//! - RFC 7306 section 4 calls the Atomic Response header "32 bytes long", but its figure 6 and
+//!   appendix A.2 show 12 (request id, original value); we follow the figures.
+//! - V2 draft section 5.3: a Send with Immediate's last segment carries only the 8 octets of
+//!   immediate data. `emit` writes them from `RdmapHeader::Immediate`; `parse` hands them back
+//!   as the payload (header `None`), and the receiver checks that there are exactly 8, since a
+//!   wrong count there is a Terminate of its own (RDMAP catastrophic, localized).
+//! - RFC 7306 section 5.2.1 item 4 names no Terminate for an unsupported AOpCode; we send
+//!   RDMAP Remote Operation / Unexpected OpCode (see `error.rs`).
 
 use crate::ddp::{self, Buffer, DdpRepr};
 use crate::error::{Error, Result};

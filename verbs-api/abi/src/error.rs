@@ -38,9 +38,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(e) => write!(f, "{e}"),
-            Error::InvalidName => f.write_str(
-                "invalid shared-memory name (empty, contains '/' or NUL, or too long)",
-            ),
+            Error::InvalidName => {
+                f.write_str("invalid shared-memory name (empty, contains '/' or NUL, or too long)")
+            }
             Error::HugepagesUnavailable {
                 mounted,
                 free_pages,

@@ -1,13 +1,35 @@
-//! The shared-memory contract of the stack.
+//! The shared-memory contract of the stack: what iwarpd, iwarp-control and applications
+//! agree on, byte for byte.
 //!
-//! - [`segment`]: named shared-memory segments backed by hugepages (a hugetlbfs mount) when
-//!   free ones exist, else ordinary shared memory (`/dev/shm`) with one clear warning;
-//!   created by one process, mapped by others by path.
-//! - [`ring`]: a single-producer single-consumer ring of fixed-size `#[repr(C)]` slots laid
-//!   out in such a segment, with back-pressure (a full ring refuses, never overwrites).
+//! - [`segment`]: named shared-memory segments backed by hugepages (a hugetlbfs mount or
+//!   `memfd_create(MFD_HUGETLB)`) when free ones exist, else ordinary shared memory
+//!   (`/dev/shm`) with one clear warning; every segment starts with a header (magic, ABI
+//!   version, kind, size, creator pid).
+//! - [`fdpass`]: segments passed as file descriptors over a Unix socket (`SCM_RIGHTS`).
+//! - [`ring`]: a single-producer single-consumer ring of fixed-size `#[repr(C)]` slots in
+//!   such a segment, with back-pressure (a full ring refuses, never overwrites) and batches
+//!   published by one index store (one doorbell).
+//! - [`wqe`]: the fast-path records: [`wqe::SendWqe`], [`wqe::RecvWqe`], [`wqe::Cqe`],
+//!   [`wqe::AsyncEvent`].
+//! - [`command`]: the control <-> daemon messages ([`command::Command`],
+//!   [`command::Upcall`]) in fixed-size [`command::Msg`] slots.
+//! - [`daemon_shm`]: iwarpd's segment: command ring, upcall ring, heartbeat and generation.
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
+//!
+//! Model check: `RUSTFLAGS="--cfg loom" cargo test -p iwarp-abi --release ring_loom`.
 
+pub mod command;
+pub mod daemon_shm;
+pub mod error;
+pub mod fdpass;
 pub mod ring;
 pub mod segment;
 pub mod sync;
+pub mod wqe;
+
+pub use error::Error;
+
+/// The version of everything in this crate that crosses a process boundary. Bump it on any
+/// change of a `#[repr(C)]` layout, a tag or an enum value.
+pub const ABI_VERSION: u32 = 1;

@@ -15,13 +15,30 @@
 //! other's index and reloads it only when the ring looks full (producer) or empty (consumer).
 //! A batch publishes once: one store of `head` is the doorbell for all of it.
 
+use crate::error::Error;
+use crate::segment::Segment;
 use crate::sync::{AtomicU64, Ordering};
 use core::marker::PhantomData;
 use core::mem::size_of;
 use core::ptr::NonNull;
+use std::sync::Arc;
 
-pub const RING_MAGIC: u64 = 0x6977_6172_7072_696e; // "iwarprin"
+/// "iwarprin", little-endian.
+pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"iwarprin");
+/// The ring layout's version (part of the ABI; see [`crate::ABI_VERSION`]).
 pub const RING_VERSION: u64 = 1;
+
+/// A type that may live in a ring slot shared with another, untrusted, process.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` octets must be a valid value (integers and
+/// arrays of integers, `#[repr(C)]`, explicit padding fields): a peer may write anything.
+pub unsafe trait Slot: Copy {}
+
+// SAFETY: every bit pattern is a valid integer.
+unsafe impl Slot for u64 {}
+// SAFETY: as above.
+unsafe impl Slot for u32 {}
 
 #[repr(C, align(64))]
 struct Line<T>(T);
@@ -29,6 +46,7 @@ struct Line<T>(T);
 /// The ring's header, at the start of its memory.
 #[repr(C)]
 pub struct RingHeader {
+    /// magic, version, capacity, slot size.
     meta: Line<[u64; 4]>,
     head: Line<AtomicU64>,
     tail: Line<AtomicU64>,
@@ -39,37 +57,61 @@ pub const fn ring_bytes<T>(capacity: usize) -> usize {
     size_of::<RingHeader>() + capacity * size_of::<T>()
 }
 
-/// Why a ring could not be attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RingError {
-    BadMagic,
-    /// Written by a different ABI version.
-    Version(u64),
-    /// Capacity not a power of two, or the memory too small.
-    Layout,
-    /// The slot size in the header is not this `T`'s.
-    SlotSize,
-}
-
-/// The ring's memory: a base pointer and a length, inside a mapping that outlives the ring.
-#[derive(Clone, Copy)]
+/// The ring's memory: a base pointer inside a mapping that outlives the ring.
+#[derive(Clone)]
 struct Raw {
     base: NonNull<u8>,
     mask: u64,
+    /// Keeps the mapping alive when the ring lives in a [`Segment`].
+    _keep: Option<Arc<Segment>>,
+    /// Under loom, one tracked cell per slot: loom cannot see plain memory, so each slot
+    /// access is mirrored on a `loom::cell::UnsafeCell`, and loom reports any write and read
+    /// of one slot that the index protocol does not order (a data race).
+    #[cfg(loom)]
+    track: Arc<Vec<loom::cell::UnsafeCell<()>>>,
 }
 
 impl Raw {
     fn header(&self) -> &RingHeader {
         // SAFETY: `init`/`attach` checked that the memory holds a RingHeader at `base`,
-        // 64-byte aligned; it lives as long as the mapping the caller keeps alive.
+        // 64-byte aligned; it lives as long as the mapping (kept alive by `_keep` or by the
+        // caller of the unsafe constructors).
         unsafe { &*(self.base.as_ptr() as *const RingHeader) }
+    }
+
+    /// Writes slot `index` (mod capacity).
+    ///
+    /// # Safety
+    /// The slot must be free: the consumer released it (Acquire of `tail` seen) and only the
+    /// producer calls this.
+    unsafe fn write_slot<T: Slot>(&self, index: u64, item: T) {
+        #[cfg(loom)]
+        self.track[(index & self.mask) as usize].with_mut(|_| ());
+        // SAFETY: in bounds (see `slot`); exclusive per the caller's contract.
+        unsafe { core::ptr::write_volatile(self.slot::<T>(index), item) }
+    }
+
+    /// Reads slot `index` (mod capacity).
+    ///
+    /// # Safety
+    /// The slot must be published (Acquire of `head` seen) and only the consumer calls this.
+    unsafe fn read_slot<T: Slot>(&self, index: u64) -> T {
+        #[cfg(loom)]
+        self.track[(index & self.mask) as usize].with(|_| ());
+        // SAFETY: in bounds; any bit pattern is a valid T (`Slot`).
+        unsafe { core::ptr::read_volatile(self.slot::<T>(index)) }
     }
 
     fn slot<T>(&self, index: u64) -> *mut T {
         let off = size_of::<RingHeader>() + (index & self.mask) as usize * size_of::<T>();
-        // SAFETY: index & mask < capacity, so the slot lies inside the ring's memory.
+        // SAFETY: index & mask < capacity, so the slot lies inside the ring's memory whatever
+        // value `index` has (a corrupted index from a peer stays in bounds).
         unsafe { self.base.as_ptr().add(off) as *mut T }
     }
+}
+
+fn aligned(mem: NonNull<u8>) -> bool {
+    (mem.as_ptr() as usize).is_multiple_of(64)
 }
 
 /// Writes a fresh ring header into `mem` (which must be 64-byte aligned and at least
@@ -78,16 +120,23 @@ impl Raw {
 /// # Safety
 /// `mem` must be valid for reads and writes for as long as either end is used (by any
 /// process), and only one producer and one consumer may exist.
-pub unsafe fn init<T: Copy>(
+pub unsafe fn init<T: Slot>(
     mem: NonNull<u8>,
     len: usize,
     capacity: usize,
-) -> Result<(Producer<T>, Consumer<T>), RingError> {
-    if !capacity.is_power_of_two()
-        || len < ring_bytes::<T>(capacity)
-        || !(mem.as_ptr() as usize).is_multiple_of(64)
-    {
-        return Err(RingError::Layout);
+) -> Result<(Producer<T>, Consumer<T>), Error> {
+    // SAFETY: forwarded contract.
+    unsafe { init_keep(mem, len, capacity, None) }
+}
+
+unsafe fn init_keep<T: Slot>(
+    mem: NonNull<u8>,
+    len: usize,
+    capacity: usize,
+    keep: Option<Arc<Segment>>,
+) -> Result<(Producer<T>, Consumer<T>), Error> {
+    if !capacity.is_power_of_two() || len < ring_bytes::<T>(capacity) || !aligned(mem) {
+        return Err(Error::Layout);
     }
     // SAFETY: size and alignment checked above; nothing else uses the memory yet.
     unsafe {
@@ -104,7 +153,7 @@ pub unsafe fn init<T: Copy>(
                 tail: Line(AtomicU64::new(0)),
             },
         );
-        attach(mem, len)
+        attach_keep(mem, len, keep)
     }
 }
 
@@ -112,49 +161,96 @@ pub unsafe fn init<T: Copy>(
 ///
 /// # Safety
 /// As for [`init`]; the memory must hold a ring written by `init`.
-pub unsafe fn attach<T: Copy>(
+pub unsafe fn attach<T: Slot>(
     mem: NonNull<u8>,
     len: usize,
-) -> Result<(Producer<T>, Consumer<T>), RingError> {
-    if len < size_of::<RingHeader>() || !(mem.as_ptr() as usize).is_multiple_of(64) {
-        return Err(RingError::Layout);
+) -> Result<(Producer<T>, Consumer<T>), Error> {
+    // SAFETY: forwarded contract.
+    unsafe { attach_keep(mem, len, None) }
+}
+
+unsafe fn attach_keep<T: Slot>(
+    mem: NonNull<u8>,
+    len: usize,
+    keep: Option<Arc<Segment>>,
+) -> Result<(Producer<T>, Consumer<T>), Error> {
+    if len < size_of::<RingHeader>() || !aligned(mem) {
+        return Err(Error::Layout);
     }
-    // SAFETY: the header fits (checked) and is aligned.
-    let meta = unsafe { &(*(mem.as_ptr() as *const RingHeader)).meta.0 };
+    // SAFETY: the header fits (checked) and is aligned; plain integers.
+    let meta = unsafe { core::ptr::read_volatile(mem.as_ptr() as *const [u64; 4]) };
     if meta[0] != RING_MAGIC {
-        return Err(RingError::BadMagic);
+        return Err(Error::BadMagic);
     }
     if meta[1] != RING_VERSION {
-        return Err(RingError::Version(meta[1]));
+        return Err(Error::Version {
+            found: meta[1] as u32,
+            expected: RING_VERSION as u32,
+        });
     }
-    let capacity = meta[2] as usize;
-    if !capacity.is_power_of_two() || len < ring_bytes::<T>(capacity) {
-        return Err(RingError::Layout);
+    let capacity = meta[2];
+    if !capacity.is_power_of_two()
+        || capacity > (len / size_of::<T>().max(1)) as u64
+        || len < ring_bytes::<T>(capacity as usize)
+    {
+        return Err(Error::Layout);
     }
-    if meta[3] as usize != size_of::<T>() {
-        return Err(RingError::SlotSize);
+    if meta[3] != size_of::<T>() as u64 {
+        return Err(Error::SlotSize {
+            found: meta[3],
+            expected: size_of::<T>() as u64,
+        });
     }
     let raw = Raw {
         base: mem,
-        mask: capacity as u64 - 1,
+        mask: capacity - 1,
+        _keep: keep,
+        #[cfg(loom)]
+        track: Arc::new(
+            (0..capacity)
+                .map(|_| loom::cell::UnsafeCell::new(()))
+                .collect(),
+        ),
     };
     let head = raw.header().head.0.load(Ordering::Acquire);
     let tail = raw.header().tail.0.load(Ordering::Acquire);
     Ok((
         Producer {
-            raw,
+            raw: raw.clone(),
             head,
             cached_tail: tail,
-            capacity: capacity as u64,
+            capacity,
+            corrupt: false,
             _t: PhantomData,
         },
         Consumer {
             raw,
             tail,
             cached_head: head,
+            capacity,
+            corrupt: false,
             _t: PhantomData,
         },
     ))
+}
+
+/// Initialises a ring of `capacity` slots in the data area of `seg` (its creator does this
+/// once) and returns both ends; each keeps the mapping alive. Keep the end you use, drop
+/// the other: the peer process attaches the other with [`attach_segment`].
+pub fn init_segment<T: Slot>(
+    seg: &Arc<Segment>,
+    capacity: usize,
+) -> Result<(Producer<T>, Consumer<T>), Error> {
+    // SAFETY: the data area is page-aligned, `data_len` long and mapped as long as the Arc
+    // lives, which each end holds. Single producer / consumer is the caller's protocol; a
+    // violation corrupts data (all slot types are `Slot`), never memory safety.
+    unsafe { init_keep(seg.data(), seg.data_len(), capacity, Some(seg.clone())) }
+}
+
+/// Attaches to the ring in the data area of `seg` (initialised by another process).
+pub fn attach_segment<T: Slot>(seg: &Arc<Segment>) -> Result<(Producer<T>, Consumer<T>), Error> {
+    // SAFETY: as in `init_segment`; `attach` validates the header.
+    unsafe { attach_keep(seg.data(), seg.data_len(), Some(seg.clone())) }
 }
 
 /// The writing end. Not `Clone`: one producer.
@@ -163,6 +259,7 @@ pub struct Producer<T> {
     head: u64,
     cached_tail: u64,
     capacity: u64,
+    corrupt: bool,
     _t: PhantomData<T>,
 }
 
@@ -171,39 +268,51 @@ pub struct Consumer<T> {
     raw: Raw,
     tail: u64,
     cached_head: u64,
+    capacity: u64,
+    corrupt: bool,
     _t: PhantomData<T>,
 }
 
 // SAFETY: each end is the only writer of its index and of the slots it owns at a time; the
 // protocol above (Release/Acquire pairs) makes hand-over between threads or processes sound.
-unsafe impl<T: Copy + Send> Send for Producer<T> {}
+unsafe impl<T: Slot + Send> Send for Producer<T> {}
 // SAFETY: as for Producer.
-unsafe impl<T: Copy + Send> Send for Consumer<T> {}
+unsafe impl<T: Slot + Send> Send for Consumer<T> {}
 
 /// The ring is full: the item was not written (back-pressure, never loss).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
-impl<T: Copy> Producer<T> {
-    fn free(&mut self) -> u64 {
-        let mut free = self.capacity - (self.head - self.cached_tail);
-        if free == 0 {
-            // SYNC POINT: pairs with the consumer's Release store of `tail`.
-            self.cached_tail = self.raw.header().tail.0.load(Ordering::Acquire);
-            free = self.capacity - (self.head - self.cached_tail);
+impl<T: Slot> Producer<T> {
+    /// Free slots, reloading the consumer's index only when fewer than `want` look free.
+    fn free(&mut self, want: u64) -> u64 {
+        let used = self.head.wrapping_sub(self.cached_tail);
+        if used <= self.capacity && self.capacity - used >= want {
+            return self.capacity - used;
         }
-        free
+        // SYNC POINT: pairs with the consumer's Release store of `tail` in `release`: the
+        // slots it freed were read before that store, so we may overwrite them.
+        self.cached_tail = self.raw.header().tail.0.load(Ordering::Acquire);
+        let used = self.head.wrapping_sub(self.cached_tail);
+        if used > self.capacity {
+            // The consumer published a tail past our head: a corrupted (or malicious) peer.
+            // Refuse to write rather than overwrite unread slots.
+            self.corrupt = true;
+            return 0;
+        }
+        self.capacity - used
     }
 
-    /// Writes one item and publishes it.
+    /// Writes one item and publishes it (one doorbell).
     pub fn push(&mut self, item: T) -> Result<(), Full> {
-        if self.free() == 0 {
+        if self.free(1) == 0 {
             return Err(Full);
         }
         // SAFETY: the slot at `head` is free (head - tail < capacity) and only we write it.
-        unsafe { core::ptr::write_volatile(self.raw.slot::<T>(self.head), item) };
-        self.head += 1;
-        // SYNC POINT: pairs with the consumer's Acquire load of `head`.
+        unsafe { self.raw.write_slot(self.head, item) };
+        self.head = self.head.wrapping_add(1);
+        // SYNC POINT: pairs with the consumer's Acquire load of `head` in `pop`/`pop_batch`/
+        // `len`: the slot written above is visible before the new head.
         self.raw.header().head.0.store(self.head, Ordering::Release);
         Ok(())
     }
@@ -211,106 +320,214 @@ impl<T: Copy> Producer<T> {
     /// Writes as many items as fit and publishes them with one store (one doorbell).
     /// Returns how many were written.
     pub fn push_batch(&mut self, items: &[T]) -> usize {
-        let n = (self.free() as usize).min(items.len());
+        let n = (self.free(items.len() as u64) as usize).min(items.len());
         for (i, item) in items[..n].iter().enumerate() {
             // SAFETY: as in `push`, for each of the n free slots.
-            unsafe { core::ptr::write_volatile(self.raw.slot::<T>(self.head + i as u64), *item) };
+            unsafe { self.raw.write_slot(self.head.wrapping_add(i as u64), *item) };
         }
         if n > 0 {
-            self.head += n as u64;
-            // SYNC POINT: pairs with the consumer's Acquire load of `head`.
+            self.head = self.head.wrapping_add(n as u64);
+            // SYNC POINT: pairs with the consumer's Acquire load of `head`, for all n slots.
             self.raw.header().head.0.store(self.head, Ordering::Release);
         }
         n
     }
+
+    /// Slots free now (reloads the consumer's index).
+    pub fn free_slots(&mut self) -> usize {
+        self.free(u64::MAX) as usize
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Whether the consumer's index was ever found impossible (a broken peer).
+    pub fn is_corrupt(&self) -> bool {
+        self.corrupt
+    }
 }
 
-impl<T: Copy> Consumer<T> {
+impl<T: Slot> Consumer<T> {
+    /// Published items not yet taken, reloading the producer's index when `reload`.
+    fn available(&mut self, reload: bool) -> u64 {
+        let mut avail = self.cached_head.wrapping_sub(self.tail);
+        if avail == 0 || reload {
+            // SYNC POINT: pairs with the producer's Release store of `head` in `push`/
+            // `push_batch`: the slots before `head` are fully written.
+            self.cached_head = self.raw.header().head.0.load(Ordering::Acquire);
+            avail = self.cached_head.wrapping_sub(self.tail);
+        }
+        if avail > self.capacity {
+            // A head more than a ring ahead of our tail: a corrupted (or malicious) peer.
+            // Reading would return slots twice or garbage; report nothing and flag it.
+            self.corrupt = true;
+            self.cached_head = self.tail;
+            return 0;
+        }
+        avail
+    }
+
+    fn release(&mut self, n: u64) {
+        self.tail = self.tail.wrapping_add(n);
+        // SYNC POINT: pairs with the producer's Acquire load of `tail` in `free`/
+        // `free_slots`: our reads of the slots happen before it may overwrite them.
+        self.raw.header().tail.0.store(self.tail, Ordering::Release);
+    }
+
     /// Takes the oldest item, if any.
     pub fn pop(&mut self) -> Option<T> {
-        if self.tail == self.cached_head {
-            // SYNC POINT: pairs with the producer's Release store of `head`.
-            self.cached_head = self.raw.header().head.0.load(Ordering::Acquire);
-            if self.tail == self.cached_head {
-                return None;
-            }
+        if self.available(false) == 0 {
+            return None;
         }
-        // SAFETY: tail < head: the producer wrote and published this slot.
-        let item = unsafe { core::ptr::read_volatile(self.raw.slot::<T>(self.tail)) };
-        self.tail += 1;
-        // SYNC POINT: pairs with the producer's Acquire load of `tail`.
-        self.raw.header().tail.0.store(self.tail, Ordering::Release);
+        // SAFETY: tail < head: the producer wrote and published this slot; any bit pattern
+        // is a valid T (`Slot`).
+        let item = unsafe { self.raw.read_slot::<T>(self.tail) };
+        self.release(1);
         Some(item)
+    }
+
+    /// Takes up to `out.len()` items and frees their slots with one store. Returns how many.
+    pub fn pop_batch(&mut self, out: &mut [T]) -> usize {
+        let mut n = (self.available(false) as usize).min(out.len());
+        if n < out.len() {
+            n = (self.available(true) as usize).min(out.len());
+        }
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            // SAFETY: as in `pop`, for each of the n published slots.
+            *o = unsafe { self.raw.read_slot::<T>(self.tail.wrapping_add(i as u64)) };
+        }
+        if n > 0 {
+            self.release(n as u64);
+        }
+        n
     }
 
     /// Items waiting now.
     pub fn len(&mut self) -> usize {
-        // SYNC POINT: pairs with the producer's Release store of `head`.
-        self.cached_head = self.raw.header().head.0.load(Ordering::Acquire);
-        (self.cached_head - self.tail) as usize
+        self.available(true) as usize
     }
 
     pub fn is_empty(&mut self) -> bool {
         self.len() == 0
     }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Whether the producer's index was ever found impossible (a broken peer).
+    pub fn is_corrupt(&self) -> bool {
+        self.corrupt
+    }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    //! Plain unit tests; `cargo +nightly miri test -p iwarp-abi --lib ring::tests` runs them
+    //! under Miri too (heap memory stands in for the shared mapping).
     use super::*;
 
     #[derive(Clone, Copy)]
     #[repr(C, align(64))]
     struct CacheLine([u8; 64]);
 
-    fn mem(bytes: usize) -> NonNull<u8> {
-        let lines = Box::leak(vec![CacheLine([0; 64]); bytes.div_ceil(64)].into_boxed_slice());
-        NonNull::new(lines.as_mut_ptr() as *mut u8).unwrap()
+    /// Ring memory owned by the test (outlives both ends, which the tests drop first).
+    struct Mem(Vec<CacheLine>);
+
+    impl Mem {
+        fn new(bytes: usize) -> Mem {
+            Mem(vec![CacheLine([0; 64]); bytes.div_ceil(64)])
+        }
+        fn ptr(&mut self) -> NonNull<u8> {
+            NonNull::new(self.0.as_mut_ptr() as *mut u8).unwrap()
+        }
     }
 
     #[test]
     fn fifo_full_and_batches() {
         let len = ring_bytes::<u64>(8);
-        let m = mem(len);
-        // SAFETY: leaked memory, one producer and one consumer.
-        let (mut p, mut c) = unsafe { init::<u64>(m, len, 8) }.unwrap();
+        let mut m = Mem::new(len);
+        // SAFETY: `m` outlives the ends; one producer and one consumer.
+        let (mut p, mut c) = unsafe { init::<u64>(m.ptr(), len, 8) }.unwrap();
         for i in 0..8 {
             p.push(i).unwrap();
         }
         assert_eq!(p.push(8), Err(Full));
+        assert_eq!(p.free_slots(), 0);
         assert_eq!(c.pop(), Some(0));
         assert_eq!(p.push_batch(&[100, 101, 102]), 1);
+        let mut buf = [0u64; 5];
+        assert_eq!(c.pop_batch(&mut buf), 5);
+        assert_eq!(buf, [1, 2, 3, 4, 5]);
         let got: Vec<u64> = std::iter::from_fn(|| c.pop()).collect();
-        assert_eq!(got, vec![1, 2, 3, 4, 5, 6, 7, 100]);
+        assert_eq!(got, vec![6, 7, 100]);
         assert!(c.is_empty());
+        assert_eq!(c.pop_batch(&mut buf), 0);
+        assert_eq!(p.free_slots(), 8);
+        // Wrap the indices around the ring many times.
+        for round in 0..100u64 {
+            assert_eq!(p.push_batch(&[round, round + 1, round + 2]), 3);
+            assert_eq!(c.pop_batch(&mut buf[..3]), 3);
+            assert_eq!(buf[..3], [round, round + 1, round + 2]);
+        }
     }
 
     #[test]
     fn attach_checks_the_header() {
         let len = ring_bytes::<u64>(4);
-        let m = mem(len);
+        let mut m = Mem::new(len);
+        let p = m.ptr();
         // SAFETY: as above.
         unsafe {
-            assert!(init::<u64>(m, len, 3).is_err());
-            init::<u64>(m, len, 4).unwrap();
-            assert!(attach::<u32>(m, len).is_err_and(|e| e == RingError::SlotSize));
-            *(m.as_ptr() as *mut u64) = 0;
-            assert!(attach::<u64>(m, len).is_err_and(|e| e == RingError::BadMagic));
+            assert!(matches!(init::<u64>(p, len, 3), Err(Error::Layout)));
+            assert!(matches!(init::<u64>(p, len - 1, 4), Err(Error::Layout)));
+            init::<u64>(p, len, 4).unwrap();
+            assert!(matches!(attach::<u32>(p, len), Err(Error::SlotSize { .. })));
+            assert!(matches!(attach::<u64>(p, len - 8), Err(Error::Layout)));
+            *(p.as_ptr() as *mut u64).add(1) = 9;
+            assert!(matches!(attach::<u64>(p, len), Err(Error::Version { .. })));
+            *(p.as_ptr() as *mut u64) = 0;
+            assert!(matches!(attach::<u64>(p, len), Err(Error::BadMagic)));
         }
+    }
+
+    #[test]
+    fn impossible_indices_from_a_broken_peer_are_refused() {
+        let len = ring_bytes::<u64>(4);
+        let mut m = Mem::new(len);
+        // SAFETY: as above.
+        let (mut p, mut c) = unsafe { init::<u64>(m.ptr(), len, 4) }.unwrap();
+        p.push(1).unwrap();
+        // The "peer" publishes a head far beyond anything written.
+        p.raw.header().head.0.store(1000, Ordering::Release);
+        assert_eq!(c.pop(), None);
+        assert!(c.is_corrupt());
+        // A tail beyond the head: the producer refuses to overwrite.
+        let (mut p2, c2) = unsafe { init::<u64>(m.ptr(), len, 4) }.unwrap();
+        for i in 0..4 {
+            p2.push(i).unwrap();
+        }
+        c2.raw.header().tail.0.store(50, Ordering::Release);
+        assert_eq!(p2.push(9), Err(Full));
+        assert!(p2.is_corrupt());
     }
 
     #[test]
     fn two_threads_in_order() {
         let len = ring_bytes::<u64>(64);
-        let m = mem(len);
-        // SAFETY: as above.
-        let (mut p, mut c) = unsafe { init::<u64>(m, len, 64) }.unwrap();
-        let n = 1_000_000u64;
+        let mut m = Mem::new(len);
+        // SAFETY: `m` outlives the thread (joined below).
+        let (mut p, mut c) = unsafe { init::<u64>(m.ptr(), len, 64) }.unwrap();
+        // Miri interprets: keep it short there, the order check is the same.
+        let n = if cfg!(miri) { 200 } else { 1_000_000u64 };
         let t = std::thread::spawn(move || {
             let mut i = 0;
             while i < n {
                 if p.push(i).is_ok() {
                     i += 1;
+                } else {
+                    std::thread::yield_now();
                 }
             }
         });
@@ -319,6 +536,8 @@ mod tests {
             if let Some(v) = c.pop() {
                 assert_eq!(v, next);
                 next += 1;
+            } else {
+                std::thread::yield_now();
             }
         }
         t.join().unwrap();
@@ -329,19 +548,25 @@ mod tests {
 mod loom_tests {
     use super::*;
 
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct CacheLine([u8; 64]);
+
+    fn ring(cap: usize) -> (Producer<u64>, Consumer<u64>) {
+        let len = ring_bytes::<u64>(cap);
+        let lines = Box::leak(vec![CacheLine([0; 64]); len.div_ceil(64)].into_boxed_slice());
+        let m = NonNull::new(lines.as_mut_ptr() as *mut u8).unwrap();
+        // SAFETY: leaked memory, one producer and one consumer.
+        unsafe { init::<u64>(m, len, cap) }.unwrap()
+    }
+
     /// Every interleaving of a producer pushing three items through a two-slot ring and a
-    /// consumer popping them: nothing lost, nothing duplicated, order kept, no torn slot.
+    /// consumer popping them: nothing lost, nothing duplicated, order kept, and (through the
+    /// tracked slot cells) no slot written while the other side may still read it.
     #[test]
-    fn ring_loom() {
+    fn ring_loom_single() {
         loom::model(|| {
-            #[derive(Clone, Copy)]
-            #[repr(C, align(64))]
-            struct CacheLine([u8; 64]);
-            let len = ring_bytes::<u64>(2);
-            let lines = Box::leak(vec![CacheLine([0; 64]); len.div_ceil(64)].into_boxed_slice());
-            let m = NonNull::new(lines.as_mut_ptr() as *mut u8).unwrap();
-            // SAFETY: leaked memory, one producer and one consumer.
-            let (mut p, mut c) = unsafe { init::<u64>(m, len, 2) }.unwrap();
+            let (mut p, mut c) = ring(2);
             let t = loom::thread::spawn(move || {
                 let mut i = 1;
                 while i <= 3 {
@@ -361,6 +586,36 @@ mod loom_tests {
             }
             t.join().unwrap();
             assert_eq!(got, vec![1, 2, 3]);
+        });
+    }
+
+    /// The same with batches on both sides (one index store per batch), wrapping the ring.
+    #[test]
+    fn ring_loom_batches() {
+        loom::model(|| {
+            let (mut p, mut c) = ring(2);
+            let t = loom::thread::spawn(move || {
+                let items = [1u64, 2, 3, 4];
+                let mut sent = 0;
+                while sent < items.len() {
+                    let n = p.push_batch(&items[sent..]);
+                    if n == 0 {
+                        loom::thread::yield_now();
+                    }
+                    sent += n;
+                }
+            });
+            let mut got = Vec::new();
+            let mut buf = [0u64; 2];
+            while got.len() < 4 {
+                let n = c.pop_batch(&mut buf);
+                if n == 0 {
+                    loom::thread::yield_now();
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            t.join().unwrap();
+            assert_eq!(got, vec![1, 2, 3, 4]);
         });
     }
 }

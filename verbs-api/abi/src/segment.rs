@@ -1,22 +1,47 @@
 //! Named shared-memory segments: hugepage-backed when possible, ordinary shared memory
-//! otherwise, mapped `MAP_SHARED` by every process that opens the same path.
+//! otherwise, mapped `MAP_SHARED` by every process that opens the same path or receives the
+//! same file descriptor.
 //!
-//! Hugepages come from a mounted hugetlbfs (e.g. `/dev/hugepages`, which `deploy/` and
-//! `.ci/run` set up) when it has enough free 2 MiB pages; a file there is a hugepage mapping
-//! other processes can open by name, which `hugepage-rs` cannot give. Otherwise the segment
-//! lives in `/dev/shm`, and the first such fallback logs one warning saying why.
+//! Backing, in order of preference under [`HugePolicy::Auto`]:
+//! 1. a file on a mounted hugetlbfs (found in `/proc/mounts`, e.g. `/dev/hugepages`, which
+//!    `deploy/` and `.ci/run` set up) when `/sys/kernel/mm/hugepages/hugepages-2048kB`
+//!    reports enough free pages: other processes open it by name, which `hugepage-rs` cannot
+//!    offer;
+//! 2. a file in `/dev/shm`; the first such fallback in a process logs one warning saying why.
+//!
+//! Anonymous segments ([`Segment::create_anonymous`]) use `memfd_create` (with
+//! `MFD_HUGETLB` when pages are free) and travel only as file descriptors
+//! ([`crate::fdpass`]).
+//!
+//! Every segment starts with a [`SegmentHeader`] (magic, ABI version, kind, size, creator
+//! pid); the user's data starts at [`DATA_OFFSET`], page-aligned. A named segment is created
+//! under a temporary name and renamed into place once its header is written, so an opener
+//! never sees a half-initialised header. The creator removes the file when it drops the
+//! segment unless told otherwise ([`Segment::set_remove_on_drop`]).
 
+use crate::error::Error;
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const HUGE: usize = 2 << 20;
+/// The size of a hugepage this module uses (the x86-64 and arm64 default).
+pub const HUGEPAGE: usize = 2 << 20;
+/// The size of an ordinary page.
+pub const PAGE: usize = 4096;
+/// Where the user's data starts in every segment (after the header, page-aligned).
+pub const DATA_OFFSET: usize = PAGE;
+/// "iwarpseg", little-endian.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"iwarpseg");
+/// Where segments live when no hugepages are used.
+pub const SHM_DIR: &str = "/dev/shm";
+
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Whether to use hugepages.
+/// Whether to use hugepages (the `shm.hugepages` configuration key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HugePolicy {
     /// Hugepages when free ones exist, else ordinary shared memory (warned once).
@@ -34,19 +59,87 @@ pub enum Backing {
     Shm,
 }
 
-/// A mapped segment. The creator removes the file when it drops the segment.
+/// What a segment holds. Values are ABI.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegmentKind {
+    /// iwarpd's segment: command ring, upcall ring, heartbeat ([`crate::daemon_shm`]).
+    Daemon = 1,
+    /// A ring of [`crate::wqe::SendWqe`].
+    SendQueue = 2,
+    /// A ring of [`crate::wqe::RecvWqe`] (RQ).
+    RecvQueue = 3,
+    /// A ring of [`crate::wqe::RecvWqe`] shared by QPs (S-RQ).
+    SharedRecvQueue = 4,
+    /// A ring of [`crate::wqe::Cqe`].
+    CompletionQueue = 5,
+    /// Application memory for registration.
+    Memory = 6,
+    /// A ring of [`crate::wqe::AsyncEvent`].
+    Events = 7,
+    /// Anything else (tests, tools).
+    Other = 8,
+}
+
+impl TryFrom<u32> for SegmentKind {
+    type Error = Error;
+    fn try_from(v: u32) -> Result<SegmentKind, Error> {
+        use SegmentKind::*;
+        [
+            Daemon,
+            SendQueue,
+            RecvQueue,
+            SharedRecvQueue,
+            CompletionQueue,
+            Memory,
+            Events,
+            Other,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == v)
+        .ok_or(Error::Kind {
+            found: v,
+            expected: 0,
+        })
+    }
+}
+
+/// The first 64 octets of every segment.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub magic: u64,
+    pub abi_version: u32,
+    /// A [`SegmentKind`] value.
+    pub kind: u32,
+    /// Octets of the whole mapping, header included.
+    pub size: u64,
+    pub creator_pid: u32,
+    pub _pad: u32,
+    pub data_offset: u64,
+    pub _reserved: [u64; 3],
+}
+const _: () = assert!(core::mem::size_of::<SegmentHeader>() == 64);
+
+/// A mapped segment.
 #[derive(Debug)]
 pub struct Segment {
     ptr: NonNull<u8>,
     len: usize,
-    path: PathBuf,
-    owner: bool,
+    fd: OwnedFd,
+    /// None for anonymous (memfd) segments.
+    path: Option<PathBuf>,
+    remove_on_drop: bool,
     backing: Backing,
+    kind: SegmentKind,
 }
 
-// SAFETY: a Segment is an address range of a MAP_SHARED mapping that lives until drop; the
-// data in it is shared with other processes anyway and accessed through the ring protocol.
+// SAFETY: a Segment is an address range of a MAP_SHARED mapping that lives until drop plus an
+// fd; the data in it is shared with other processes anyway and accessed through the ring
+// protocol or by copies, so moving or sharing the handle between threads adds nothing.
 unsafe impl Send for Segment {}
+// SAFETY: as above; `&Segment` hands out only the base pointer and metadata.
+unsafe impl Sync for Segment {}
 
 /// The hugetlbfs mount point, if any, from /proc/mounts.
 pub fn hugetlbfs_mount() -> Option<PathBuf> {
@@ -66,162 +159,523 @@ pub fn free_hugepages() -> usize {
         .unwrap_or(0)
 }
 
-fn map(path: &Path, len: usize, create: bool) -> io::Result<NonNull<u8>> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path has a NUL"))?;
-    let flags = if create {
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL
-    } else {
-        libc::O_RDWR
-    };
-    // SAFETY: `c` is a valid C string; the returned fd is checked and closed below.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+fn warn_fallback(why: &str) {
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "no usable hugepages ({why}; free 2 MiB pages: {}): shared memory falls back to \
+             ordinary pages in {SHM_DIR} (more TLB misses); see deploy/ for hugepage set-up",
+            free_hugepages()
+        );
     }
-    let result = (|| {
-        // SAFETY: `fd` is open; ftruncate and mmap report errors through their return values.
-        unsafe {
-            if create && libc::ftruncate(fd, len as libc::off_t) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let p = libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            NonNull::new(p as *mut u8).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 64 {
+        return Err(Error::InvalidName);
+    }
+    Ok(())
+}
+
+fn cpath(path: &Path) -> Result<CString, Error> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)
+}
+
+/// Maps `len` octets of `fd` shared, read-write.
+fn map_fd(fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Error> {
+    // SAFETY: mmap of an open fd; the result is checked against MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().into());
+    }
+    NonNull::new(p as *mut u8).ok_or_else(|| io::Error::other("mmap returned null").into())
+}
+
+fn truncate(fd: BorrowedFd<'_>, len: usize) -> Result<(), Error> {
+    // SAFETY: ftruncate on an open fd, result checked.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, Error> {
+    // SAFETY: `st` is written by fstat before being read; result checked.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error().into());
         }
-    })();
-    // SAFETY: fd is ours; the mapping stays valid after close.
-    unsafe { libc::close(fd) };
-    result
+        Ok(st)
+    }
+}
+
+fn open_file(path: &Path, create: bool) -> Result<OwnedFd, Error> {
+    let c = cpath(path)?;
+    let flags = libc::O_RDWR
+        | libc::O_CLOEXEC
+        | if create {
+            libc::O_CREAT | libc::O_EXCL
+        } else {
+            0
+        };
+    // SAFETY: `c` is a valid C string; the fd is checked and then owned.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sizes: (total mapping, backing) for `data_len` user octets.
+fn sizes(data_len: usize, huge: bool) -> usize {
+    let unit = if huge { HUGEPAGE } else { PAGE };
+    (DATA_OFFSET + data_len).div_ceil(unit).max(1) * unit
 }
 
 impl Segment {
-    /// Creates segment `name` of at least `len` octets (rounded up to the page size).
-    pub fn create(name: &str, len: usize, policy: HugePolicy) -> io::Result<Segment> {
-        if name.contains('/') || name.is_empty() {
+    /// Creates segment `name` (a plain file name) with room for at least `data_len` octets of
+    /// data, in the hugetlbfs mount or [`SHM_DIR`] as `policy` allows. Returns the mapped,
+    /// header-initialised segment, which removes its file on drop.
+    pub fn create(
+        name: &str,
+        kind: SegmentKind,
+        data_len: usize,
+        policy: HugePolicy,
+    ) -> Result<Segment, Error> {
+        check_name(name)?;
+        // One name, one segment, whichever backing holds it: openers search both places.
+        if let Some(p) = Self::find(name) {
             return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "segment name must be a plain file name",
-            ));
+                io::ErrorKind::AlreadyExists,
+                format!("segment {} exists", p.display()),
+            )
+            .into());
         }
-        let huge_len = len.div_ceil(HUGE).max(1) * HUGE;
-        let huge = match (policy, hugetlbfs_mount()) {
-            (HugePolicy::Off, _) => None,
-            (_, Some(dir)) if free_hugepages() >= huge_len / HUGE => Some(dir),
-            (HugePolicy::Required, m) => {
-                return Err(io::Error::other(format!(
-                    "hugepages required but {} (free 2 MiB pages: {}, needed {})",
-                    if m.is_some() {
-                        "too few are free"
-                    } else {
-                        "no hugetlbfs is mounted"
-                    },
-                    free_hugepages(),
-                    huge_len / HUGE
-                )))
+        if policy != HugePolicy::Off {
+            match Self::huge_dir(data_len, policy)? {
+                Some(dir) => match Self::create_at(&dir, name, kind, data_len, true) {
+                    Ok(s) => return Ok(s),
+                    Err(e) if policy == HugePolicy::Required => return Err(e),
+                    Err(e) => warn_fallback(&format!("hugetlbfs {}: {e}", dir.display())),
+                },
+                None => warn_fallback(if hugetlbfs_mount().is_some() {
+                    "too few free pages"
+                } else {
+                    "no hugetlbfs mounted"
+                }),
             }
-            (HugePolicy::Auto, m) => {
-                if !WARNED.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "no free hugepages ({}; free 2 MiB pages: {}): shared memory falls back to /dev/shm \
-                         (ordinary pages, more TLB misses); see deploy/ for hugepage set-up",
-                        if m.is_some() { "hugetlbfs mounted" } else { "no hugetlbfs mount" },
-                        free_hugepages()
-                    );
+        }
+        Self::create_at(Path::new(SHM_DIR), name, kind, data_len, false)
+    }
+
+    /// Creates segment `name` in directory `dir` (ordinary pages unless `dir` is a hugetlbfs
+    /// mount, which the caller then says with `huge`).
+    pub fn create_at(
+        dir: &Path,
+        name: &str,
+        kind: SegmentKind,
+        data_len: usize,
+        huge: bool,
+    ) -> Result<Segment, Error> {
+        check_name(name)?;
+        let len = sizes(data_len, huge);
+        let path = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let fd = open_file(&tmp, true)?;
+        let made = (|| {
+            truncate(fd.as_fd(), len)?;
+            let ptr = map_fd(fd.as_fd(), len)?;
+            let seg = Segment {
+                ptr,
+                len,
+                fd,
+                path: Some(path.clone()),
+                remove_on_drop: false,
+                backing: if huge {
+                    Backing::HugePages
+                } else {
+                    Backing::Shm
+                },
+                kind,
+            };
+            seg.write_header();
+            // Publish under the real name only now; O_EXCL semantics via link(2), which fails
+            // if the name exists, unlike rename(2).
+            std::fs::hard_link(&tmp, &path)?;
+            Ok::<Segment, Error>(seg)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        let mut seg = made?;
+        seg.remove_on_drop = true;
+        Ok(seg)
+    }
+
+    /// Creates an anonymous segment (`memfd_create`), to be passed by file descriptor.
+    pub fn create_anonymous(
+        name: &str,
+        kind: SegmentKind,
+        data_len: usize,
+        policy: HugePolicy,
+    ) -> Result<Segment, Error> {
+        check_name(name)?;
+        let c = CString::new(name).map_err(|_| Error::InvalidName)?;
+        let try_huge =
+            policy != HugePolicy::Off && free_hugepages() >= sizes(data_len, true) / HUGEPAGE;
+        if policy == HugePolicy::Required && !try_huge {
+            return Err(Self::unavailable(data_len));
+        }
+        for huge in [true, false] {
+            if huge && !try_huge {
+                continue;
+            }
+            let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
+            // SAFETY: valid C string; fd checked and then owned.
+            let raw = unsafe { libc::memfd_create(c.as_ptr(), flags) };
+            if raw < 0 {
+                let e = io::Error::last_os_error();
+                if huge && policy == HugePolicy::Auto {
+                    warn_fallback(&format!("memfd_create(MFD_HUGETLB): {e}"));
+                    continue;
                 }
-                None
+                return Err(e.into());
             }
+            // SAFETY: fresh descriptor we own.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let len = sizes(data_len, huge);
+            let mapped = truncate(fd.as_fd(), len).and_then(|_| map_fd(fd.as_fd(), len));
+            match mapped {
+                Ok(ptr) => {
+                    let seg = Segment {
+                        ptr,
+                        len,
+                        fd,
+                        path: None,
+                        remove_on_drop: false,
+                        backing: if huge {
+                            Backing::HugePages
+                        } else {
+                            Backing::Shm
+                        },
+                        kind,
+                    };
+                    seg.write_header();
+                    return Ok(seg);
+                }
+                Err(e) if huge && policy == HugePolicy::Auto => {
+                    warn_fallback(&format!("hugetlb memfd: {e}"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if policy == HugePolicy::Auto {
+            warn_fallback("no free hugepages");
+        }
+        Err(Self::unavailable(data_len))
+    }
+
+    fn unavailable(data_len: usize) -> Error {
+        Error::HugepagesUnavailable {
+            mounted: hugetlbfs_mount().is_some(),
+            free_pages: free_hugepages(),
+            needed_pages: sizes(data_len, true) / HUGEPAGE,
+        }
+    }
+
+    /// The hugetlbfs directory to use, None to fall back, or the error under `Required`.
+    fn huge_dir(data_len: usize, policy: HugePolicy) -> Result<Option<PathBuf>, Error> {
+        let need = sizes(data_len, true) / HUGEPAGE;
+        match hugetlbfs_mount() {
+            Some(dir) if free_hugepages() >= need => Ok(Some(dir)),
+            _ if policy == HugePolicy::Required => Err(Self::unavailable(data_len)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Where a named segment lives if it exists: the hugetlbfs mount, then [`SHM_DIR`].
+    pub fn find(name: &str) -> Option<PathBuf> {
+        check_name(name).ok()?;
+        hugetlbfs_mount()
+            .into_iter()
+            .chain([PathBuf::from(SHM_DIR)])
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    }
+
+    /// Maps an existing segment by path (another process created it), checking its header.
+    /// `kind` None accepts any kind.
+    pub fn open(path: &Path, kind: Option<SegmentKind>) -> Result<Segment, Error> {
+        let fd = open_file(path, false)?;
+        let mut seg = Self::from_fd(fd, kind)?;
+        seg.path = Some(path.to_path_buf());
+        if hugetlbfs_mount().is_some_and(|m| path.starts_with(m)) {
+            seg.backing = Backing::HugePages;
+        }
+        Ok(seg)
+    }
+
+    /// Maps a segment received as a file descriptor (e.g. over [`crate::fdpass`]), checking
+    /// its header. The result does not remove anything on drop.
+    pub fn from_fd(fd: OwnedFd, kind: Option<SegmentKind>) -> Result<Segment, Error> {
+        let st = fstat(fd.as_fd())?;
+        let len = st.st_size as usize;
+        if len < DATA_OFFSET {
+            return Err(Error::Layout);
+        }
+        let ptr = map_fd(fd.as_fd(), len)?;
+        // From here `seg` owns the mapping and unmaps it on every error path.
+        let mut seg = Segment {
+            ptr,
+            len,
+            fd,
+            path: None,
+            remove_on_drop: false,
+            backing: Backing::Shm,
+            kind: SegmentKind::Other,
         };
-        if let Some(dir) = huge {
-            let path = dir.join(name);
-            if let Ok(ptr) = map(&path, huge_len, true) {
-                return Ok(Segment {
-                    ptr,
-                    len: huge_len,
-                    path,
-                    owner: true,
-                    backing: Backing::HugePages,
+        // hugetlbfs reports its magic in statfs; the block size also tells.
+        if st.st_blksize as usize >= HUGEPAGE {
+            seg.backing = Backing::HugePages;
+        }
+        let h = seg.header();
+        if h.magic != SEGMENT_MAGIC {
+            return Err(Error::BadMagic);
+        }
+        if h.abi_version != crate::ABI_VERSION {
+            return Err(Error::Version {
+                found: h.abi_version,
+                expected: crate::ABI_VERSION,
+            });
+        }
+        if h.size as usize != len || h.data_offset as usize != DATA_OFFSET {
+            return Err(Error::Layout);
+        }
+        seg.kind = SegmentKind::try_from(h.kind)?;
+        if let Some(k) = kind {
+            if k != seg.kind {
+                return Err(Error::Kind {
+                    found: h.kind,
+                    expected: k as u32,
                 });
             }
-            let _ = std::fs::remove_file(&path);
-            if policy == HugePolicy::Required {
-                return Err(io::Error::other(format!(
-                    "hugepage mapping in {} failed",
-                    dir.display()
-                )));
-            }
-            if !WARNED.swap(true, Ordering::Relaxed) {
-                log::warn!(
-                    "cannot map hugepages in {}: shared memory falls back to /dev/shm",
-                    dir.display()
-                );
-            }
         }
-        let page = 4096;
-        let len = len.div_ceil(page).max(1) * page;
-        let path = Path::new("/dev/shm").join(name);
-        let ptr = map(&path, len, true)?;
-        Ok(Segment {
-            ptr,
-            len,
-            path,
-            owner: true,
-            backing: Backing::Shm,
-        })
+        Ok(seg)
     }
 
-    /// Maps an existing segment by path (another process created it).
-    pub fn open(path: &Path) -> io::Result<Segment> {
-        let len = std::fs::metadata(path)?.len() as usize;
-        let ptr = map(path, len, false)?;
-        let backing = if hugetlbfs_mount().is_some_and(|m| path.starts_with(m)) {
-            Backing::HugePages
-        } else {
-            Backing::Shm
+    fn write_header(&self) {
+        let h = SegmentHeader {
+            magic: SEGMENT_MAGIC,
+            abi_version: crate::ABI_VERSION,
+            kind: self.kind as u32,
+            size: self.len as u64,
+            creator_pid: std::process::id(),
+            _pad: 0,
+            data_offset: DATA_OFFSET as u64,
+            _reserved: [0; 3],
         };
-        Ok(Segment {
-            ptr,
-            len,
-            path: path.to_path_buf(),
-            owner: false,
-            backing,
-        })
+        // SAFETY: the mapping is at least one page, page-aligned, and ours to write.
+        unsafe { core::ptr::write_volatile(self.ptr.as_ptr() as *mut SegmentHeader, h) };
     }
 
-    pub fn ptr(&self) -> NonNull<u8> {
-        self.ptr
+    /// A copy of the header.
+    pub fn header(&self) -> SegmentHeader {
+        // SAFETY: the mapping is at least DATA_OFFSET long and page-aligned; any bit pattern
+        // is a valid SegmentHeader (integers only).
+        unsafe { core::ptr::read_volatile(self.ptr.as_ptr() as *const SegmentHeader) }
     }
-    pub fn len(&self) -> usize {
+
+    /// The start of the data area (page-aligned).
+    pub fn data(&self) -> NonNull<u8> {
+        // SAFETY: len >= DATA_OFFSET (checked at creation and open).
+        unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(DATA_OFFSET)) }
+    }
+    /// Octets in the data area.
+    pub fn data_len(&self) -> usize {
+        self.len - DATA_OFFSET
+    }
+    /// Octets of the whole mapping, header included.
+    pub fn mapped_len(&self) -> usize {
         self.len
     }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
     pub fn backing(&self) -> Backing {
         self.backing
+    }
+    pub fn kind(&self) -> SegmentKind {
+        self.kind
+    }
+    /// (device, inode) of the backing file: two handles name the same memory iff equal
+    /// (how control checks that an fd an application sent is the segment it names).
+    pub fn file_id(&self) -> Result<(u64, u64), Error> {
+        let st = fstat(self.fd.as_fd())?;
+        Ok((st.st_dev, st.st_ino))
+    }
+    /// Whether dropping this handle removes the file (default: true for the creator).
+    pub fn set_remove_on_drop(&mut self, remove: bool) {
+        self.remove_on_drop = remove && self.path.is_some();
+    }
+    /// Copies `src` into the data area at `offset`; false if it does not fit.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> bool {
+        if offset
+            .checked_add(src.len())
+            .is_none_or(|e| e > self.data_len())
+        {
+            return false;
+        }
+        // SAFETY: bounds checked; the region is mapped read-write. Concurrent writers in other
+        // processes are a protocol matter (the data is plain octets).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.data().as_ptr().add(offset),
+                src.len(),
+            )
+        };
+        true
+    }
+    /// Copies from the data area at `offset` into `dst`; false if out of bounds.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|e| e > self.data_len())
+        {
+            return false;
+        }
+        // SAFETY: as in `write_at`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.data().as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+        true
+    }
+}
+
+impl AsFd for Segment {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: ptr/len are the mapping made in `map`, unmapped once here.
+        // SAFETY: ptr/len are the mapping made at construction, unmapped once here.
         unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
-        if self.owner {
-            if let Err(e) = std::fs::remove_file(&self.path) {
-                log::warn!("removing segment {}: {e}", self.path.display());
+        if self.remove_on_drop {
+            if let Some(p) = &self.path {
+                if let Err(e) = std::fs::remove_file(p) {
+                    log::warn!("removing segment {}: {e}", p.display());
+                }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(tag: &str) -> String {
+        format!("iwarp-test-{tag}-{}", std::process::id())
+    }
+
+    #[test]
+    fn create_open_share_and_remove() {
+        let s = Segment::create(&name("a"), SegmentKind::Memory, 100, HugePolicy::Auto).unwrap();
+        assert!(s.data_len() >= 100);
+        assert_eq!(s.data().as_ptr() as usize % PAGE, 0);
+        let h = s.header();
+        assert_eq!(
+            (h.magic, h.kind, h.creator_pid),
+            (
+                SEGMENT_MAGIC,
+                SegmentKind::Memory as u32,
+                std::process::id()
+            )
+        );
+        let path = s.path().unwrap().to_path_buf();
+        assert_eq!(Segment::find(&name("a")).as_deref(), Some(path.as_path()));
+        let o = Segment::open(&path, Some(SegmentKind::Memory)).unwrap();
+        assert!(s.write_at(10, b"shared"));
+        let mut b = [0; 6];
+        assert!(o.read_at(10, &mut b));
+        assert_eq!(&b, b"shared");
+        assert!(!o.read_at(o.data_len() - 2, &mut b), "bounds are checked");
+        assert_eq!(s.file_id().unwrap(), o.file_id().unwrap());
+        assert!(matches!(
+            Segment::open(&path, Some(SegmentKind::CompletionQueue)),
+            Err(Error::Kind { .. })
+        ));
+        assert!(matches!(
+            Segment::create(&name("a"), SegmentKind::Memory, 1, HugePolicy::Auto),
+            Err(Error::Io(_))
+        ));
+        drop(o);
+        assert!(path.exists(), "an opener does not remove");
+        drop(s);
+        assert!(!path.exists(), "the creator removes");
+    }
+
+    #[test]
+    fn keep_on_drop_and_bad_files() {
+        let mut s = Segment::create(&name("k"), SegmentKind::Other, 1, HugePolicy::Off).unwrap();
+        assert_eq!(s.backing(), Backing::Shm);
+        assert_eq!(s.mapped_len(), 2 * PAGE);
+        s.set_remove_on_drop(false);
+        let path = s.path().unwrap().to_path_buf();
+        drop(s);
+        assert!(path.exists());
+        std::fs::write(&path, vec![0u8; 2 * PAGE]).unwrap();
+        assert!(matches!(Segment::open(&path, None), Err(Error::BadMagic)));
+        std::fs::write(&path, b"short").unwrap();
+        assert!(matches!(Segment::open(&path, None), Err(Error::Layout)));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            Segment::create("a/b", SegmentKind::Other, 1, HugePolicy::Off),
+            Err(Error::InvalidName)
+        ));
+    }
+
+    #[test]
+    fn anonymous_segments_map_by_fd() {
+        let s =
+            Segment::create_anonymous("anon", SegmentKind::Memory, 5000, HugePolicy::Auto).unwrap();
+        assert!(s.path().is_none());
+        let fd = s.as_fd().try_clone_to_owned().unwrap();
+        let o = Segment::from_fd(fd, Some(SegmentKind::Memory)).unwrap();
+        assert!(o.write_at(4999, b"z"));
+        let mut b = [0];
+        assert!(s.read_at(4999, &mut b));
+        assert_eq!(b, *b"z");
+    }
+
+    #[test]
+    fn hugepages_required_says_why() {
+        let n = name("h");
+        if hugetlbfs_mount().is_some() && free_hugepages() >= 1 {
+            if let Ok(s) = Segment::create(&n, SegmentKind::Other, 1 << 20, HugePolicy::Required) {
+                assert_eq!(s.backing(), Backing::HugePages);
+                assert_eq!(s.mapped_len() % HUGEPAGE, 0);
+            }
+        } else {
+            let e =
+                Segment::create(&n, SegmentKind::Other, 1 << 20, HugePolicy::Required).unwrap_err();
+            assert!(e.to_string().contains("hugepages required"), "{e}");
+            assert!(Segment::find(&n).is_none(), "nothing left behind");
         }
     }
 }

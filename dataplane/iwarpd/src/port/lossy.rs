@@ -49,4 +49,7 @@ impl<P: Port> Port for LossyPort<P> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+    fn dropped(&self) -> u64 {
+        self.dropped + self.inner.dropped()
+    }
 }

@@ -5,12 +5,14 @@
 //! - [`pcap::PcapPort`]: wraps any port and writes every frame to a pcap file.
 //! - [`tap::TapPort`]: a Linux TAP interface (root), to reach a bridge, a VM or another stack.
 //! - [`lossy::LossyPort`]: wraps any port and drops received frames at a set rate (tests).
+//! - [`memory::MemoryPort`]: an in-memory point-to-point pair (tests).
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod lossy;
+pub mod memory;
 pub mod pcap;
 pub mod tap;
 pub mod unix;
@@ -29,4 +31,9 @@ pub trait Port {
     fn tx(&mut self, frame: &[u8]) -> io::Result<()>;
     /// Sends whatever is batched.
     fn flush(&mut self) -> io::Result<()>;
+    /// Frames lost by the port so far (a full queue, a lossy test wrapper); 0 when the port
+    /// cannot lose any.
+    fn dropped(&self) -> u64 {
+        0
+    }
 }

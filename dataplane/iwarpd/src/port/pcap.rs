@@ -61,4 +61,7 @@ impl<P: Port> Port for PcapPort<P> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
+    fn dropped(&self) -> u64 {
+        self.inner.dropped()
+    }
 }

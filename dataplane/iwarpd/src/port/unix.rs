@@ -139,4 +139,7 @@ impl Port for UnixPort {
         self.drain_backlog();
         Ok(())
     }
+    fn dropped(&self) -> u64 {
+        self.tx_dropped
+    }
 }

@@ -1,0 +1,471 @@
+//! The application-facing verbs, sans-IO: each request an application sends over control.sock
+//! is checked against the resource tables and becomes a reply plus the commands iwarpd must
+//! run. The process layer around it owns the socket, creates the ring segments (named by
+//! [`ring_name`]) and verifies application segments before calling in.
+
+use crate::daemon_link::teardown_commands;
+use crate::error::Error;
+use crate::resources::{AppId, QpAttrs, QpState, Resources};
+use crate::stag::Stag;
+use iwarp_abi::command::{Command, QpState as AbiQpState, ShmPath, NO_ID};
+use iwarp_config::Limits;
+use iwarp_wire::mpa::negotiation::Settings;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// What a ring segment holds, for its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingKind {
+    Sq,
+    Rq,
+    Srq,
+    Cq,
+}
+
+/// The file name of a ring segment: unique per application and resource, and recognisable
+/// when cleaning up after a crashed application (`iw-<pid>-<kind><id>`).
+pub fn ring_name(app_pid: u32, kind: RingKind, id: u32) -> String {
+    let k = match kind {
+        RingKind::Sq => "sq",
+        RingKind::Rq => "rq",
+        RingKind::Srq => "srq",
+        RingKind::Cq => "cq",
+    };
+    format!("iw-{app_pid}-{k}{id}")
+}
+
+/// An application segment control has opened and verified (mapped, header checked, owned by
+/// the application's pid): the only memory registration accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedSegment {
+    pub path: ShmPath,
+    pub data_len: u64,
+}
+
+/// A request from an application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    QueryRnic,
+    AllocPd,
+    DeallocPd {
+        pd: u32,
+    },
+    CreateCq {
+        depth: u32,
+        ring: ShmPath,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    CreateSrq {
+        pd: u32,
+        depth: u32,
+        ring: ShmPath,
+    },
+    DestroySrq {
+        srq: u32,
+    },
+    CreateQp {
+        attrs: QpAttrs,
+        sq: ShmPath,
+        rq: ShmPath,
+    },
+    ModifyQp {
+        qp: u32,
+        state: QpState,
+    },
+    QueryQp {
+        qp: u32,
+    },
+    DestroyQp {
+        qp: u32,
+    },
+    /// Register a segment the process layer verified (its id among the app's segments).
+    RegMr {
+        pd: u32,
+        access: u32,
+        segment: u32,
+        offset: u64,
+        len: u64,
+    },
+    ReregMr {
+        stag: u32,
+        access: u32,
+    },
+    DeregMr {
+        stag: u32,
+    },
+    AllocMw {
+        pd: u32,
+    },
+    DeallocMw {
+        stag: u32,
+    },
+    /// Offer a shared segment (allocated through iwarp-verbs) for registration; the process
+    /// layer opens and verifies it and calls [`Core::add_segment`]. Answered with its id.
+    AttachSegment {
+        path: ShmPath,
+    },
+    /// Connection management (answered by the process layer with its
+    /// [`crate::conn_manager::ConnManager`]): listen on a port with the MPA settings used
+    /// for every connection accepted there until the application decides.
+    Listen {
+        port: u16,
+        settings: Settings,
+    },
+    /// Active open for `qp`; answered with the connection id, then events.
+    Connect {
+        qp: u32,
+        remote: SocketAddr,
+        settings: Settings,
+    },
+    Accept {
+        conn: u32,
+        qp: u32,
+        settings: Settings,
+    },
+    Reject {
+        conn: u32,
+        private_data: Vec<u8>,
+    },
+    Disconnect {
+        conn: u32,
+        abort: bool,
+    },
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Rnic(Limits),
+    Done,
+    /// The new resource's id (PD, CQ, S-RQ, QP number) or STag.
+    Id(u32),
+    Qp {
+        state: QpState,
+    },
+    Failed(Error),
+}
+
+/// The control plane's state for every application.
+pub struct Core {
+    res: Resources,
+    segments: BTreeMap<(AppId, u32), VerifiedSegment>,
+    next_segment: u32,
+}
+
+impl Core {
+    pub fn new(limits: Limits) -> Core {
+        Core {
+            res: Resources::new(limits),
+            segments: BTreeMap::new(),
+            next_segment: 1,
+        }
+    }
+
+    pub fn resources(&self) -> &Resources {
+        &self.res
+    }
+
+    /// Records a segment the process layer verified for `app`; returns its id.
+    pub fn add_segment(&mut self, app: AppId, seg: VerifiedSegment) -> u32 {
+        let id = self.next_segment;
+        self.next_segment += 1;
+        self.segments.insert((app, id), seg);
+        id
+    }
+
+    /// Handles one request of `app`; returns the reply and the daemon commands to run (in
+    /// order) before the reply is sent.
+    pub fn handle(&mut self, app: AppId, req: Request) -> (Reply, Vec<Command>) {
+        match self.dispatch(app, req) {
+            Ok(r) => r,
+            Err(e) => (Reply::Failed(e), Vec::new()),
+        }
+    }
+
+    fn dispatch(&mut self, app: AppId, req: Request) -> Result<(Reply, Vec<Command>), Error> {
+        let r = &mut self.res;
+        Ok(match req {
+            Request::QueryRnic => (Reply::Rnic(r.limits().clone()), vec![]),
+            Request::AllocPd => {
+                let pd = r.alloc_pd(app)?;
+                (Reply::Id(pd), vec![Command::AllocPd { pd }])
+            }
+            Request::DeallocPd { pd } => {
+                r.dealloc_pd(app, pd)?;
+                (Reply::Done, vec![Command::DeallocPd { pd }])
+            }
+            Request::CreateCq { depth, ring } => {
+                let cq = r.create_cq(app, depth)?;
+                (Reply::Id(cq), vec![Command::CreateCq { cq, depth, ring }])
+            }
+            Request::DestroyCq { cq } => {
+                r.destroy_cq(app, cq)?;
+                (Reply::Done, vec![Command::DestroyCq { cq }])
+            }
+            Request::CreateSrq { pd, depth, ring } => {
+                let srq = r.create_srq(app, pd, depth)?;
+                let c = Command::CreateSrq {
+                    srq,
+                    pd,
+                    depth,
+                    ring,
+                };
+                (Reply::Id(srq), vec![c])
+            }
+            Request::DestroySrq { srq } => {
+                r.destroy_srq(app, srq)?;
+                (Reply::Done, vec![Command::DestroySrq { srq }])
+            }
+            Request::CreateQp { attrs, sq, rq } => {
+                let a = attrs.clone();
+                let qp = r.create_qp(app, attrs)?;
+                let c = Command::CreateQp {
+                    qp,
+                    pd: a.pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq.unwrap_or(NO_ID),
+                    sq_depth: a.sq_depth,
+                    rq_depth: a.rq_depth,
+                    sq,
+                    rq,
+                };
+                (Reply::Id(qp), vec![c])
+            }
+            Request::ModifyQp { qp, state } => {
+                r.modify_qp(app, qp, state)?;
+                let state = match state {
+                    QpState::Idle => AbiQpState::Idle,
+                    QpState::Rts => AbiQpState::Rts,
+                    QpState::Closing => AbiQpState::Closing,
+                    QpState::Terminate => AbiQpState::Terminate,
+                    QpState::Error => AbiQpState::Error,
+                };
+                (Reply::Done, vec![Command::ModifyQp { qp, state }])
+            }
+            Request::QueryQp { qp } => (
+                Reply::Qp {
+                    state: r.qp(app, qp)?.state,
+                },
+                vec![],
+            ),
+            Request::DestroyQp { qp } => {
+                r.destroy_qp(app, qp)?;
+                (Reply::Done, vec![Command::DestroyQp { qp }])
+            }
+            Request::RegMr {
+                pd,
+                access,
+                segment,
+                offset,
+                len,
+            } => {
+                // Only a segment this application passed and control verified can be
+                // registered: anything else the daemon could not map (DESIGN.md, Memory).
+                let seg = self
+                    .segments
+                    .get(&(app, segment))
+                    .ok_or(Error::InvalidRegion {
+                        offset,
+                        len,
+                        segment_len: 0,
+                    })?
+                    .clone();
+                let stag = r.reg_mr(app, pd, access, segment, seg.data_len, offset, len)?;
+                let c = Command::RegisterMr {
+                    stag: stag.0,
+                    pd,
+                    access,
+                    zero_based: true,
+                    offset,
+                    len,
+                    va: 0,
+                    segment: seg.path,
+                };
+                (Reply::Id(stag.0), vec![c])
+            }
+            Request::ReregMr { stag, access } => {
+                let old = r.mr(app, Stag(stag))?.clone();
+                let new = r.rereg_mr(app, Stag(stag), access)?;
+                let seg = self
+                    .segments
+                    .get(&(app, old.segment))
+                    .map(|s| s.path)
+                    .ok_or(Error::InvalidStag { stag })?;
+                let cmds = vec![
+                    Command::DeregisterMr { stag },
+                    Command::RegisterMr {
+                        stag: new.0,
+                        pd: old.pd,
+                        access,
+                        zero_based: true,
+                        offset: old.offset,
+                        len: old.len,
+                        va: 0,
+                        segment: seg,
+                    },
+                ];
+                (Reply::Id(new.0), cmds)
+            }
+            Request::DeregMr { stag } => {
+                r.dereg_mr(app, Stag(stag))?;
+                (Reply::Done, vec![Command::DeregisterMr { stag }])
+            }
+            Request::AllocMw { pd } => {
+                let stag = r.alloc_mw(app, pd)?;
+                (
+                    Reply::Id(stag.0),
+                    vec![Command::AllocMw { stag: stag.0, pd }],
+                )
+            }
+            Request::DeallocMw { stag } => {
+                r.dealloc_mw(app, Stag(stag))?;
+                (Reply::Done, vec![Command::DeallocMw { stag }])
+            }
+            // Need IO (open, map, check the creator) or the connection manager: the process
+            // layer answers these.
+            Request::AttachSegment { .. }
+            | Request::Listen { .. }
+            | Request::Connect { .. }
+            | Request::Accept { .. }
+            | Request::Reject { .. }
+            | Request::Disconnect { .. } => {
+                return Err(Error::Protocol {
+                    what: "request is answered by the process layer",
+                })
+            }
+        })
+    }
+
+    /// Checks that `qp` is one of `app`'s QPs (before connecting or accepting on it).
+    pub fn check_qp(&self, app: AppId, qp: u32) -> Result<(), Error> {
+        self.res.qp(app, qp).map(|_| ())
+    }
+
+    /// Records that connection setup moved `qp` to RTS (or teardown to Error).
+    pub fn set_qp_state(&mut self, qp: u32, s: QpState) {
+        self.res.set_qp_state(qp, s);
+    }
+
+    /// The application's socket reached EOF (exit or crash): everything it owned goes, and
+    /// the returned commands flush and destroy it in the daemon.
+    pub fn app_gone(&mut self, app: AppId) -> Vec<Command> {
+        self.segments.retain(|(a, _), _| *a != app);
+        teardown_commands(&self.res.cleanup_app(app))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::access;
+    use std::path::Path;
+
+    fn path(s: &str) -> ShmPath {
+        ShmPath::new(Path::new(s)).unwrap()
+    }
+
+    fn id(r: (Reply, Vec<Command>)) -> (u32, Vec<Command>) {
+        match r {
+            (Reply::Id(i), c) => (i, c),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_vertical_slice_becomes_the_right_daemon_commands() {
+        let mut c = Core::new(Limits::default());
+        let (pd, cmds) = id(c.handle(1, Request::AllocPd));
+        assert_eq!(cmds, vec![Command::AllocPd { pd }]);
+        let (cq, _) = id(c.handle(
+            1,
+            Request::CreateCq {
+                depth: 64,
+                ring: path("/dev/shm/iw-1-cq1"),
+            },
+        ));
+        let attrs = QpAttrs {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_depth: 32,
+            rq_depth: 32,
+            max_sge: 1,
+            max_inline: 0,
+            ird: 8,
+            ord: 8,
+        };
+        let (qp, cmds) = id(c.handle(
+            1,
+            Request::CreateQp {
+                attrs,
+                sq: path("/dev/shm/iw-1-sq1"),
+                rq: path("/dev/shm/iw-1-rq1"),
+            },
+        ));
+        assert!(matches!(cmds[0], Command::CreateQp { qp: q, srq: NO_ID, .. } if q == qp));
+        let seg = c.add_segment(
+            1,
+            VerifiedSegment {
+                path: path("/dev/shm/iw-1-buf"),
+                data_len: 1 << 20,
+            },
+        );
+        let req = Request::RegMr {
+            pd,
+            access: access::LOCAL_WRITE | access::REMOTE_WRITE,
+            segment: seg,
+            offset: 0,
+            len: 4096,
+        };
+        let (stag, cmds) = id(c.handle(1, req.clone()));
+        assert!(matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, .. } if s == stag));
+        // Another application can neither register this segment nor use this PD.
+        assert!(matches!(c.handle(2, req), (Reply::Failed(_), cmds) if cmds.is_empty()));
+        assert_eq!(
+            c.handle(1, Request::QueryQp { qp }).0,
+            Reply::Qp {
+                state: QpState::Idle
+            }
+        );
+        // The app dies: its QP is flushed first, then everything destroyed.
+        let cmds = c.app_gone(1);
+        assert_eq!(
+            cmds[0],
+            Command::ModifyQp {
+                qp,
+                state: AbiQpState::Error
+            }
+        );
+        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
+        assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
+    }
+
+    #[test]
+    fn unverified_memory_and_bad_requests_fail_with_a_reason_and_no_command() {
+        let mut c = Core::new(Limits::default());
+        let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let (reply, cmds) = c.handle(
+            1,
+            Request::RegMr {
+                pd,
+                access: 0,
+                segment: 99,
+                offset: 0,
+                len: 8,
+            },
+        );
+        assert!(matches!(reply, Reply::Failed(Error::InvalidRegion { .. })));
+        assert!(cmds.is_empty());
+        let (reply, _) = c.handle(1, Request::DestroyQp { qp: 1 });
+        assert!(matches!(reply, Reply::Failed(Error::InvalidHandle { .. })));
+        let Reply::Rnic(l) = c.handle(1, Request::QueryRnic).0 else {
+            panic!()
+        };
+        assert_eq!(l.max_ird, Limits::default().max_ird);
+        assert_eq!(ring_name(42, RingKind::Cq, 7), "iw-42-cq7");
+    }
+}

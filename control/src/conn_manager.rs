@@ -1,0 +1,644 @@
+//! The connection manager of one RNIC, sans-IO: listens, connects, accepts and rejects for
+//! applications, runs one [`cm::Connection`] per connection over the daemon's TCP upcalls,
+//! and hands each established connection to its QP with [`Command::QpRts`].
+//!
+//! Inputs: application calls (`listen`, `connect`, `accept`, `reject`, `disconnect`,
+//! `app_gone`), daemon upcalls (`handle_upcall`) and time (`handle_timeout`). Outputs are
+//! [`Action`]s: commands for iwarpd and events for an application.
+
+use crate::cm::{self, Connection, Failure};
+use crate::daemon_link::rts_params;
+use crate::resources::AppId;
+use iwarp_abi::command::{Chunk, CloseReason, Command, Upcall};
+use iwarp_wire::mpa::negotiation::Settings;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// An event for an application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppEvent {
+    /// A peer asks to connect on a port the application listens on.
+    ConnectRequest {
+        conn: u32,
+        port: u16,
+        peer: SocketAddr,
+        private_data: Vec<u8>,
+    },
+    /// The connection is up and its QP in RTS with these negotiated values.
+    Established {
+        conn: u32,
+        qp: u32,
+        ird: u16,
+        ord: u16,
+        rdmap_version: u8,
+        private_data: Vec<u8>,
+    },
+    /// The peer rejected our request, with its private data.
+    Rejected { conn: u32, private_data: Vec<u8> },
+    /// Setup failed; the reason says why.
+    Failed { conn: u32, reason: Failure },
+    /// An established connection ended (graceful close, reset, timeout).
+    Disconnected { conn: u32, reason: CloseReason },
+}
+
+/// What the driver must do.
+// A Command is as large as the ring slot it is copied into; boxing it would allocate per
+// command for no gain.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Daemon(Command),
+    App { app: AppId, event: AppEvent },
+}
+
+/// Why an application's connection call was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmError {
+    /// The port is already listened on.
+    PortInUse,
+    /// No such connection of this application.
+    NoSuchConnection,
+}
+
+#[derive(Debug)]
+struct Conn {
+    app: AppId,
+    qp: Option<u32>,
+    cm: Connection,
+    established: bool,
+}
+
+/// All connections of one RNIC.
+#[derive(Debug)]
+pub struct ConnManager {
+    conns: BTreeMap<u32, Conn>,
+    listeners: BTreeMap<u16, (AppId, Settings)>,
+    /// Port and peer of incoming connections until their request is shown to the app.
+    peers: BTreeMap<u32, (u16, SocketAddr)>,
+    next_conn: u32,
+    timeout_ms: u64,
+    mss: u32,
+}
+
+impl ConnManager {
+    /// `timeout_ms` bounds every wait of MPA setup; `mss` is the TCP MSS FPDUs fit.
+    pub fn new(timeout_ms: u64, mss: u32) -> ConnManager {
+        ConnManager {
+            conns: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            // Control-chosen ids count from 1; ids the daemon chooses for incoming
+            // connections are used as given.
+            next_conn: 1,
+            timeout_ms,
+            mss,
+        }
+    }
+
+    pub fn listen(&mut self, app: AppId, port: u16, s: Settings) -> Result<Vec<Action>, CmError> {
+        if self.listeners.contains_key(&port) {
+            return Err(CmError::PortInUse);
+        }
+        self.listeners.insert(port, (app, s));
+        Ok(vec![Action::Daemon(Command::TcpListen {
+            port,
+            backlog: 64,
+        })])
+    }
+
+    /// Active open for `qp` to `remote` (the initiator sends the MPA Request).
+    pub fn connect(
+        &mut self,
+        app: AppId,
+        qp: u32,
+        remote: SocketAddr,
+        s: Settings,
+        now: u64,
+    ) -> (u32, Vec<Action>) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(
+            conn,
+            Conn {
+                app,
+                qp: Some(qp),
+                cm: Connection::initiator(s, now, self.timeout_ms),
+                established: false,
+            },
+        );
+        (
+            conn,
+            vec![Action::Daemon(Command::TcpConnect { conn, qp, remote })],
+        )
+    }
+
+    fn owned(&mut self, app: AppId, conn: u32) -> Result<&mut Conn, CmError> {
+        match self.conns.get_mut(&conn) {
+            Some(c) if c.app == app => Ok(c),
+            _ => Err(CmError::NoSuchConnection),
+        }
+    }
+
+    /// Accepts a [`AppEvent::ConnectRequest`] for `qp` with the application's settings.
+    pub fn accept(
+        &mut self,
+        app: AppId,
+        conn: u32,
+        qp: u32,
+        s: Settings,
+    ) -> Result<Vec<Action>, CmError> {
+        let c = self.owned(app, conn)?;
+        c.qp = Some(qp);
+        c.cm.accept(s);
+        let mut out = vec![Action::Daemon(Command::TcpAccept { conn, qp })];
+        self.drain(conn, &mut out);
+        Ok(out)
+    }
+
+    /// Rejects a request with private data, then closes the connection.
+    pub fn reject(
+        &mut self,
+        app: AppId,
+        conn: u32,
+        private_data: &[u8],
+    ) -> Result<Vec<Action>, CmError> {
+        let c = self.owned(app, conn)?;
+        c.cm.reject(private_data);
+        let mut out = Vec::new();
+        self.drain(conn, &mut out);
+        Ok(out)
+    }
+
+    /// Graceful (`abort == false`: TCP FIN after the QP's Closing) or abortive disconnect.
+    pub fn disconnect(
+        &mut self,
+        app: AppId,
+        conn: u32,
+        abort: bool,
+    ) -> Result<Vec<Action>, CmError> {
+        self.owned(app, conn)?;
+        self.conns.remove(&conn);
+        Ok(vec![Action::Daemon(if abort {
+            Command::TcpAbort { conn }
+        } else {
+            Command::TcpClose { conn }
+        })])
+    }
+
+    /// The application went away: abort its connections (its peers see them end) and stop
+    /// its listens.
+    pub fn app_gone(&mut self, app: AppId) -> Vec<Action> {
+        let mut out = Vec::new();
+        let mine: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.app == app)
+            .map(|(k, _)| *k)
+            .collect();
+        for conn in mine {
+            self.conns.remove(&conn);
+            out.push(Action::Daemon(Command::TcpAbort { conn }));
+        }
+        let ports: Vec<u16> = self
+            .listeners
+            .iter()
+            .filter(|(_, (a, _))| *a == app)
+            .map(|(p, _)| *p)
+            .collect();
+        for port in ports {
+            self.listeners.remove(&port);
+            out.push(Action::Daemon(Command::TcpUnlisten { port }));
+        }
+        out
+    }
+
+    pub fn handle_upcall(&mut self, u: &Upcall, now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        match *u {
+            Upcall::TcpIncoming {
+                conn,
+                local_port,
+                peer,
+            } => match self.listeners.get(&local_port) {
+                Some((app, s)) => {
+                    self.conns.insert(
+                        conn,
+                        Conn {
+                            app: *app,
+                            qp: None,
+                            cm: Connection::responder(s.clone(), now, self.timeout_ms),
+                            established: false,
+                        },
+                    );
+                    // Remember the peer for the request event.
+                    self.pending_peer(conn, local_port, peer);
+                }
+                None => out.push(Action::Daemon(Command::TcpAbort { conn })),
+            },
+            Upcall::TcpEstablished { conn } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.cm.handle_tcp_established(now);
+                }
+                self.drain(conn, &mut out);
+            }
+            Upcall::TcpBytes { conn, ref bytes } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.cm.handle_bytes(bytes.as_bytes());
+                }
+                self.drain(conn, &mut out);
+            }
+            Upcall::TcpClosed { conn, reason } => {
+                if let Some(mut c) = self.conns.remove(&conn) {
+                    if c.established {
+                        out.push(Action::App {
+                            app: c.app,
+                            event: AppEvent::Disconnected { conn, reason },
+                        });
+                    } else {
+                        c.cm.handle_tcp_closed();
+                        self.conns.insert(conn, c);
+                        self.drain(conn, &mut out);
+                    }
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) -> Vec<Action> {
+        let mut out = Vec::new();
+        let due: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.cm.next_timeout().is_some_and(|t| t <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for conn in due {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.cm.handle_timeout(now);
+            }
+            self.drain(conn, &mut out);
+        }
+        out
+    }
+
+    /// The earliest deadline of any connection in setup.
+    pub fn next_timeout(&self) -> Option<u64> {
+        self.conns
+            .values()
+            .filter_map(|c| c.cm.next_timeout())
+            .min()
+    }
+
+    fn pending_peer(&mut self, conn: u32, port: u16, peer: SocketAddr) {
+        self.peers.insert(conn, (port, peer));
+    }
+
+    fn drain(&mut self, conn: u32, out: &mut Vec<Action>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let app = c.app;
+        let qp = c.qp.unwrap_or(u32::MAX);
+        let role = c.cm.role();
+        let state = c.cm.state();
+        let events: Vec<cm::Event> = std::iter::from_fn(|| c.cm.poll_event()).collect();
+        let mut remove = false;
+        for ev in events {
+            match ev {
+                cm::Event::Transmit(bytes) => out.extend(
+                    Chunk::split(&bytes)
+                        .map(|bytes| Action::Daemon(Command::TcpSend { conn, bytes })),
+                ),
+                cm::Event::Request(inc) => {
+                    let (port, peer) = self
+                        .peers
+                        .remove(&conn)
+                        .unwrap_or((0, SocketAddr::from(([0, 0, 0, 0], 0))));
+                    out.push(Action::App {
+                        app,
+                        event: AppEvent::ConnectRequest {
+                            conn,
+                            port,
+                            peer,
+                            private_data: inc.private_data,
+                        },
+                    });
+                }
+                cm::Event::Established { params, .. } => {
+                    // Bytes that followed the MPA frame would be the engine's first FPDUs;
+                    // neither side sends any before both are in RTS in the flows used here
+                    // (RFC 5044 section 7.1), so there are none to hand over.
+                    let initiator = role == cm::Role::Initiator;
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.established = true;
+                    }
+                    out.push(Action::Daemon(Command::QpRts {
+                        qp,
+                        conn,
+                        params: rts_params(&params, initiator, self.mss),
+                    }));
+                    out.push(Action::App {
+                        app,
+                        event: AppEvent::Established {
+                            conn,
+                            qp,
+                            ird: params.ird,
+                            ord: params.ord,
+                            rdmap_version: params.rdmap_version,
+                            private_data: params.peer_private_data,
+                        },
+                    });
+                }
+                cm::Event::Rejected { private_data } => {
+                    remove = true;
+                    out.push(Action::App {
+                        app,
+                        event: AppEvent::Rejected { conn, private_data },
+                    });
+                    out.push(Action::Daemon(Command::TcpClose { conn }));
+                }
+                cm::Event::Failed(reason) => {
+                    remove = true;
+                    out.push(Action::App {
+                        app,
+                        event: AppEvent::Failed { conn, reason },
+                    });
+                    out.push(Action::Daemon(Command::TcpAbort { conn }));
+                }
+            }
+        }
+        if state == cm::State::Rejected && role == cm::Role::Responder {
+            // Our reject went out: close after it (graceful, so the Reply is delivered).
+            remove = true;
+            out.push(Action::Daemon(Command::TcpClose { conn }));
+        }
+        if remove {
+            self.conns.remove(&conn);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_abi::command::RtrKind;
+
+    const A: AppId = 10;
+    const B: AppId = 20;
+
+    /// Two RNICs' connection managers joined by a simulated TCP: a command of one becomes the
+    /// upcall the other's daemon would report.
+    struct Net {
+        cms: [ConnManager; 2],
+        /// Control's conn id on each side for one TCP connection (side 0 id -> side 1 id).
+        link: BTreeMap<(usize, u32), (usize, u32)>,
+        app_events: Vec<(usize, AppId, AppEvent)>,
+        rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
+        listening: Vec<(usize, u16)>,
+    }
+
+    impl Net {
+        fn new() -> Net {
+            Net {
+                cms: [ConnManager::new(1000, 1460), ConnManager::new(1000, 1460)],
+                link: BTreeMap::new(),
+                app_events: vec![],
+                rts: vec![],
+                listening: vec![],
+            }
+        }
+
+        fn run(&mut self, side: usize, actions: Vec<Action>) {
+            let mut queue: Vec<(usize, Action)> = actions.into_iter().map(|a| (side, a)).collect();
+            while !queue.is_empty() {
+                let (s, a) = queue.remove(0);
+                let other = 1 - s;
+                let mut ups: Vec<(usize, Upcall)> = vec![];
+                match a {
+                    Action::App { app, event } => self.app_events.push((s, app, event)),
+                    Action::Daemon(Command::TcpListen { port, .. }) => {
+                        self.listening.push((s, port))
+                    }
+                    Action::Daemon(Command::TcpConnect { conn, remote, .. }) => {
+                        let port = remote.port();
+                        if self.listening.contains(&(other, port)) {
+                            let peer_conn = 1000 + conn;
+                            self.link.insert((s, conn), (other, peer_conn));
+                            self.link.insert((other, peer_conn), (s, conn));
+                            ups.push((
+                                other,
+                                Upcall::TcpIncoming {
+                                    conn: peer_conn,
+                                    local_port: port,
+                                    peer: SocketAddr::from(([10, 0, 0, 1], 40000)),
+                                },
+                            ));
+                            ups.push((s, Upcall::TcpEstablished { conn }));
+                        } else {
+                            ups.push((
+                                s,
+                                Upcall::TcpClosed {
+                                    conn,
+                                    reason: CloseReason::Refused,
+                                },
+                            ));
+                        }
+                    }
+                    Action::Daemon(Command::TcpSend { conn, bytes }) => {
+                        if let Some(&(o, oc)) = self.link.get(&(s, conn)) {
+                            ups.push((o, Upcall::TcpBytes { conn: oc, bytes }));
+                        }
+                    }
+                    Action::Daemon(Command::TcpClose { conn })
+                    | Action::Daemon(Command::TcpAbort { conn }) => {
+                        let reason = if matches!(a, Action::Daemon(Command::TcpClose { .. })) {
+                            CloseReason::Graceful
+                        } else {
+                            CloseReason::Reset
+                        };
+                        if let Some((o, oc)) = self.link.remove(&(s, conn)) {
+                            self.link.remove(&(o, oc));
+                            ups.push((o, Upcall::TcpClosed { conn: oc, reason }));
+                        }
+                    }
+                    Action::Daemon(Command::QpRts { qp, params, .. }) => {
+                        self.rts.push((s, qp, params))
+                    }
+                    Action::Daemon(_) => {}
+                }
+                for (to, u) in ups {
+                    let acts = self.cms[to].handle_upcall(&u, 0);
+                    queue.extend(acts.into_iter().map(|a| (to, a)));
+                }
+            }
+        }
+
+        fn request(&self) -> u32 {
+            self.app_events
+                .iter()
+                .find_map(|(_, _, e)| match e {
+                    AppEvent::ConnectRequest { conn, .. } => Some(*conn),
+                    _ => None,
+                })
+                .expect("a connect request")
+        }
+    }
+
+    fn settings(ird: u16, ord: u16, pd: &[u8]) -> Settings {
+        Settings {
+            ird,
+            ord,
+            private_data: pd.to_vec(),
+            ..Settings::default()
+        }
+    }
+
+    fn remote() -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 2], 5000))
+    }
+
+    #[test]
+    fn connect_accept_puts_both_qps_in_rts_with_each_sides_ird_ord() {
+        let mut n = Net::new();
+        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        n.run(1, acts);
+        assert_eq!(
+            n.cms[1].listen(B, 5000, Settings::default()),
+            Err(CmError::PortInUse)
+        );
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), settings(4, 8, b"hi"), 0);
+        n.run(0, acts);
+        let peer_conn = n.request();
+        assert!(n.app_events.iter().any(|(s, app, e)| *s == 1
+            && *app == B
+            && matches!(e, AppEvent::ConnectRequest { port: 5000, private_data, .. } if private_data == b"hi")));
+        // Only the listening app may accept.
+        assert_eq!(
+            n.cms[1].accept(A, peer_conn, 9, Settings::default()),
+            Err(CmError::NoSuchConnection)
+        );
+        let acts = n.cms[1]
+            .accept(B, peer_conn, 9, settings(2, 16, b"ok"))
+            .unwrap();
+        n.run(1, acts);
+        let rts: BTreeMap<usize, (u32, u16, u16, bool)> = n
+            .rts
+            .iter()
+            .map(|(s, qp, p)| (*s, (*qp, p.ird, p.ord, p.crc_tx)))
+            .collect();
+        assert_eq!(
+            rts[&0],
+            (7, 4, 2, true),
+            "initiator's ORD capped by peer IRD 2"
+        );
+        assert_eq!(
+            rts[&1],
+            (9, 2, 4, true),
+            "responder's ORD capped by peer IRD 4"
+        );
+        assert!(n.rts.iter().all(|(_, _, p)| p.rtr == RtrKind::None));
+        assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
+            && matches!(e, AppEvent::Established { conn: c, private_data, .. } if *c == conn && private_data == b"ok")));
+        // Graceful disconnect: the peer's application hears of it.
+        let acts = n.cms[0].disconnect(A, conn, false).unwrap();
+        n.run(0, acts);
+        assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
+            && matches!(
+                e,
+                AppEvent::Disconnected {
+                    reason: CloseReason::Graceful,
+                    ..
+                }
+            )));
+    }
+
+    #[test]
+    fn a_reject_reaches_the_initiator_with_its_private_data() {
+        let mut n = Net::new();
+        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        n.run(1, acts);
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        n.run(0, acts);
+        let acts = n.cms[1].reject(B, n.request(), b"busy").unwrap();
+        n.run(1, acts);
+        assert!(n.app_events.contains(&(
+            0,
+            A,
+            AppEvent::Rejected {
+                conn,
+                private_data: b"busy".to_vec()
+            }
+        )));
+        assert!(n.rts.is_empty());
+        assert!(n.cms[0].conns.is_empty() && n.cms[1].conns.is_empty());
+    }
+
+    #[test]
+    fn refused_silent_and_dead_apps_each_end_with_a_reason() {
+        let mut n = Net::new();
+        // Nobody listens: refused.
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        n.run(0, acts);
+        assert!(n.app_events.contains(&(
+            0,
+            A,
+            AppEvent::Failed {
+                conn,
+                reason: Failure::TcpClosed
+            }
+        )));
+        // The listener's app never decides: its side times out and resets the peer.
+        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        n.run(1, acts);
+        let (conn2, acts) = n.cms[0].connect(A, 8, remote(), Settings::default(), 0);
+        n.run(0, acts);
+        assert_eq!(n.cms[1].next_timeout(), Some(1000));
+        let acts = n.cms[1].handle_timeout(1000);
+        n.run(1, acts);
+        assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
+            && matches!(
+                e,
+                AppEvent::Failed {
+                    reason: Failure::Timeout {
+                        state: cm::State::AwaitingDecision
+                    },
+                    ..
+                }
+            )));
+        assert!(n.app_events.contains(&(
+            0,
+            A,
+            AppEvent::Failed {
+                conn: conn2,
+                reason: Failure::TcpClosed
+            }
+        )));
+        // An established connection whose app dies: aborted, the peer sees a reset.
+        let (c3, acts) = n.cms[0].connect(A, 9, remote(), Settings::default(), 0);
+        n.run(0, acts);
+        let req = n
+            .app_events
+            .iter()
+            .rev()
+            .find_map(|(_, _, e)| match e {
+                AppEvent::ConnectRequest { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .unwrap();
+        let acts = n.cms[1].accept(B, req, 3, Settings::default()).unwrap();
+        n.run(1, acts);
+        let acts = n.cms[1].app_gone(B);
+        assert!(acts.contains(&Action::Daemon(Command::TcpUnlisten { port: 5000 })));
+        n.run(1, acts);
+        assert!(n.app_events.contains(&(
+            0,
+            A,
+            AppEvent::Disconnected {
+                conn: c3,
+                reason: CloseReason::Reset
+            }
+        )));
+    }
+}

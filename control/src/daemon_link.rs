@@ -1,0 +1,200 @@
+//! The control side of the control ↔ iwarpd contract, sans-IO: what the connection manager's
+//! and the resource tables' results become as [`Command`]s, and a watcher that turns samples
+//! of the daemon segment's generation and heartbeat words into "alive", "restarted" or
+//! "stalled" (ARCH.md step 6: a dead or restarted iwarpd is detected, never silently hung).
+
+use crate::resources::Teardown;
+use crate::stag::StagKind;
+use iwarp_abi::command::{Command, QpState as AbiQpState, RtrKind, RtsParams};
+use iwarp_wire::mpa::negotiation::Negotiated;
+
+/// The QpRts parameters for a connection whose MPA exchange gave `n`. `initiator` is the
+/// side that sent the Request: in peer-to-peer mode it sends the agreed RTR message first
+/// (RFC 6581 section 3). `mss` bounds every FPDU to one TCP segment (RFC 5044 section 8).
+pub fn rts_params(n: &Negotiated, initiator: bool, mss: u32) -> RtsParams {
+    let rtr = match n.rtr {
+        None => RtrKind::None,
+        Some(r) if r.write => RtrKind::ZeroLengthWrite,
+        Some(r) if r.read => RtrKind::ZeroLengthRead,
+        Some(_) => RtrKind::ZeroLengthSend,
+    };
+    RtsParams {
+        crc_tx: n.tx.crc,
+        crc_rx: n.rx.crc,
+        markers_tx: n.tx.markers,
+        markers_rx: n.rx.markers,
+        // Markers count from the first octet after the MPA Request/Reply (RFC 5044 section
+        // 4.3); the daemon's stream position starts there once the QP owns the connection.
+        marker_offset: 0,
+        mpa_rev: n.revision,
+        ird: n.ird,
+        ord: n.ord,
+        rtr,
+        rtr_initiator: initiator && rtr != RtrKind::None,
+        rdmap_version: n.rdmap_version,
+        mss,
+    }
+}
+
+/// The commands that tear down what an application owned, in destroy order: every QP is
+/// moved to Error first (which flushes its outstanding work with flushed completions and
+/// ends its connection, so the peer sees it end), then destroyed; then its STags, S-RQs, CQs
+/// and PDs.
+pub fn teardown_commands(t: &Teardown) -> Vec<Command> {
+    let mut out = Vec::new();
+    for &qp in &t.qps {
+        out.push(Command::ModifyQp {
+            qp,
+            state: AbiQpState::Error,
+        });
+        out.push(Command::DestroyQp { qp });
+    }
+    for &(stag, kind) in &t.stags {
+        out.push(match kind {
+            StagKind::Mr | StagKind::FastReg => Command::DeregisterMr { stag: stag.0 },
+            StagKind::Mw => Command::DeallocMw { stag: stag.0 },
+        });
+    }
+    out.extend(t.srqs.iter().map(|&srq| Command::DestroySrq { srq }));
+    out.extend(t.cqs.iter().map(|&cq| Command::DestroyCq { cq }));
+    out.extend(t.pds.iter().map(|&pd| Command::DeallocPd { pd }));
+    out
+}
+
+/// What the watcher concluded from the latest sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    /// The generation word changed: a new iwarpd started; everything the old one held is gone.
+    Restarted {
+        old: u64,
+        new: u64,
+    },
+    /// The heartbeat has not moved for at least the stall timeout.
+    Stalled {
+        since_ms: u64,
+    },
+}
+
+/// Watches the daemon segment's generation and heartbeat words, sampled by the caller.
+#[derive(Debug)]
+pub struct DaemonWatch {
+    generation: u64,
+    beat: u64,
+    beat_at: u64,
+    stall_ms: u64,
+}
+
+impl DaemonWatch {
+    pub fn new(generation: u64, beat: u64, now_ms: u64, stall_ms: u64) -> DaemonWatch {
+        DaemonWatch {
+            generation,
+            beat,
+            beat_at: now_ms,
+            stall_ms,
+        }
+    }
+
+    /// Feeds one sample. A restart is reported once, then the new generation is watched.
+    pub fn sample(&mut self, generation: u64, beat: u64, now_ms: u64) -> Liveness {
+        if generation != self.generation {
+            let old = self.generation;
+            *self = DaemonWatch::new(generation, beat, now_ms, self.stall_ms);
+            return Liveness::Restarted {
+                old,
+                new: generation,
+            };
+        }
+        if beat != self.beat {
+            self.beat = beat;
+            self.beat_at = now_ms;
+            return Liveness::Alive;
+        }
+        let quiet = now_ms.saturating_sub(self.beat_at);
+        if quiet >= self.stall_ms {
+            Liveness::Stalled { since_ms: quiet }
+        } else {
+            Liveness::Alive
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stag::Stag;
+    use iwarp_wire::mpa::{MpaParams, Rtr};
+
+    fn negotiated(rtr: Option<Rtr>) -> Negotiated {
+        Negotiated {
+            tx: MpaParams {
+                crc: true,
+                markers: false,
+            },
+            rx: MpaParams {
+                crc: true,
+                markers: true,
+            },
+            revision: 2,
+            ird: 4,
+            ord: 2,
+            rtr,
+            rdmap_version: 2,
+            peer_private_data: vec![],
+        }
+    }
+
+    #[test]
+    fn rts_params_carry_the_negotiated_values_and_who_sends_the_rtr() {
+        let read = Some(Rtr {
+            read: true,
+            ..Rtr::NONE
+        });
+        let p = rts_params(&negotiated(read), true, 1460);
+        assert_eq!((p.ird, p.ord, p.mpa_rev, p.rdmap_version), (4, 2, 2, 2));
+        assert_eq!((p.crc_tx, p.markers_tx, p.markers_rx), (true, false, true));
+        assert_eq!((p.rtr, p.rtr_initiator), (RtrKind::ZeroLengthRead, true));
+        let p = rts_params(&negotiated(read), false, 1460);
+        assert!(!p.rtr_initiator, "the responder waits for the RTR");
+        let p = rts_params(&negotiated(None), true, 1460);
+        assert_eq!((p.rtr, p.rtr_initiator), (RtrKind::None, false));
+    }
+
+    #[test]
+    fn teardown_flushes_qps_first_and_frees_pds_last() {
+        let t = Teardown {
+            qps: vec![5],
+            stags: vec![(Stag(0x101), StagKind::Mr), (Stag(0x201), StagKind::Mw)],
+            srqs: vec![2],
+            cqs: vec![3],
+            pds: vec![1],
+        };
+        assert_eq!(
+            teardown_commands(&t),
+            vec![
+                Command::ModifyQp {
+                    qp: 5,
+                    state: AbiQpState::Error
+                },
+                Command::DestroyQp { qp: 5 },
+                Command::DeregisterMr { stag: 0x101 },
+                Command::DeallocMw { stag: 0x201 },
+                Command::DestroySrq { srq: 2 },
+                Command::DestroyCq { cq: 3 },
+                Command::DeallocPd { pd: 1 },
+            ]
+        );
+        assert!(teardown_commands(&Teardown::default()).is_empty());
+    }
+
+    #[test]
+    fn a_restart_and_a_stall_are_each_reported() {
+        let mut w = DaemonWatch::new(7, 0, 0, 1000);
+        assert_eq!(w.sample(7, 1, 10), Liveness::Alive);
+        assert_eq!(w.sample(7, 1, 900), Liveness::Alive);
+        assert_eq!(w.sample(7, 1, 1010), Liveness::Stalled { since_ms: 1000 });
+        assert_eq!(w.sample(7, 2, 1020), Liveness::Alive, "beating again");
+        assert_eq!(w.sample(8, 0, 1030), Liveness::Restarted { old: 7, new: 8 });
+        assert_eq!(w.sample(8, 0, 1040), Liveness::Alive, "reported once");
+    }
+}

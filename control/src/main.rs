@@ -1,0 +1,500 @@
+//! `iwarp-control`: the control-plane process. Maps iwarpd's segment (R/daemon.shm), serves
+//! applications on R/control.sock, turns their requests into daemon commands through the
+//! sans-IO [`iwarp_control::app_server::Core`], and cleans up after an application whose
+//! socket reaches EOF (exit or crash).
+//!
+//! Usage: `iwarp-control [--config FILE] [--runtime-dir DIR]`.
+//!
+//! Single-threaded and non-blocking: one loop accepts, reads, answers, runs the connection
+//! manager over the daemon's upcalls and watches the daemon (pid, segment identity,
+//! heartbeat). A vanished or replaced iwarpd makes it close every application socket and exit
+//! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
+
+use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
+use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
+use iwarp_abi::segment::{Segment, SegmentKind};
+use iwarp_config::Config;
+use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
+use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
+use iwarp_control::conn_manager::{Action, CmError, ConnManager};
+use iwarp_control::daemon_link::{DaemonWatch, Liveness};
+use iwarp_control::error::Resource;
+use iwarp_control::resources::QpState;
+use iwarp_control::Error;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Set by SIGINT/SIGTERM; the loop then cleans up and exits.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+struct App {
+    id: u32,
+    stream: UnixStream,
+    pid: u32,
+    buf: Vec<u8>,
+    /// Segment files of this application that control verified (rings, memory): removed
+    /// when the application goes away, so a crashed one leaks none.
+    files: Vec<std::path::PathBuf>,
+}
+
+fn peer_pid(s: &UnixStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of `len` octets on a connected Unix socket.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r == 0 {
+        cred.pid as u32
+    } else {
+        0
+    }
+}
+
+struct Daemon {
+    side: ControlSide,
+    next_req: u64,
+    /// Upcalls other than the awaited reply (connection events), for the connection manager.
+    pending: std::collections::VecDeque<Upcall>,
+}
+
+impl Daemon {
+    /// Sends `c` and waits for its reply (back-pressure: retries while the ring is full).
+    fn call(&mut self, c: &Command) -> Result<u32, String> {
+        self.next_req += 1;
+        let req = self.next_req;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.side.send_command(req, c).is_err() {
+            if Instant::now() > deadline || !self.side.daemon_alive() {
+                return Err("iwarpd is not draining its command ring".into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        loop {
+            match self.side.recv_upcall() {
+                Some(Ok(Upcall::Reply { req_id, status, .. })) if req_id == req => {
+                    return Ok(status)
+                }
+                Some(Ok(u)) => self.pending.push_back(u),
+                Some(Err(e)) => eprintln!("iwarp-control: bad upcall slot: {e}"),
+                None => {
+                    if Instant::now() > deadline || !self.side.daemon_alive() {
+                        return Err("iwarpd did not answer (dead or stuck)".into());
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+    }
+}
+
+/// The ring segments a request names, with the kind each must be.
+fn rings_of(req: &Request) -> Vec<(ShmPath, SegmentKind)> {
+    match req {
+        Request::CreateCq { ring, .. } => vec![(*ring, SegmentKind::CompletionQueue)],
+        Request::CreateSrq { ring, .. } => vec![(*ring, SegmentKind::SharedRecvQueue)],
+        Request::CreateQp { attrs, sq, rq } => {
+            let mut v = vec![(*sq, SegmentKind::SendQueue)];
+            if attrs.srq.is_none() {
+                v.push((*rq, SegmentKind::RecvQueue));
+            }
+            v
+        }
+        _ => vec![],
+    }
+}
+
+fn ring_paths(req: &Request) -> Vec<std::path::PathBuf> {
+    rings_of(req).iter().map(|(p, _)| p.to_path()).collect()
+}
+
+fn cm_error(e: CmError, id: u32) -> Reply {
+    Reply::Failed(match e {
+        CmError::PortInUse => Error::InUse {
+            what: Resource::Connection,
+            id,
+            users: 1,
+        },
+        CmError::NoSuchConnection => Error::InvalidHandle {
+            what: Resource::Connection,
+            id,
+        },
+    })
+}
+
+/// Connection-management requests: checked here, run by the connection manager, whose
+/// actions go to `outbox`.
+fn serve_cm(
+    core: &Core,
+    cm: &mut ConnManager,
+    outbox: &mut Vec<Action>,
+    app: u32,
+    req: Request,
+    now: u64,
+) -> Reply {
+    let r = match req {
+        Request::Listen { port, settings } => cm
+            .listen(app, port, settings)
+            .map_err(|e| cm_error(e, port as u32)),
+        Request::Connect {
+            qp,
+            remote,
+            settings,
+        } => {
+            if let Err(e) = core.check_qp(app, qp) {
+                return Reply::Failed(e);
+            }
+            let (conn, acts) = cm.connect(app, qp, remote, settings, now);
+            outbox.extend(acts);
+            return Reply::Id(conn);
+        }
+        Request::Accept { conn, qp, settings } => {
+            if let Err(e) = core.check_qp(app, qp) {
+                return Reply::Failed(e);
+            }
+            cm.accept(app, conn, qp, settings)
+                .map_err(|e| cm_error(e, conn))
+        }
+        Request::Reject { conn, private_data } => cm
+            .reject(app, conn, &private_data)
+            .map_err(|e| cm_error(e, conn)),
+        Request::Disconnect { conn, abort } => cm
+            .disconnect(app, conn, abort)
+            .map_err(|e| cm_error(e, conn)),
+        _ => {
+            return Reply::Failed(Error::Protocol {
+                what: "not a connection request",
+            })
+        }
+    };
+    match r {
+        Ok(acts) => {
+            outbox.extend(acts);
+            Reply::Done
+        }
+        Err(reply) => reply,
+    }
+}
+
+/// Runs connection-manager actions and feeds it daemon upcalls and timers until quiet.
+fn pump(
+    core: &mut Core,
+    daemon: &mut Daemon,
+    cm: &mut ConnManager,
+    apps: &mut [App],
+    outbox: &mut Vec<Action>,
+    now: u64,
+) {
+    outbox.extend(cm.handle_timeout(now));
+    loop {
+        while let Some(u) = daemon.pending.pop_front() {
+            outbox.extend(cm.handle_upcall(&u, now));
+        }
+        while let Some(u) = daemon.side.recv_upcall() {
+            match u {
+                Ok(u) => outbox.extend(cm.handle_upcall(&u, now)),
+                Err(e) => eprintln!("iwarp-control: bad upcall slot: {e}"),
+            }
+        }
+        if outbox.is_empty() {
+            return;
+        }
+        for a in std::mem::take(outbox) {
+            match a {
+                Action::Daemon(c) => {
+                    if let Command::QpRts { qp, .. } = c {
+                        core.set_qp_state(qp, QpState::Rts);
+                    }
+                    match daemon.call(&c) {
+                        Ok(reply_status::OK) => {}
+                        Ok(st) => eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}"),
+                        Err(e) => eprintln!("iwarp-control: {e}"),
+                    }
+                }
+                Action::App { app, event } => {
+                    if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
+                        let _ = a.stream.set_nonblocking(false);
+                        let _ = a.stream.write_all(&encode_event(&event));
+                        let _ = a.stream.set_nonblocking(true);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) -> Reply {
+    if let Request::AttachSegment { path } = req {
+        // Only memory the daemon can map: a verbs-allocated segment of kind Memory, created
+        // by this very application.
+        return match Segment::open(&path.to_path(), Some(SegmentKind::Memory)) {
+            Ok(seg) if seg.header().creator_pid == app.pid => {
+                app.files.push(path.to_path());
+                let id = core.add_segment(
+                    app.id,
+                    VerifiedSegment {
+                        path,
+                        data_len: seg.data_len() as u64,
+                    },
+                );
+                Reply::Id(id)
+            }
+            Ok(_) => Reply::Failed(Error::Protocol {
+                what: "segment was not created by this application",
+            }),
+            Err(_) => Reply::Failed(Error::Protocol {
+                what: "not a shared segment allocated through iwarp-verbs (alloc_buffer)",
+            }),
+        };
+    }
+    // Ring segments named in a request must be this application's own segments of the
+    // right kind: iwarpd is never pointed at any other file.
+    let rings = rings_of(&req);
+    for (path, kind) in rings {
+        match Segment::open(&path.to_path(), Some(kind)) {
+            Ok(seg) if seg.header().creator_pid == app.pid => {}
+            _ => {
+                return Reply::Failed(Error::Protocol {
+                    what: "ring is not a segment of the right kind created by this application",
+                })
+            }
+        }
+    }
+    let ring_files: Vec<std::path::PathBuf> = ring_paths(&req);
+    let (reply, cmds) = core.handle(app.id, req);
+    if !matches!(reply, Reply::Failed(_)) {
+        app.files.extend(ring_files);
+    }
+    for c in &cmds {
+        match daemon.call(c) {
+            Ok(reply_status::OK) => {}
+            Ok(st) => eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}"),
+            Err(e) => eprintln!("iwarp-control: {e}"),
+        }
+    }
+    reply
+}
+
+/// Removes an application's segment files (the daemon has unmapped them by now; a mapping
+/// that remains keeps its memory until unmapped, as unlink(2) promises).
+fn remove_files(app: &App) {
+    for f in &app.files {
+        match std::fs::remove_file(f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => eprintln!("iwarp-control: cannot remove {}: {e}", f.display()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let mut config = Config::default();
+    let mut runtime: Option<PathBuf> = None;
+    while let Some(a) = args.next() {
+        match (a.as_str(), args.next()) {
+            ("--config", Some(p)) => match Config::load(std::path::Path::new(&p)) {
+                Ok(c) => config = c,
+                Err(e) => {
+                    eprintln!("iwarp-control: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            ("--runtime-dir", Some(p)) => runtime = Some(p.into()),
+            _ => {
+                eprintln!("usage: iwarp-control [--config FILE] [--runtime-dir DIR]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let dir = runtime.unwrap_or_else(|| config.runtime_dir());
+    let shm = dir.join("daemon.shm");
+    let generation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        | 1;
+    let side = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match DaemonShm::open(&shm, generation) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() > deadline => {
+                    eprintln!(
+                        "iwarp-control: cannot map {}: {e} (is iwarpd running?)",
+                        shm.display()
+                    );
+                    return ExitCode::from(1);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    };
+    let mut daemon = Daemon {
+        side,
+        next_req: 0,
+        pending: Default::default(),
+    };
+    // MPA setup must finish within this (RFC 5044 section 7.1 leaves the value to us).
+    let mut cm = ConnManager::new(10_000, 1460);
+    let mut outbox: Vec<Action> = Vec::new();
+    let start = Instant::now();
+    // The poll loop bumps the heartbeat; silence for 3 s is reported (ARCH.md step 6).
+    let mut watch = DaemonWatch::new(daemon.side.generation(), daemon.side.heartbeat(), 0, 3000);
+    let mut stalled = false;
+    let sock = dir.join("control.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = match UnixListener::bind(&sock) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("iwarp-control: cannot bind {}: {e}", sock.display());
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = listener.set_nonblocking(true) {
+        eprintln!("iwarp-control: {e}");
+        return ExitCode::from(1);
+    }
+    eprintln!(
+        "iwarp-control: serving {} (iwarpd pid {}, generation {:#x})",
+        sock.display(),
+        daemon.side.daemon_pid(),
+        daemon.side.generation()
+    );
+    let mut core = Core::new(config.limits.clone());
+    let mut apps: Vec<App> = Vec::new();
+    let mut next_app = 1u32;
+    install_signal_handlers();
+    loop {
+        if STOP.load(std::sync::atomic::Ordering::Relaxed) {
+            // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
+            // leave nothing behind (the socket file; applications see EOF).
+            for app in apps.drain(..) {
+                for c in core.app_gone(app.id) {
+                    let _ = daemon.call(&c);
+                }
+                remove_files(&app);
+            }
+            let _ = std::fs::remove_file(&sock);
+            eprintln!("iwarp-control: stopped");
+            return ExitCode::SUCCESS;
+        }
+        if !daemon.side.daemon_alive() || daemon.side.daemon_replaced() {
+            // Every QP, region and connection lived in that daemon: tell applications by
+            // closing their sockets, and leave (a supervisor restarts us with the new one).
+            eprintln!("iwarp-control: iwarpd died or was restarted; closing all applications");
+            let _ = std::fs::remove_file(&sock);
+            return ExitCode::from(3);
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_ok() {
+                    let pid = peer_pid(&stream);
+                    apps.push(App {
+                        id: next_app,
+                        stream,
+                        pid,
+                        buf: Vec::new(),
+                        files: Vec::new(),
+                    });
+                    next_app += 1;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => eprintln!("iwarp-control: accept: {e}"),
+        }
+        let now = start.elapsed().as_millis() as u64;
+        match watch.sample(daemon.side.generation(), daemon.side.heartbeat(), now) {
+            Liveness::Stalled { since_ms } if !stalled => {
+                stalled = true;
+                eprintln!("iwarp-control: iwarpd's heartbeat has not moved for {since_ms} ms");
+            }
+            Liveness::Alive => stalled = false,
+            _ => {}
+        }
+        let mut idle = true;
+        let mut gone = Vec::new();
+        for (i, app) in apps.iter_mut().enumerate() {
+            let mut tmp = [0u8; 4096];
+            match app.stream.read(&mut tmp) {
+                Ok(0) => gone.push(i),
+                Ok(n) => {
+                    idle = false;
+                    app.buf.extend_from_slice(&tmp[..n]);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => gone.push(i),
+            }
+            loop {
+                let n = match message_len(&app.buf) {
+                    Ok(Some(n)) => n,
+                    Ok(None) => break,
+                    Err(_) => {
+                        // An unframable stream cannot be resynchronised: drop the app.
+                        gone.push(i);
+                        break;
+                    }
+                };
+                let body: Vec<u8> = app.buf.drain(..n).skip(4).collect();
+                let reply = match decode_request(&body) {
+                    Ok(
+                        req @ (Request::Listen { .. }
+                        | Request::Connect { .. }
+                        | Request::Accept { .. }
+                        | Request::Reject { .. }
+                        | Request::Disconnect { .. }),
+                    ) => serve_cm(&core, &mut cm, &mut outbox, app.id, req, now),
+                    Ok(req) => serve_one(&mut core, &mut daemon, &mut *app, req),
+                    Err(e) => Reply::Failed(e),
+                };
+                let _ = app.stream.set_nonblocking(false);
+                if app.stream.write_all(&encode_reply(&reply)).is_err() {
+                    gone.push(i);
+                }
+                let _ = app.stream.set_nonblocking(true);
+            }
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        for i in gone.into_iter().rev() {
+            let app = apps.remove(i);
+            for c in core.app_gone(app.id) {
+                if let Err(e) = daemon.call(&c) {
+                    eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
+                }
+            }
+            outbox.extend(cm.app_gone(app.id));
+            remove_files(&app);
+        }
+        pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now);
+        if idle {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}

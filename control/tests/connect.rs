@@ -1,0 +1,363 @@
+//! Connection management through the iwarp-control process: two applications on one
+//! control, a fake iwarpd that joins TcpConnect to a TcpListen on loopback and carries the
+//! MPA bytes between the two ends.
+
+use iwarp_abi::command::{reply_status, CloseReason, Command, ShmPath, Upcall};
+use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
+use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
+use iwarp_control::app_proto::{
+    decode_reply, encode_request, message_len, ClientEvent, ClientReply,
+};
+use iwarp_control::app_server::Request;
+use iwarp_control::resources::QpAttrs;
+use iwarp_wire::mpa::negotiation::Settings;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command as Proc};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receiver<()>) {
+    let mut listening = Vec::new();
+    let mut link: BTreeMap<u32, u32> = BTreeMap::new();
+    let send = |d: &mut DaemonSide, u: Upcall| {
+        while d.send_upcall(&u).is_err() {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    };
+    while stop.try_recv().is_err() {
+        d.beat();
+        let Some(Ok((req_id, c))) = d.recv_command() else {
+            std::thread::sleep(Duration::from_micros(100));
+            continue;
+        };
+        let _ = tx.send(c);
+        send(
+            &mut d,
+            Upcall::Reply {
+                req_id,
+                status: reply_status::OK,
+                value: 0,
+            },
+        );
+        match c {
+            Command::TcpListen { port, .. } => listening.push(port),
+            Command::TcpConnect { conn, remote, .. } => {
+                if listening.contains(&remote.port()) {
+                    // Incoming ids are disjoint from control's (high bit set).
+                    let inc = conn | 0x8000_0000;
+                    link.insert(conn, inc);
+                    link.insert(inc, conn);
+                    send(
+                        &mut d,
+                        Upcall::TcpIncoming {
+                            conn: inc,
+                            local_port: remote.port(),
+                            peer: "127.0.0.1:40000".parse().unwrap(),
+                        },
+                    );
+                    send(&mut d, Upcall::TcpEstablished { conn });
+                } else {
+                    send(
+                        &mut d,
+                        Upcall::TcpClosed {
+                            conn,
+                            reason: CloseReason::Refused,
+                        },
+                    );
+                }
+            }
+            Command::TcpSend { conn, bytes } => {
+                if let Some(&o) = link.get(&conn) {
+                    send(&mut d, Upcall::TcpBytes { conn: o, bytes });
+                }
+            }
+            Command::TcpClose { conn } | Command::TcpAbort { conn } => {
+                let reason = if matches!(c, Command::TcpClose { .. }) {
+                    CloseReason::Graceful
+                } else {
+                    CloseReason::Reset
+                };
+                if let Some(o) = link.remove(&conn) {
+                    link.remove(&o);
+                    send(&mut d, Upcall::TcpClosed { conn: o, reason });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Client {
+    s: UnixStream,
+    buf: Vec<u8>,
+    events: VecDeque<ClientEvent>,
+}
+
+impl Client {
+    fn next(&mut self) -> ClientReply {
+        let mut tmp = [0u8; 4096];
+        loop {
+            if let Some(n) = message_len(&self.buf).unwrap() {
+                let r = decode_reply(&self.buf[4..n]).unwrap();
+                self.buf.drain(..n);
+                return r;
+            }
+            let n = self.s.read(&mut tmp).unwrap();
+            assert!(n > 0, "control closed the socket");
+            self.buf.extend_from_slice(&tmp[..n]);
+        }
+    }
+    fn call(&mut self, req: &Request) -> ClientReply {
+        self.s.write_all(&encode_request(req)).unwrap();
+        loop {
+            match self.next() {
+                ClientReply::Event(e) => self.events.push_back(e),
+                r => return r,
+            }
+        }
+    }
+    fn event(&mut self) -> ClientEvent {
+        if let Some(e) = self.events.pop_front() {
+            return e;
+        }
+        match self.next() {
+            ClientReply::Event(e) => e,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+    fn id(&mut self, req: &Request) -> u32 {
+        match self.call(req) {
+            ClientReply::Id(i) => i,
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+    /// PD, CQ and one QP with ring segments this process created.
+    fn qp(&mut self, tag: &str, keep: &mut Vec<Segment>) -> u32 {
+        let mut seg = |kind: SegmentKind, what: &str| {
+            let s = Segment::create(
+                &format!("iw-cmtest-{}-{tag}-{what}", std::process::id()),
+                kind,
+                1 << 14,
+                HugePolicy::Off,
+            )
+            .unwrap();
+            let p = ShmPath::new(s.path().unwrap()).unwrap();
+            keep.push(s);
+            p
+        };
+        let (cq_ring, sq, rq) = (
+            seg(SegmentKind::CompletionQueue, "cq"),
+            seg(SegmentKind::SendQueue, "sq"),
+            seg(SegmentKind::RecvQueue, "rq"),
+        );
+        let pd = self.id(&Request::AllocPd);
+        let cq = self.id(&Request::CreateCq {
+            depth: 64,
+            ring: cq_ring,
+        });
+        let attrs = QpAttrs {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_depth: 32,
+            rq_depth: 32,
+            max_sge: 1,
+            max_inline: 0,
+            ird: 16,
+            ord: 16,
+        };
+        self.id(&Request::CreateQp { attrs, sq, rq })
+    }
+}
+
+fn settings(ird: u16, ord: u16, pd: &[u8]) -> Settings {
+    Settings {
+        ird,
+        ord,
+        private_data: pd.to_vec(),
+        ..Settings::default()
+    }
+}
+
+#[test]
+fn connect_accept_reject_and_disconnect_through_the_process() {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-cm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("iwarp-ctl-cm-{}.daemon", std::process::id());
+    let d = DaemonShm::create(
+        &name,
+        Some(&dir.join("daemon.shm")),
+        64,
+        256,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+    let _ctl = Kill(
+        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let connect = || loop {
+        match UnixStream::connect(dir.join("control.sock")) {
+            Ok(s) => {
+                break Client {
+                    s,
+                    buf: Vec::new(),
+                    events: VecDeque::new(),
+                }
+            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("control never listened: {e}"),
+        }
+    };
+    let (mut a, mut b) = (connect(), connect());
+    let mut keep = Vec::new();
+    let qa = a.qp("a", &mut keep);
+    let qb = b.qp("b", &mut keep);
+
+    assert_eq!(
+        b.call(&Request::Listen {
+            port: 5000,
+            settings: Settings::default()
+        }),
+        ClientReply::Done
+    );
+    match a.call(&Request::Listen {
+        port: 5000,
+        settings: Settings::default(),
+    }) {
+        ClientReply::Failed { message, .. } => assert!(message.contains("still used"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    // A connects with IRD 4 / ORD 8; B accepts with IRD 2 / ORD 16.
+    let remote = "127.0.0.1:5000".parse().unwrap();
+    let ca = a.id(&Request::Connect {
+        qp: qa,
+        remote,
+        settings: settings(4, 8, b"hello"),
+    });
+    let ClientEvent::ConnectRequest {
+        conn: cb,
+        port: 5000,
+        private_data,
+        ..
+    } = b.event()
+    else {
+        panic!("no connect request")
+    };
+    assert_eq!(private_data, b"hello");
+    // A cannot accept B's connection, nor on B's QP.
+    assert!(matches!(
+        a.call(&Request::Accept {
+            conn: cb,
+            qp: qa,
+            settings: Settings::default()
+        }),
+        ClientReply::Failed { .. }
+    ));
+    assert_eq!(
+        b.call(&Request::Accept {
+            conn: cb,
+            qp: qb,
+            settings: settings(2, 16, b"welcome"),
+        }),
+        ClientReply::Done
+    );
+    assert_eq!(
+        b.event(),
+        ClientEvent::Established {
+            conn: cb,
+            qp: qb,
+            ird: 2,
+            ord: 4,
+            rdmap_version: 1,
+            private_data: b"hello".to_vec()
+        }
+    );
+    assert_eq!(
+        a.event(),
+        ClientEvent::Established {
+            conn: ca,
+            qp: qa,
+            ird: 4,
+            ord: 2,
+            rdmap_version: 1,
+            private_data: b"welcome".to_vec()
+        }
+    );
+    // The daemon was told to hand each stream to its QP with the negotiated values.
+    let rts: Vec<(u32, u16, u16)> =
+        std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(5)).ok())
+            .filter_map(|c| match c {
+                Command::QpRts { qp, params, .. } => Some((qp, params.ird, params.ord)),
+                _ => None,
+            })
+            .take(2)
+            .collect();
+    assert!(
+        rts.contains(&(qa, 4, 2)) && rts.contains(&(qb, 2, 4)),
+        "{rts:?}"
+    );
+
+    // A second request is rejected with private data.
+    let ca2 = a.id(&Request::Connect {
+        qp: qa,
+        remote,
+        settings: Settings::default(),
+    });
+    let ClientEvent::ConnectRequest { conn: cb2, .. } = b.event() else {
+        panic!("no second request")
+    };
+    assert_eq!(
+        b.call(&Request::Reject {
+            conn: cb2,
+            private_data: b"busy".to_vec()
+        }),
+        ClientReply::Done
+    );
+    assert_eq!(
+        a.event(),
+        ClientEvent::Rejected {
+            conn: ca2,
+            private_data: b"busy".to_vec()
+        }
+    );
+
+    // Graceful disconnect by A: B hears of it.
+    assert_eq!(
+        a.call(&Request::Disconnect {
+            conn: ca,
+            abort: false
+        }),
+        ClientReply::Done
+    );
+    match b.event() {
+        ClientEvent::Disconnected { conn, reason } => {
+            assert_eq!(conn, cb);
+            assert!(reason.contains("Graceful"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop((a, b));
+    stop_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,338 @@
+//! iwarp-control as a separate process: the test plays iwarpd (creates the daemon segment,
+//! answers every command, beats) and an application (talks on control.sock).
+
+use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
+use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
+use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
+use iwarp_control::app_proto::{decode_reply, encode_request, message_len, ClientReply};
+use iwarp_control::app_server::Request;
+use iwarp_control::resources::access;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command as Proc};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Answers every command OK and forwards it to the test.
+fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receiver<()>) {
+    while stop.try_recv().is_err() {
+        d.beat();
+        match d.recv_command() {
+            Some(Ok((req_id, c))) => {
+                let _ = tx.send(c);
+                let r = Upcall::Reply {
+                    req_id,
+                    status: reply_status::OK,
+                    value: 0,
+                };
+                while d.send_upcall(&r).is_err() {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+            Some(Err(e)) => panic!("undecodable command: {e}"),
+            None => std::thread::sleep(Duration::from_micros(100)),
+        }
+    }
+}
+
+fn call(s: &mut UnixStream, req: &Request) -> ClientReply {
+    s.write_all(&encode_request(req)).unwrap();
+    recv(s)
+}
+
+fn recv(s: &mut UnixStream) -> ClientReply {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        if let Some(n) = message_len(&buf).unwrap() {
+            return decode_reply(&buf[4..n]).unwrap();
+        }
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "control closed the socket");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+fn id(r: ClientReply) -> u32 {
+    match r {
+        ClientReply::Id(i) => i,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_application_is_served_and_cleaned_up_after_eof() {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("iwarp-ctl-test-{}.daemon", std::process::id());
+    let d = DaemonShm::create(
+        &name,
+        Some(&dir.join("daemon.shm")),
+        64,
+        64,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+
+    let _ctl = Kill(
+        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
+    let sock = dir.join("control.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match UnixStream::connect(&sock) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("control never listened: {e}"),
+        }
+    };
+
+    let ClientReply::Rnic(limits) = call(&mut s, &Request::QueryRnic) else {
+        panic!("no Query RNIC answer")
+    };
+    assert_eq!(limits.max_sge, 4);
+    let pd = id(call(&mut s, &Request::AllocPd));
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
+    // A ring path that is not this application's CQ segment is refused...
+    let ring = ShmPath::new(Path::new("/dev/shm/iw-test-no-such-cq")).unwrap();
+    match call(&mut s, &Request::CreateCq { depth: 64, ring }) {
+        ClientReply::Failed { message, .. } => assert!(message.contains("ring"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    // ...its own CQ ring segment is accepted.
+    let cq_seg = Segment::create(
+        &format!("iw-test-cq-{}", std::process::id()),
+        SegmentKind::CompletionQueue,
+        1 << 14,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let ring = ShmPath::new(cq_seg.path().unwrap()).unwrap();
+    let cq = id(call(&mut s, &Request::CreateCq { depth: 64, ring }));
+    assert_eq!(
+        rx.recv().unwrap(),
+        Command::CreateCq {
+            cq,
+            depth: 64,
+            ring
+        }
+    );
+
+    // Memory this process allocated as a shared segment can be registered...
+    let mem = Segment::create(
+        &format!("iw-test-mem-{}", std::process::id()),
+        SegmentKind::Memory,
+        1 << 16,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let path = ShmPath::new(mem.path().unwrap()).unwrap();
+    let seg = id(call(&mut s, &Request::AttachSegment { path }));
+    let req = Request::RegMr {
+        pd,
+        access: access::LOCAL_WRITE | access::REMOTE_WRITE,
+        segment: seg,
+        offset: 0,
+        len: 4096,
+    };
+    let stag = id(call(&mut s, &req));
+    assert!(
+        matches!(rx.recv().unwrap(), Command::RegisterMr { stag: st, len: 4096, .. } if st == stag)
+    );
+    // ...a length past the segment is refused with the reason...
+    let past = Request::RegMr {
+        pd,
+        access: 0,
+        segment: seg,
+        offset: 0,
+        len: 1 << 20,
+    };
+    match call(&mut s, &past) {
+        ClientReply::Failed { message, .. } => {
+            assert!(message.contains("does not fit"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // ...and ordinary memory is refused clearly.
+    let plain = dir.join("plain-file");
+    std::fs::write(&plain, [0u8; 8192]).unwrap();
+    let bad = ShmPath::new(&plain).unwrap();
+    match call(&mut s, &Request::AttachSegment { path: bad }) {
+        ClientReply::Failed { message, .. } => {
+            assert!(message.contains("alloc_buffer"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A bad request leaves the connection usable.
+    s.write_all(&[3, 0, 0, 0, 99, 1, 2]).unwrap();
+    match recv(&mut s) {
+        ClientReply::Failed { code: 10, message } => {
+            assert!(message.contains("unknown request tag"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    match call(&mut s, &Request::QueryQp { qp: 1 }) {
+        ClientReply::Failed { code: 1, .. } => {}
+        other => panic!("{other:?}"),
+    }
+
+    // The application "crashes": its socket closes and its segment files stay behind.
+    let files = [
+        cq_seg.path().unwrap().to_path_buf(),
+        mem.path().unwrap().to_path_buf(),
+    ];
+    let (mut cq_seg, mut mem) = (cq_seg, mem);
+    cq_seg.set_remove_on_drop(false);
+    mem.set_remove_on_drop(false);
+    drop((cq_seg, mem));
+    assert!(files.iter().all(|f| f.exists()));
+    // EOF: control tears everything of this application down in the daemon.
+    drop(s);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("cleanup commands"),
+        );
+    }
+    assert_eq!(
+        seen,
+        vec![
+            Command::DeregisterMr { stag },
+            Command::DestroyCq { cq },
+            Command::DeallocPd { pd },
+        ]
+    );
+    // ...and removes its segment files: nothing leaks.
+    while files.iter().any(|f| f.exists()) {
+        assert!(Instant::now() < deadline, "leaked segment files: {files:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    stop_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_vanished_daemon_is_detected_and_applications_see_eof() {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-test2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("iwarp-ctl-test2-{}.daemon", std::process::id());
+    let d = DaemonShm::create(
+        &name,
+        Some(&dir.join("daemon.shm")),
+        64,
+        64,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let mut ctl = Kill(
+        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match UnixStream::connect(dir.join("control.sock")) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("control never listened: {e}"),
+        }
+    };
+    // The daemon goes away (its segment and link are removed).
+    drop(d);
+    let status = loop {
+        if let Some(st) = ctl.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "control did not notice");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3));
+    let mut b = [0u8; 1];
+    // The connection ends: EOF, or a reset if control had not accepted it yet.
+    assert!(
+        matches!(s.read(&mut b), Ok(0) | Err(_)),
+        "the application sees its connection end"
+    );
+    assert!(!dir.join("control.sock").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_cleans_up_and_leaves_no_socket_behind() {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-test3-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("iwarp-ctl-test3-{}.daemon", std::process::id());
+    let d = DaemonShm::create(
+        &name,
+        Some(&dir.join("daemon.shm")),
+        64,
+        64,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+    let mut ctl = Kill(
+        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match UnixStream::connect(dir.join("control.sock")) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("control never listened: {e}"),
+        }
+    };
+    let pd = id(call(&mut s, &Request::AllocPd));
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(ctl.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = loop {
+        if let Some(st) = ctl.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "control did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Command::DeallocPd { pd },
+        "the application's PD was freed in the daemon"
+    );
+    assert!(!dir.join("control.sock").exists());
+    stop_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

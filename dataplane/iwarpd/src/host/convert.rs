@@ -1,0 +1,380 @@
+//! Record <-> engine conversions. Pure functions, no I/O.
+
+use iwarp_abi::command::Upcall;
+use iwarp_abi::wqe::{
+    self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, CqeStatus, RecvWqe, SendOpcode,
+    SendWqe,
+};
+use iwarp_engine::{
+    Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, WcOpcode, WorkCompletion,
+};
+
+fn sges(s: &[wqe::Sge]) -> Vec<Sge> {
+    s.iter()
+        .map(|g| Sge {
+            stag: g.stag,
+            to: g.to,
+            len: g.len,
+        })
+        .collect()
+}
+
+/// Converts an application's SQ entry. `Err(())` for a corrupted or meaningless entry: the
+/// caller completes it with [`CqeStatus::LocalQpOperationError`].
+#[allow(clippy::result_unit_err)]
+pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
+    let op = w.validate().map_err(|_| ())?;
+    let se = w.has(send_flags::SOLICITED);
+    let access = Access(u8::try_from(w.access).map_err(|_| ())?);
+    let (rs, rt) = (w.remote_stag, w.remote_to);
+    let send_op = match op {
+        SendOpcode::Send => SendOp::Send {
+            solicited: se,
+            invalidate: None,
+        },
+        SendOpcode::SendSe => SendOp::Send {
+            solicited: true,
+            invalidate: None,
+        },
+        SendOpcode::SendInv | SendOpcode::SendSeInv => SendOp::Send {
+            solicited: se || op == SendOpcode::SendSeInv,
+            invalidate: Some(w.invalidate_stag),
+        },
+        SendOpcode::Write => SendOp::Write {
+            remote_stag: rs,
+            remote_to: rt,
+        },
+        SendOpcode::WriteImm => SendOp::WriteImm {
+            remote_stag: rs,
+            remote_to: rt,
+            imm: w.imm,
+        },
+        SendOpcode::Read => SendOp::Read {
+            remote_stag: rs,
+            remote_to: rt,
+        },
+        SendOpcode::ReadV2 => SendOp::ReadV2 {
+            remote_stag: rs,
+            remote_to: rt,
+        },
+        SendOpcode::FetchAdd => SendOp::FetchAdd {
+            remote_stag: rs,
+            remote_to: rt,
+            add: w.compare_add,
+            add_mask: w.compare_add_mask,
+        },
+        SendOpcode::CmpSwap => SendOp::CmpSwap {
+            remote_stag: rs,
+            remote_to: rt,
+            compare: w.compare_add,
+            compare_mask: w.compare_add_mask,
+            swap: w.swap,
+            swap_mask: w.swap_mask,
+        },
+        SendOpcode::Immediate | SendOpcode::ImmediateSe => SendOp::Immediate {
+            imm: w.imm,
+            solicited: se || op == SendOpcode::ImmediateSe,
+        },
+        SendOpcode::SendImm
+        | SendOpcode::SendSeImm
+        | SendOpcode::SendInvImm
+        | SendOpcode::SendSeInvImm => SendOp::SendImm {
+            solicited: se || matches!(op, SendOpcode::SendSeImm | SendOpcode::SendSeInvImm),
+            invalidate: matches!(op, SendOpcode::SendInvImm | SendOpcode::SendSeInvImm)
+                .then_some(w.invalidate_stag),
+            imm: w.imm,
+        },
+        SendOpcode::LocalInv => SendOp::LocalInvalidate { stag: w.local_stag },
+        SendOpcode::FastReg => SendOp::FastRegister {
+            stag: w.local_stag,
+            source: w.mr_stag,
+            offset: w.mr_offset,
+            len: w.mr_len,
+            access,
+            base_to: w.mr_to,
+        },
+        SendOpcode::BindMw => SendOp::BindMw {
+            mw: w.local_stag,
+            mr: w.mr_stag,
+            to: w.mr_to,
+            len: w.mr_len,
+            access,
+        },
+    };
+    let mut wr = if w.has(send_flags::INLINE) {
+        SendWr::with_inline(w.wr_id, send_op, w.inline()).ok_or(())?
+    } else {
+        SendWr::new(w.wr_id, send_op, &sges(w.sgl()))
+    };
+    wr.signaled = w.has(send_flags::SIGNALED);
+    wr.read_fence = w.has(send_flags::FENCE);
+    wr.local_fence = w.has(send_flags::LOCAL_FENCE);
+    Ok(wr)
+}
+
+/// Converts an application's RQ / S-RQ entry; `Err(())` for a corrupted one.
+#[allow(clippy::result_unit_err)]
+pub fn recv_wr(w: &RecvWqe) -> Result<RecvWr, ()> {
+    w.validate().map_err(|_| ())?;
+    Ok(RecvWr::new(w.wr_id, &sges(w.sgl())))
+}
+
+pub fn cqe_status(s: Status) -> CqeStatus {
+    match s {
+        Status::Success => CqeStatus::Success,
+        Status::LocalLengthError => CqeStatus::LocalLengthError,
+        Status::LocalProtectionError => CqeStatus::LocalProtectionError,
+        Status::LocalQpOperationError => CqeStatus::LocalQpOperationError,
+        Status::WrFlushed => CqeStatus::WrFlushed,
+        Status::RemoteAccessError => CqeStatus::RemoteAccessError,
+        Status::RemoteOperationError => CqeStatus::RemoteOperationError,
+        Status::LlpError => CqeStatus::LlpError,
+    }
+}
+
+pub fn cqe_opcode(o: WcOpcode) -> CqeOpcode {
+    match o {
+        WcOpcode::Send => CqeOpcode::Send,
+        WcOpcode::Write => CqeOpcode::Write,
+        WcOpcode::Read => CqeOpcode::Read,
+        WcOpcode::FetchAdd => CqeOpcode::FetchAdd,
+        WcOpcode::CmpSwap => CqeOpcode::CmpSwap,
+        WcOpcode::Immediate => CqeOpcode::Immediate,
+        WcOpcode::LocalInvalidate => CqeOpcode::LocalInv,
+        WcOpcode::BindMw => CqeOpcode::BindMw,
+        WcOpcode::FastRegister => CqeOpcode::FastReg,
+        WcOpcode::Recv => CqeOpcode::Recv,
+        WcOpcode::RecvImmediate => CqeOpcode::RecvImm,
+    }
+}
+
+/// The CQE for an engine completion; `qp_num` is the application's (control's) QP number.
+pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
+    let mut flags = 0;
+    if wc.imm.is_some() {
+        flags |= cqe_flags::IMM;
+    }
+    if wc.invalidated_stag.is_some() {
+        flags |= cqe_flags::INVALIDATED;
+    }
+    if wc.solicited {
+        flags |= cqe_flags::SOLICITED;
+    }
+    Cqe {
+        wr_id: wc.wr_id,
+        qp_num,
+        opcode: cqe_opcode(wc.opcode) as u8,
+        status: cqe_status(wc.status) as u8,
+        flags,
+        byte_len: wc.byte_len,
+        invalidated_stag: wc.invalidated_stag.unwrap_or(0),
+        imm: wc.imm.unwrap_or(0),
+        ..Cqe::default()
+    }
+}
+
+/// The completion for an SQ entry that could not be posted (corrupted, or refused by the
+/// engine): `LocalQpOperationError` for a bad entry, `LocalProtectionError` for a refused
+/// STag, as Verbs section 8.2 lets an RNIC report a bad WR through its completion.
+pub fn error_cqe(wr_id: u64, qp_num: u32, opcode: CqeOpcode, status: CqeStatus) -> Cqe {
+    Cqe {
+        wr_id,
+        qp_num,
+        opcode: opcode as u8,
+        status: status as u8,
+        ..Cqe::default()
+    }
+}
+
+/// The completion opcode an SQ entry would have (for its error completion).
+pub fn opcode_of(w: &SendWqe) -> CqeOpcode {
+    match w.op() {
+        Ok(SendOpcode::Write | SendOpcode::WriteImm) => CqeOpcode::Write,
+        Ok(SendOpcode::Read | SendOpcode::ReadV2) => CqeOpcode::Read,
+        Ok(SendOpcode::FetchAdd) => CqeOpcode::FetchAdd,
+        Ok(SendOpcode::CmpSwap) => CqeOpcode::CmpSwap,
+        Ok(SendOpcode::Immediate | SendOpcode::ImmediateSe) => CqeOpcode::Immediate,
+        Ok(SendOpcode::LocalInv) => CqeOpcode::LocalInv,
+        Ok(SendOpcode::FastReg) => CqeOpcode::FastReg,
+        Ok(SendOpcode::BindMw) => CqeOpcode::BindMw,
+        _ => CqeOpcode::Send,
+    }
+}
+
+/// The async-event record and the control upcall for an engine event. `qp_num` and `cq_num`
+/// map engine ids to the application's.
+pub fn event(
+    e: &AsyncEvent,
+    qp_num: impl Fn(u32) -> u32,
+    cq_num: impl Fn(u32) -> u32,
+    srq_num: impl Fn(u32) -> u32,
+) -> (wqe::AsyncEvent, Upcall) {
+    let mut r;
+    let up;
+    match *e {
+        AsyncEvent::TerminateReceived { qp, cause } | AsyncEvent::TerminateSent { qp, cause } => {
+            let received = matches!(e, AsyncEvent::TerminateReceived { .. });
+            r = wqe::AsyncEvent::new(if received {
+                AsyncEventKind::TerminateReceived
+            } else {
+                AsyncEventKind::TerminateSent
+            });
+            r.qp = qp_num(qp);
+            r.term_layer = cause.layer as u8;
+            r.term_type = cause.etype;
+            r.term_code = cause.code;
+            up = Upcall::QpTerminated {
+                qp: r.qp,
+                received,
+                layer: r.term_layer,
+                etype: r.term_type,
+                code: r.term_code,
+            };
+        }
+        AsyncEvent::CqOverflow { cq } => {
+            r = wqe::AsyncEvent::new(AsyncEventKind::CqOverflow);
+            r.cq = cq_num(cq);
+            up = Upcall::CqOverflow { cq: r.cq };
+        }
+        AsyncEvent::QpError { qp } => {
+            r = wqe::AsyncEvent::new(AsyncEventKind::QpError);
+            r.qp = qp_num(qp);
+            up = Upcall::QpError { qp: r.qp };
+        }
+        AsyncEvent::ConnectionClosed { qp } => {
+            r = wqe::AsyncEvent::new(AsyncEventKind::ConnectionClosed);
+            r.qp = qp_num(qp);
+            // Control learns of the close from the TCP side (TcpClosed); the QP's state
+            // change is what the application needs.
+            up = Upcall::QpError { qp: r.qp };
+        }
+        AsyncEvent::SrqLimitReached { srq } => {
+            r = wqe::AsyncEvent::new(AsyncEventKind::SrqLimit);
+            r.srq = srq_num(srq);
+            up = Upcall::SrqLimit { srq: r.srq };
+        }
+    }
+    (r, up)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_abi::wqe::Sge as WSge;
+
+    #[test]
+    fn every_send_opcode_converts_with_its_fields() {
+        let sge = WSge {
+            stag: 0x100,
+            len: 8,
+            to: 0x2000,
+        };
+        for v in 0..=SendOpcode::BindMw as u8 {
+            let op = SendOpcode::try_from(v).unwrap();
+            let mut w = SendWqe::new(v as u64, op, &[sge]).unwrap();
+            w.remote_stag = 7;
+            w.remote_to = 0x40;
+            w.imm = 0xabcd;
+            w.invalidate_stag = 9;
+            w.local_stag = 11;
+            w.mr_stag = 12;
+            w.access = wqe::access::REMOTE_WRITE;
+            w.flags |= send_flags::FENCE;
+            let wr = send_wr(&w).unwrap();
+            assert_eq!(wr.wr_id, v as u64);
+            assert!(wr.signaled && wr.read_fence && !wr.local_fence);
+            assert_eq!(
+                wr.sgl(),
+                &[Sge {
+                    stag: 0x100,
+                    to: 0x2000,
+                    len: 8
+                }]
+            );
+            let ok = match (op, wr.op) {
+                (
+                    SendOpcode::Send,
+                    SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    },
+                ) => true,
+                (
+                    SendOpcode::SendSeInv,
+                    SendOp::Send {
+                        solicited: true,
+                        invalidate: Some(9),
+                    },
+                ) => true,
+                (
+                    SendOpcode::Write,
+                    SendOp::Write {
+                        remote_stag: 7,
+                        remote_to: 0x40,
+                    },
+                ) => true,
+                (SendOpcode::WriteImm, SendOp::WriteImm { imm: 0xabcd, .. }) => true,
+                (
+                    SendOpcode::SendInvImm,
+                    SendOp::SendImm {
+                        solicited: false,
+                        invalidate: Some(9),
+                        imm: 0xabcd,
+                    },
+                ) => true,
+                (SendOpcode::LocalInv, SendOp::LocalInvalidate { stag: 11 }) => true,
+                (
+                    SendOpcode::BindMw,
+                    SendOp::BindMw {
+                        mw: 11,
+                        mr: 12,
+                        access,
+                        ..
+                    },
+                ) => access == Access::REMOTE_WRITE,
+                (
+                    SendOpcode::Send
+                    | SendOpcode::SendSeInv
+                    | SendOpcode::Write
+                    | SendOpcode::WriteImm
+                    | SendOpcode::SendInvImm
+                    | SendOpcode::LocalInv
+                    | SendOpcode::BindMw,
+                    _,
+                ) => false,
+                _ => true,
+            };
+            assert!(ok, "{op:?} -> {:?}", wr.op);
+        }
+    }
+
+    #[test]
+    fn corrupted_entries_are_refused() {
+        let mut w = SendWqe::new(1, SendOpcode::Send, &[]).unwrap();
+        w.opcode = 200;
+        assert!(send_wr(&w).is_err());
+        let mut r = RecvWqe::new(2, &[]).unwrap();
+        r.num_sge = 77;
+        assert!(recv_wr(&r).is_err());
+    }
+
+    #[test]
+    fn completion_fields_map() {
+        let wc = WorkCompletion {
+            wr_id: 5,
+            qp: 0,
+            opcode: WcOpcode::RecvImmediate,
+            status: Status::WrFlushed,
+            byte_len: 33,
+            imm: Some(1),
+            invalidated_stag: None,
+            solicited: true,
+        };
+        let c = cqe(&wc, 42);
+        assert_eq!(c.qp_num, 42);
+        assert_eq!(c.op().unwrap(), CqeOpcode::RecvImm);
+        assert_eq!(c.status().unwrap(), CqeStatus::WrFlushed);
+        assert_eq!((c.imm(), c.invalidated(), c.byte_len), (Some(1), None, 33));
+        assert_ne!(c.flags & cqe_flags::SOLICITED, 0);
+    }
+}

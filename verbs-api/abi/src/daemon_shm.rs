@@ -1,0 +1,398 @@
+//! iwarpd's segment (ARCH.md step 1): the command ring (control -> daemon), the upcall ring
+//! (replies and events, daemon -> control) and the heartbeat/generation words.
+//!
+//! Layout of the segment's data area:
+//!
+//! ```text
+//! 0    DaemonHeader line 0: magic, generation, daemon pid, ring offsets and lengths
+//! 64   line 1: heartbeat counter (bumped by the daemon's poll loop, Release)
+//! 128  line 2: control generation (written by control when it attaches, so the daemon
+//!      can tell a restarted control)
+//! 256  command ring: ring of `Msg`
+//! ...  upcall ring:  ring of `Msg` (64-byte aligned)
+//! ```
+//!
+//! Detecting a dead or restarted daemon: the heartbeat stops moving (the caller decides how
+//! long is too long; nothing here measures time), [`ControlSide::daemon_alive`] says whether
+//! the creator pid still exists, and [`ControlSide::daemon_replaced`] says whether the path
+//! now names another segment (a restarted daemon made a new one; its generation differs).
+
+use crate::command::{Command, Msg, Upcall};
+use crate::error::Error;
+use crate::ring::{self, Consumer, Full, Producer};
+use crate::segment::{HugePolicy, Segment, SegmentKind};
+use crate::sync::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// "iwarpdmn", little-endian.
+pub const DAEMON_MAGIC: u64 = u64::from_le_bytes(*b"iwarpdmn");
+/// Default ring capacities.
+pub const DEFAULT_COMMAND_SLOTS: usize = 256;
+pub const DEFAULT_UPCALL_SLOTS: usize = 1024;
+const RINGS_AT: usize = 256;
+
+#[repr(C, align(64))]
+struct Line<T>(T);
+
+#[repr(C)]
+struct DaemonHeader {
+    /// magic, generation, pid, command ring offset, its length, upcall ring offset, its
+    /// length, reserved.
+    meta: Line<[u64; 8]>,
+    heartbeat: Line<AtomicU64>,
+    control_generation: Line<AtomicU64>,
+}
+const _: () = assert!(core::mem::size_of::<DaemonHeader>() <= RINGS_AT);
+
+struct Shared {
+    seg: Arc<Segment>,
+    generation: u64,
+    pid: u32,
+}
+
+impl Shared {
+    fn header(&self) -> &DaemonHeader {
+        // SAFETY: `create`/`open` checked the data area holds a DaemonHeader (page-aligned,
+        // large enough); the Arc keeps the mapping alive.
+        unsafe { &*(self.seg.data().as_ptr() as *const DaemonHeader) }
+    }
+}
+
+fn ring_len(slots: usize) -> usize {
+    ring::ring_bytes::<Msg>(slots).div_ceil(64) * 64
+}
+
+/// A fresh generation number: nonzero, different across daemon starts.
+fn new_generation() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (t ^ ((std::process::id() as u64) << 32)) | 1
+}
+
+/// iwarpd's end: consumes commands, produces upcalls, beats the heart.
+pub struct DaemonSide {
+    pub commands: Consumer<Msg>,
+    pub upcalls: Producer<Msg>,
+    shared: Shared,
+    link: Option<PathBuf>,
+}
+
+/// iwarp-control's end: produces commands, consumes upcalls, watches the heart.
+pub struct ControlSide {
+    pub commands: Producer<Msg>,
+    pub upcalls: Consumer<Msg>,
+    shared: Shared,
+    path: PathBuf,
+    file_id: (u64, u64),
+}
+
+/// Namespace for the two constructors.
+pub struct DaemonShm;
+
+impl DaemonShm {
+    /// Creates the daemon segment `name` (e.g. `iwarp-<instance>.daemon`, placed as
+    /// [`Segment::create`] decides) with rings of the given capacities (powers of two), and,
+    /// if `link` is given (ARCH.md's `R/daemon.shm`), a symbolic link to it there, replacing a
+    /// stale one. Both are removed when the returned side is dropped.
+    pub fn create(
+        name: &str,
+        link: Option<&Path>,
+        command_slots: usize,
+        upcall_slots: usize,
+        policy: HugePolicy,
+    ) -> Result<DaemonSide, Error> {
+        if !command_slots.is_power_of_two() || !upcall_slots.is_power_of_two() {
+            return Err(Error::Layout);
+        }
+        let cmd_len = ring_len(command_slots);
+        let up_len = ring_len(upcall_slots);
+        let total = RINGS_AT + cmd_len + up_len;
+        let seg = Arc::new(Segment::create(name, SegmentKind::Daemon, total, policy)?);
+        let generation = new_generation();
+        let pid = std::process::id();
+        let base = seg.data();
+        // SAFETY: the data area is page-aligned and at least `total` long; no one else maps
+        // it in a way that writes yet (control only attaches after the magic is set, and the
+        // file appeared only once the segment header was written; the daemon header is
+        // written before any ring and control checks every field).
+        unsafe {
+            core::ptr::write(
+                base.as_ptr() as *mut DaemonHeader,
+                DaemonHeader {
+                    meta: Line([
+                        DAEMON_MAGIC,
+                        generation,
+                        pid as u64,
+                        RINGS_AT as u64,
+                        cmd_len as u64,
+                        (RINGS_AT + cmd_len) as u64,
+                        up_len as u64,
+                        0,
+                    ]),
+                    heartbeat: Line(AtomicU64::new(0)),
+                    control_generation: Line(AtomicU64::new(0)),
+                },
+            );
+        }
+        let (_, commands) = ring_init(&seg, RINGS_AT, cmd_len, command_slots)?;
+        let (upcalls, _) = ring_init(&seg, RINGS_AT + cmd_len, up_len, upcall_slots)?;
+        let link = match link {
+            Some(l) => {
+                let _ = std::fs::remove_file(l);
+                let target = seg.path().ok_or(Error::InvalidName)?;
+                std::os::unix::fs::symlink(target, l)?;
+                Some(l.to_path_buf())
+            }
+            None => None,
+        };
+        Ok(DaemonSide {
+            commands,
+            upcalls,
+            shared: Shared {
+                seg,
+                generation,
+                pid,
+            },
+            link,
+        })
+    }
+
+    /// Maps the daemon segment at `path` (the segment or a link to it) as control.
+    /// `control_generation` is recorded for the daemon to see (nonzero; e.g. control's start
+    /// time).
+    pub fn open(path: &Path, control_generation: u64) -> Result<ControlSide, Error> {
+        let seg = Arc::new(Segment::open(path, Some(SegmentKind::Daemon))?);
+        if seg.data_len() < RINGS_AT {
+            return Err(Error::Layout);
+        }
+        // SAFETY: the data area is at least RINGS_AT long and page-aligned; plain integers.
+        let meta = unsafe { core::ptr::read_volatile(seg.data().as_ptr() as *const [u64; 8]) };
+        if meta[0] != DAEMON_MAGIC {
+            return Err(Error::BadMagic);
+        }
+        let (cmd_at, cmd_len, up_at, up_len) = (
+            meta[3] as usize,
+            meta[4] as usize,
+            meta[5] as usize,
+            meta[6] as usize,
+        );
+        let fits = |at: usize, len: usize| {
+            at >= RINGS_AT
+                && at.is_multiple_of(64)
+                && at.checked_add(len).is_some_and(|e| e <= seg.data_len())
+        };
+        if !fits(cmd_at, cmd_len) || !fits(up_at, up_len) {
+            return Err(Error::Layout);
+        }
+        let (commands, _) = ring_attach(&seg, cmd_at, cmd_len)?;
+        let (_, upcalls) = ring_attach(&seg, up_at, up_len)?;
+        let file_id = seg.file_id()?;
+        let shared = Shared {
+            seg,
+            generation: meta[1],
+            pid: meta[2] as u32,
+        };
+        shared
+            .header()
+            .control_generation
+            .0
+            .store(control_generation, Ordering::Release);
+        Ok(ControlSide {
+            commands,
+            upcalls,
+            shared,
+            path: path.to_path_buf(),
+            file_id,
+        })
+    }
+}
+
+fn sub(seg: &Arc<Segment>, at: usize) -> NonNull<u8> {
+    // SAFETY: callers checked `at` + the ring length lies inside the data area.
+    unsafe { NonNull::new_unchecked(seg.data().as_ptr().add(at)) }
+}
+
+fn ring_init(
+    seg: &Arc<Segment>,
+    at: usize,
+    len: usize,
+    slots: usize,
+) -> Result<(Producer<Msg>, Consumer<Msg>), Error> {
+    // SAFETY: [at, at+len) lies in the data area (computed by `create`), 64-aligned; the
+    // mapping lives as long as the side holding the ends (which holds the Arc).
+    unsafe { ring::init(sub(seg, at), len, slots) }
+}
+
+fn ring_attach(
+    seg: &Arc<Segment>,
+    at: usize,
+    len: usize,
+) -> Result<(Producer<Msg>, Consumer<Msg>), Error> {
+    // SAFETY: bounds checked by `open`; `attach` validates the ring header.
+    unsafe { ring::attach(sub(seg, at), len) }
+}
+
+impl DaemonSide {
+    /// The next command and its request id; `Some(Err)` for a slot that does not decode
+    /// (answer it with `reply_status::BAD_COMMAND` and its `req_id` from the raw slot).
+    pub fn recv_command(&mut self) -> Option<Result<(u64, Command), Error>> {
+        self.commands.pop().map(|m| Command::decode(&m))
+    }
+
+    /// Queues a reply or event; `Err(Full)` when control is not draining (back-pressure:
+    /// retry later, never drop).
+    pub fn send_upcall(&mut self, u: &Upcall) -> Result<(), Full> {
+        self.upcalls.push(u.encode())
+    }
+
+    /// Bumps the heartbeat (once per poll-loop round or per timer tick).
+    pub fn beat(&self) {
+        // SYNC POINT: Release pairs with control's Acquire load in `heartbeat`; only the
+        // daemon writes it, so a load-add-store needs no read-modify-write.
+        let h = &self.shared.header().heartbeat.0;
+        h.store(h.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.shared.generation
+    }
+
+    /// The generation control wrote when it attached (0: none yet). A change means a new
+    /// control process.
+    pub fn control_generation(&self) -> u64 {
+        // SYNC POINT: pairs with control's Release store in `DaemonShm::open`.
+        self.shared
+            .header()
+            .control_generation
+            .0
+            .load(Ordering::Acquire)
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.shared.seg.path()
+    }
+}
+
+impl Drop for DaemonSide {
+    fn drop(&mut self) {
+        if let Some(l) = &self.link {
+            let _ = std::fs::remove_file(l);
+        }
+    }
+}
+
+impl ControlSide {
+    /// Queues a command; `Err(Full)` when the daemon is not draining (retry later).
+    pub fn send_command(&mut self, req_id: u64, c: &Command) -> Result<(), Full> {
+        self.commands.push(c.encode(req_id))
+    }
+
+    /// The next reply or event; `Some(Err)` for a slot that does not decode.
+    pub fn recv_upcall(&mut self) -> Option<Result<Upcall, Error>> {
+        self.upcalls.pop().map(|m| Upcall::decode(&m))
+    }
+
+    /// The daemon's heartbeat counter; if it stops moving the daemon is stuck or dead.
+    pub fn heartbeat(&self) -> u64 {
+        // SYNC POINT: pairs with the daemon's Release store in `DaemonSide::beat`.
+        self.shared.header().heartbeat.0.load(Ordering::Acquire)
+    }
+
+    /// The generation of the daemon this side is attached to.
+    pub fn generation(&self) -> u64 {
+        self.shared.generation
+    }
+
+    pub fn daemon_pid(&self) -> u32 {
+        self.shared.pid
+    }
+
+    /// Whether the daemon's process still exists (`kill(pid, 0)`; EPERM counts as alive).
+    pub fn daemon_alive(&self) -> bool {
+        // SAFETY: signal 0 only checks existence and permission.
+        let r = unsafe { libc::kill(self.shared.pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+
+    /// Whether the path this side was opened from is gone or now names another segment
+    /// (a restarted daemon): reattach with [`DaemonShm::open`] and report it.
+    pub fn daemon_replaced(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(&self.path) {
+            Ok(m) => (m.dev(), m.ino()) != self.file_id,
+            Err(_) => true,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::command::{reply_status, Chunk};
+
+    #[test]
+    fn command_reply_round_trip_and_heartbeat() {
+        let name = format!("iwarp-test-daemon-{}", std::process::id());
+        let link = std::env::temp_dir().join(format!("{name}.link"));
+        let mut d = DaemonShm::create(&name, Some(&link), 4, 4, HugePolicy::Auto).unwrap();
+        let mut c = DaemonShm::open(&link, 77).unwrap();
+        assert_eq!(c.generation(), d.generation());
+        assert_eq!(d.control_generation(), 77);
+        assert_eq!(c.daemon_pid(), std::process::id());
+        assert!(c.daemon_alive());
+        assert!(!c.daemon_replaced());
+
+        let h0 = c.heartbeat();
+        d.beat();
+        assert_eq!(c.heartbeat(), h0 + 1);
+
+        for i in 0..4 {
+            c.send_command(i, &Command::TcpClose { conn: i as u32 })
+                .unwrap();
+        }
+        assert_eq!(
+            c.send_command(9, &Command::Shutdown),
+            Err(Full),
+            "back-pressure"
+        );
+        for i in 0..4 {
+            let (req, cmd) = d.recv_command().unwrap().unwrap();
+            assert_eq!((req, cmd), (i, Command::TcpClose { conn: i as u32 }));
+            d.send_upcall(&Upcall::Reply {
+                req_id: req,
+                status: reply_status::OK,
+                value: i * 10,
+            })
+            .unwrap();
+        }
+        assert!(d.recv_command().is_none());
+        for i in 0..4 {
+            assert_eq!(
+                c.recv_upcall().unwrap().unwrap(),
+                Upcall::Reply {
+                    req_id: i,
+                    status: 0,
+                    value: i * 10
+                }
+            );
+        }
+        d.send_upcall(&Upcall::TcpBytes {
+            conn: 3,
+            bytes: Chunk::new(b"MPA ID Req Frame"),
+        })
+        .unwrap();
+        match c.recv_upcall().unwrap().unwrap() {
+            Upcall::TcpBytes { conn: 3, bytes } => {
+                assert_eq!(bytes.as_bytes(), b"MPA ID Req Frame")
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(d);
+        assert!(c.daemon_replaced(), "segment and link removed");
+        assert!(!link.exists());
+    }
+}

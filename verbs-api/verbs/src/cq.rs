@@ -1,0 +1,148 @@
+//! Completion queues: a ring of [`Cqe`] written by the daemon, read here without a system
+//! call. Polling a completion also releases the memory regions its work request (and the
+//! unsignaled ones before it on the same queue) held.
+
+use crate::error::Error;
+use crate::mr::MrInner;
+use iwarp_abi::ring::Consumer;
+use iwarp_abi::wqe::Cqe;
+pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// A work completion (Verbs section 8.3.2). A failed completion is data: see `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    pub qp_num: u32,
+    pub imm_data: Option<u64>,
+    pub invalidated_stag: Option<u32>,
+}
+
+impl WorkCompletion {
+    pub fn is_recv(&self) -> bool {
+        matches!(self.opcode, WcOpcode::Recv | WcOpcode::RecvImm)
+    }
+}
+
+/// The posted-but-not-completed work requests of one work queue, in posting order, with the
+/// regions each uses. Work completes in order within a queue (Verbs section 8.2.1), so a
+/// completion for `wr_id` also retires every earlier (unsignaled) entry.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    entries: Mutex<VecDeque<(u64, Vec<Arc<MrInner>>)>>,
+}
+
+impl Outstanding {
+    pub(crate) fn push(&self, wr_id: u64, mrs: Vec<Arc<MrInner>>) {
+        for m in &mrs {
+            m.posted.fetch_add(1, Ordering::AcqRel);
+        }
+        lock(&self.entries).push_back((wr_id, mrs));
+    }
+
+    fn retire_through(&self, wr_id: u64) {
+        let mut q = lock(&self.entries);
+        if !q.iter().any(|(w, _)| *w == wr_id) {
+            return;
+        }
+        while let Some((w, mrs)) = q.pop_front() {
+            for m in &mrs {
+                m.posted.fetch_sub(1, Ordering::AcqRel);
+            }
+            if w == wr_id {
+                break;
+            }
+        }
+    }
+}
+
+/// The send and receive trackers of one QP, found from a completion's `qp_num`.
+#[derive(Debug, Default)]
+pub(crate) struct QpTracker {
+    pub(crate) sq: Outstanding,
+    pub(crate) rq: Outstanding,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A completion queue (Verbs section 7.4).
+pub struct CompletionQueue {
+    cq_num: u32,
+    ring: Mutex<Consumer<Cqe>>,
+    qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
+}
+
+impl CompletionQueue {
+    /// A CQ over the reading end of its ring (created by iwarp-control, attached here).
+    pub fn from_ring(cq_num: u32, ring: Consumer<Cqe>) -> CompletionQueue {
+        CompletionQueue {
+            cq_num,
+            ring: Mutex::new(ring),
+            qps: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn cq_num(&self) -> u32 {
+        self.cq_num
+    }
+
+    pub(crate) fn attach_qp(&self, qp_num: u32, t: Arc<QpTracker>) {
+        lock(&self.qps).insert(qp_num, t);
+    }
+
+    pub(crate) fn detach_qp(&self, qp_num: u32) {
+        lock(&self.qps).remove(&qp_num);
+    }
+
+    /// Poll CQ (Verbs section 8.3): fills `out` with up to `out.len()` completions and returns
+    /// how many. Touches only the ring. A completion the daemon wrote with an unknown opcode
+    /// or status is an [`Error::Abi`] (the ring is corrupt), never a guessed value.
+    pub fn poll_cq(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
+        let mut ring = lock(&self.ring);
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = ring.pop() else { break };
+            let wc = WorkCompletion {
+                wr_id: c.wr_id,
+                status: c.status()?,
+                opcode: c.op()?,
+                byte_len: c.byte_len,
+                qp_num: c.qp_num,
+                imm_data: c.imm(),
+                invalidated_stag: c.invalidated(),
+            };
+            if let Some(t) = lock(&self.qps).get(&wc.qp_num) {
+                if wc.is_recv() {
+                    t.rq.retire_through(wc.wr_id);
+                } else {
+                    t.sq.retire_through(wc.wr_id);
+                }
+            }
+            out[n] = wc;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Polls one completion, if any.
+    pub fn poll_one(&self) -> Result<Option<WorkCompletion>, Error> {
+        let mut one = [WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qp_num: 0,
+            imm_data: None,
+            invalidated_stag: None,
+        }];
+        Ok((self.poll_cq(&mut one)? == 1).then_some(one[0]))
+    }
+}

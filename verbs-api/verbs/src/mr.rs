@@ -1,0 +1,95 @@
+//! Memory regions: registered windows of shared buffers, with a run-time count of the posted
+//! work requests that use them (the generation check the type system cannot do, since a
+//! posted WR outlives the borrow that posted it).
+
+use crate::error::Error;
+use iwarp_abi::wqe::Sge;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub(crate) struct MrInner {
+    pub(crate) lkey: u32,
+    pub(crate) len: u64,
+    /// Tagged offset of the first octet (the VA for VA-based regions, 0 for zero-based).
+    pub(crate) base_to: u64,
+    /// Posted work requests naming this region whose completion was not yet polled.
+    pub(crate) posted: AtomicU64,
+}
+
+/// A registered memory region (Verbs section 7.2.3).
+///
+/// Deregistering consumes the region, so it cannot be used afterwards:
+///
+/// ```compile_fail
+/// let mr = iwarp_verbs::MemoryRegion::from_registration(0x100, 0, 64);
+/// mr.deregister().unwrap();
+/// let _ = mr.stag(); // error: use of moved value
+/// ```
+#[derive(Debug)]
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+}
+
+impl MemoryRegion {
+    /// A region whose STag `stag` was allocated by iwarp-control for `len` octets starting at
+    /// tagged offset `base_to`.
+    pub fn from_registration(stag: u32, base_to: u64, len: u64) -> MemoryRegion {
+        MemoryRegion {
+            inner: Arc::new(MrInner {
+                lkey: stag,
+                len,
+                base_to,
+                posted: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The STag, used locally (lkey) and given to peers (rkey).
+    pub fn stag(&self) -> u32 {
+        self.inner.lkey
+    }
+
+    pub fn len(&self) -> u64 {
+        self.inner.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// How many posted work requests use this region now.
+    pub fn posted(&self) -> u64 {
+        self.inner.posted.load(Ordering::Acquire)
+    }
+
+    /// A scatter/gather entry over `len` octets at `offset` of the region, bounds-checked.
+    pub fn sge(&self, offset: u64, len: u32) -> Result<Sge, Error> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.inner.len)
+        {
+            return Err(Error::InvalidLength {
+                offset,
+                len: len as u64,
+                region_len: self.inner.len,
+            });
+        }
+        Ok(Sge {
+            stag: self.inner.lkey,
+            len,
+            to: self.inner.base_to + offset,
+        })
+    }
+
+    /// Deregister Memory Region (Verbs section 7.2.6). Refused while posted work requests use
+    /// the region: the region comes back with the error so the caller can retry after polling.
+    pub fn deregister(self) -> Result<(), (MemoryRegion, Error)> {
+        let posted = self.posted();
+        if posted > 0 {
+            let stag = self.stag();
+            return Err((self, Error::MrInUse { stag, posted }));
+        }
+        Ok(())
+    }
+}

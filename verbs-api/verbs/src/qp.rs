@@ -1,0 +1,332 @@
+//! Queue pairs: the send and receive rings of one connection, written here and read by the
+//! daemon. A doorbell is the release store of the ring's producer index; a [`PostBatch`]
+//! writes many work requests and rings it once.
+
+use crate::cq::{CompletionQueue, QpTracker};
+use crate::error::Error;
+use crate::mr::{MemoryRegion, MrInner};
+use iwarp_abi::ring::Producer;
+use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
+use std::sync::{Arc, Mutex};
+
+/// What a send work request does (Verbs section 8.2.2, RFC 7306 for atomics and Immediate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOpcode {
+    Send,
+    /// Send with Invalidate of the peer's STag (RFC 5040 section 6.10).
+    SendWithInvalidate {
+        stag: u32,
+    },
+    /// Send with Immediate (RDMAP version 2 draft); `imm` in the low 32 bits.
+    SendWithImm {
+        imm: u32,
+    },
+    RdmaWrite {
+        rkey: u32,
+        remote_addr: u64,
+    },
+    /// RDMA Write followed by Immediate Data (RFC 7306 section 6).
+    RdmaWriteWithImm {
+        rkey: u32,
+        remote_addr: u64,
+        imm: u64,
+    },
+    /// RDMA Read into the local SGE; on iWARP the sink region needs remote write access
+    /// (RFC 5040 places a Read Response as a tagged write).
+    RdmaRead {
+        rkey: u32,
+        remote_addr: u64,
+    },
+    /// RFC 7306 Fetch and Add; the original value lands in the single 8-octet SGE.
+    FetchAdd {
+        rkey: u32,
+        remote_addr: u64,
+        add: u64,
+    },
+    /// RFC 7306 Compare and Swap; the original value lands in the single 8-octet SGE.
+    CmpSwap {
+        rkey: u32,
+        remote_addr: u64,
+        compare: u64,
+        swap: u64,
+    },
+    /// Immediate Data alone (RFC 7306 section 6).
+    Immediate {
+        imm: u64,
+    },
+}
+
+/// One local scatter/gather element: `len` octets at `offset` of `mr`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sg<'a> {
+    pub mr: &'a MemoryRegion,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A send work request.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub sg_list: &'a [Sg<'a>],
+    /// Payload copied into the WQE instead of the SGL (at most the QP's `max_inline`).
+    pub inline: Option<&'a [u8]>,
+    pub signaled: bool,
+    pub solicited: bool,
+    pub fence: bool,
+}
+
+impl<'a> SendWr<'a> {
+    pub fn new(wr_id: u64, opcode: WrOpcode, sg_list: &'a [Sg<'a>]) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list,
+            inline: None,
+            signaled: true,
+            solicited: false,
+            fence: false,
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    pub wr_id: u64,
+    pub sg_list: &'a [Sg<'a>],
+}
+
+/// A queue pair (Verbs section 7.3). Keeps its completion queues alive.
+pub struct QueuePair {
+    qp_num: u32,
+    sq: Mutex<Producer<SendWqe>>,
+    rq: Option<Mutex<Producer<RecvWqe>>>,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    max_sge: usize,
+    max_inline: usize,
+    tracker: Arc<QpTracker>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl QueuePair {
+    /// A QP over the writing ends of its SQ and RQ rings (`rq` is `None` with an S-RQ).
+    pub fn from_rings(
+        qp_num: u32,
+        sq: Producer<SendWqe>,
+        rq: Option<Producer<RecvWqe>>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        max_sge: usize,
+        max_inline: usize,
+    ) -> QueuePair {
+        let tracker = Arc::new(QpTracker::default());
+        send_cq.attach_qp(qp_num, tracker.clone());
+        recv_cq.attach_qp(qp_num, tracker.clone());
+        QueuePair {
+            qp_num,
+            sq: Mutex::new(sq),
+            rq: rq.map(Mutex::new),
+            send_cq,
+            recv_cq,
+            max_sge: max_sge.min(MAX_SGE),
+            max_inline: max_inline.min(MAX_INLINE),
+            tracker,
+        }
+    }
+
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    pub fn send_cq(&self) -> &Arc<CompletionQueue> {
+        &self.send_cq
+    }
+
+    pub fn recv_cq(&self) -> &Arc<CompletionQueue> {
+        &self.recv_cq
+    }
+
+    fn sgl(&self, sgs: &[Sg<'_>]) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
+        if sgs.len() > self.max_sge {
+            return Err(Error::InvalidSgeCount {
+                count: sgs.len(),
+                max: self.max_sge,
+            });
+        }
+        let mut sgl = Vec::with_capacity(sgs.len());
+        let mut mrs = Vec::with_capacity(sgs.len());
+        for s in sgs {
+            sgl.push(s.mr.sge(s.offset, s.len)?);
+            mrs.push(s.mr.inner.clone());
+        }
+        Ok((sgl, mrs))
+    }
+
+    fn encode(&self, wr: &SendWr<'_>) -> Result<(SendWqe, Vec<Arc<MrInner>>), Error> {
+        let (sgl, mrs) = self.sgl(wr.sg_list)?;
+        let op = match wr.opcode {
+            WrOpcode::Send => SendOpcode::Send,
+            WrOpcode::SendWithInvalidate { .. } => SendOpcode::SendInv,
+            WrOpcode::SendWithImm { .. } => SendOpcode::SendImm,
+            WrOpcode::RdmaWrite { .. } => SendOpcode::Write,
+            WrOpcode::RdmaWriteWithImm { .. } => SendOpcode::WriteImm,
+            WrOpcode::RdmaRead { .. } => SendOpcode::Read,
+            WrOpcode::FetchAdd { .. } => SendOpcode::FetchAdd,
+            WrOpcode::CmpSwap { .. } => SendOpcode::CmpSwap,
+            WrOpcode::Immediate { .. } => SendOpcode::Immediate,
+        };
+        let mut w = SendWqe::new(wr.wr_id, op, &sgl)?;
+        match wr.opcode {
+            WrOpcode::Send => {}
+            WrOpcode::SendWithInvalidate { stag } => w.invalidate_stag = stag,
+            WrOpcode::SendWithImm { imm } => w.imm = imm as u64,
+            WrOpcode::Immediate { imm } => w.imm = imm,
+            WrOpcode::RdmaWrite { rkey, remote_addr }
+            | WrOpcode::RdmaRead { rkey, remote_addr } => {
+                w.remote_stag = rkey;
+                w.remote_to = remote_addr;
+            }
+            WrOpcode::RdmaWriteWithImm {
+                rkey,
+                remote_addr,
+                imm,
+            } => {
+                w.remote_stag = rkey;
+                w.remote_to = remote_addr;
+                w.imm = imm;
+            }
+            WrOpcode::FetchAdd {
+                rkey,
+                remote_addr,
+                add,
+            } => {
+                w.remote_stag = rkey;
+                w.remote_to = remote_addr;
+                w.compare_add = add;
+            }
+            WrOpcode::CmpSwap {
+                rkey,
+                remote_addr,
+                compare,
+                swap,
+            } => {
+                w.remote_stag = rkey;
+                w.remote_to = remote_addr;
+                w.compare_add = compare;
+                // RFC 7306 section 4.2: all-ones masks make a plain compare-and-swap.
+                w.compare_add_mask = u64::MAX;
+                w.swap = swap;
+                w.swap_mask = u64::MAX;
+            }
+        }
+        let atomic = matches!(
+            wr.opcode,
+            WrOpcode::FetchAdd { .. } | WrOpcode::CmpSwap { .. }
+        );
+        if atomic && (sgl.len() != 1 || sgl[0].len != 8) {
+            return Err(Error::InvalidWrOpcode);
+        }
+        if let Some(data) = wr.inline {
+            if data.len() > self.max_inline {
+                return Err(Error::InvalidInlineLength {
+                    len: data.len(),
+                    max: self.max_inline,
+                });
+            }
+            w.set_inline(data)?;
+        }
+        if wr.signaled {
+            w.flags |= send_flags::SIGNALED;
+        }
+        if wr.solicited {
+            w.flags |= send_flags::SOLICITED;
+        }
+        if wr.fence {
+            w.flags |= send_flags::FENCE;
+        }
+        Ok((w, mrs))
+    }
+
+    /// Post Send (Verbs section 8.2.2) of one work request: one WQE, one doorbell.
+    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), Error> {
+        let mut b = self.batch();
+        b.send(wr)?;
+        b.submit()
+    }
+
+    /// Post Receive (Verbs section 8.2.3). With an S-RQ, post to the S-RQ instead.
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let rq = self.rq.as_ref().ok_or(Error::InvalidWrOpcode)?;
+        let (sgl, mrs) = self.sgl(wr.sg_list)?;
+        let w = RecvWqe::new(wr.wr_id, &sgl)?;
+        let mut ring = lock(rq);
+        ring.push(w).map_err(|_| Error::QueueFull)?;
+        self.tracker.rq.push(wr.wr_id, mrs);
+        Ok(())
+    }
+
+    /// Starts a batch of send work requests; [`PostBatch::submit`] rings the doorbell once.
+    pub fn batch(&self) -> PostBatch<'_> {
+        PostBatch {
+            qp: self,
+            wqes: Vec::new(),
+            mrs: Vec::new(),
+        }
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.send_cq.detach_qp(self.qp_num);
+        self.recv_cq.detach_qp(self.qp_num);
+    }
+}
+
+/// Send work requests collected for one doorbell. Dropping it without `submit` posts
+/// nothing. A submitted batch is gone:
+///
+/// ```compile_fail
+/// fn twice(qp: &iwarp_verbs::QueuePair) {
+///     let b = qp.batch();
+///     b.submit().unwrap();
+///     b.submit().unwrap(); // error: use of moved value
+/// }
+/// ```
+#[must_use = "a batch posts nothing until submit() rings the doorbell"]
+pub struct PostBatch<'q> {
+    qp: &'q QueuePair,
+    wqes: Vec<SendWqe>,
+    mrs: Vec<(u64, Vec<Arc<MrInner>>)>,
+}
+
+impl PostBatch<'_> {
+    /// Checks and encodes `wr` into the batch (nothing reaches the ring yet).
+    pub fn send(&mut self, wr: &SendWr<'_>) -> Result<&mut Self, Error> {
+        let (w, mrs) = self.qp.encode(wr)?;
+        self.wqes.push(w);
+        self.mrs.push((wr.wr_id, mrs));
+        Ok(self)
+    }
+
+    /// Writes every WQE and publishes them with one producer-index store. All or nothing: if
+    /// the SQ lacks room for the whole batch, nothing is posted and [`Error::QueueFull`].
+    pub fn submit(self) -> Result<(), Error> {
+        let mut ring = lock(&self.qp.sq);
+        if ring.free_slots() < self.wqes.len() {
+            return Err(Error::QueueFull);
+        }
+        // Track before publishing so a completion can never precede its entry.
+        for (wr_id, mrs) in self.mrs {
+            self.qp.tracker.sq.push(wr_id, mrs);
+        }
+        let n = ring.push_batch(&self.wqes);
+        debug_assert_eq!(n, self.wqes.len());
+        Ok(())
+    }
+}
