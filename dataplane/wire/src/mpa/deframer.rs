@@ -39,6 +39,7 @@ pub struct Deframer {
 impl Deframer {
     /// `max_ulpdu` bounds what this receiver accepts (an FPDU announcing more is an error);
     /// `pos` is the stream position of the first octet to be fed (0 right after the frames).
+    /// With markers it must be a multiple of 4, as for [`super::FpduEmitter::new`].
     pub fn new(params: MpaParams, max_ulpdu: usize, pos: u64) -> Deframer {
         let max_ulpdu = max_ulpdu.min(u16::MAX as usize);
         Deframer {

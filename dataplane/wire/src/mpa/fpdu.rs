@@ -53,6 +53,12 @@ pub struct FpduEmitter {
 
 impl FpduEmitter {
     /// `pos` is the stream position of the next octet (0 right after the MPA frames).
+    ///
+    /// `pos` must be a multiple of 4 when markers are on. Full operation starts at 0 and every
+    /// FPDU and marker is a multiple of 4 octets (RFC 5044 sections 4.1 and 5), so a marker
+    /// never splits the CRC field; a misaligned start could put one there, and RFC 5044 does
+    /// not say whether such a marker is covered by the CRC (the deframer and this emitter
+    /// would disagree).
     pub fn new(params: MpaParams, pos: u64) -> FpduEmitter {
         FpduEmitter { params, pos }
     }
