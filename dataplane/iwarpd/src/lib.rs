@@ -12,6 +12,7 @@
 
 pub mod clock;
 pub mod device;
+pub mod host;
 pub mod node;
 pub mod port;
 pub mod worker;

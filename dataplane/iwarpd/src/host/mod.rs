@@ -8,7 +8,7 @@
 //!   `CqOverflow` and puts its QPs in Error, Verbs section 8.3.3).
 //!
 //! Not here yet: the command-ring consumer (map QP ring and memory segments, relay TCP
-//! bytes until `QpRts`), which needs the node's connection API; see /work/notes/abi.md.
+//! bytes until `QpRts`), which needs the node's connection API (README, "Not supported").
 
 pub mod convert;
 pub mod fastpath;
