@@ -9,8 +9,12 @@ fn main() {
         .atleast_version("22.11")
         .probe("libdpdk")
         .expect("DPDK 22.11 not found by pkg-config: install libdpdk-dev (scripts/setup.sh does)");
-    // DPDK's cflags carry `-include rte_config.h` and `-march`: pass them to cc and clang.
-    let cflags = pkg_config::get_variable("libdpdk", "cflags").ok();
+    // DPDK's cflags carry `-include rte_config.h` (every DPDK header needs it first) and
+    // `-march=corei7` (Debian's baseline build): pass them all to cc and to bindgen's clang.
+    // The pkg-config crate above already printed the link flags: Debian's shared librte_*
+    // libraries (`-Wl,--as-needed` keeps only those we call). The PMDs (net_memif,
+    // net_af_packet, net_ring, NIC drivers) are not linked: Debian's librte_eal loads every
+    // plugin in /usr/lib/<triplet>/dpdk/pmds-23.0 at rte_eal_init.
     let extra: Vec<String> = std::process::Command::new("pkg-config")
         .args(["--cflags", "libdpdk"])
         .output()
@@ -21,7 +25,6 @@ fn main() {
                 .collect()
         })
         .unwrap_or_default();
-    let _ = cflags;
 
     let mut build = cc::Build::new();
     build.file("src/shim.c").warnings(false);
