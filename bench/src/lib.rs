@@ -1,5 +1,29 @@
-//! iwarp-bench: measurements of the stack.
+//! iwarp-bench: the harness that says whether this iWARP stack is fast enough.
 //!
-//! Today it holds `engine-pair`, the throughput micro-benchmark of the sans-IO engine alone
-//! (two engines on one thread, bytes moved through memory). The latency harness over the
-//! verbs library (issue 6) comes with the daemon and the control plane.
+//! It measures through the public verbs library, as an application would, and measures the
+//! alternatives in the same run so that a ratio holds on a noisy machine: kernel TCP on
+//! loopback (what users would otherwise pick) and the shared-memory floor (two pinned threads
+//! or processes bouncing a cache line).
+//!
+//! - [`cli`]: the command line and its checks ([`cli::Plan::resolve`] refuses nonsense).
+//! - [`transport`]: the [`transport::PingPong`] / [`transport::Stream`] traits and the
+//!   transports: [`transport::tcp`], [`transport::shm`], [`transport::verbs`].
+//! - [`runner`]: the latency, closed-loop and open-loop measurement loops.
+//! - [`bench`]: runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
+//!   log, SVG plots; [`stages`]: the per-stage breakdown.
+//!
+//! The `engine-pair` binary (src/bin/engine_pair.rs) is a separate micro-benchmark of the
+//! sans-IO engine alone.
+
+pub mod bench;
+pub mod cli;
+pub mod daemons;
+pub mod error;
+pub mod output;
+pub mod report;
+pub mod runner;
+pub mod stages;
+pub mod transport;
+pub mod workload;
+
+pub use error::{BenchError, Result};

@@ -1,0 +1,54 @@
+//! `iwarp-bench`: see `iwarp-bench --help` and the crate documentation.
+
+use clap::Parser;
+use iwarp_bench::cli::{machine_cores, Args, Plan};
+use iwarp_bench::{bench, output, transport};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(path) = &args.shm_peer {
+        return match transport::shm::serve_file(path, args.shm_peer_core) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("iwarp-bench (shm peer): {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let plan = match Plan::resolve(&args, &machine_cores()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("iwarp-bench: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let command: Vec<String> = std::env::args().collect();
+    iwarp_bench::runner::install_interrupt();
+    let mut report = match bench::run(&plan, command) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("iwarp-bench: {e}");
+            return ExitCode::from(match e {
+                e if e.is_usage() => 2,
+                iwarp_bench::BenchError::Interrupted => 130,
+                _ => 1,
+            });
+        }
+    };
+    if let Err(e) = bench::emit(&mut report, &plan) {
+        eprintln!("iwarp-bench: {e}");
+        return ExitCode::FAILURE;
+    }
+    let to_stdout_json = plan.output.json.as_deref() == Some(std::path::Path::new("-"));
+    if !plan.output.quiet && !to_stdout_json {
+        print!("{}", output::table::render(&report.measurements));
+        for f in &report.plots {
+            println!("plot: {f}");
+        }
+        if let Some(h) = &report.hdr_log {
+            println!("histograms: {h}");
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,247 @@
+//! The harness run briefly, end to end, as people run it: every requested result must carry a
+//! histogram (or a message count) of exactly the requested size, the JSON must parse and the
+//! histogram log must read back. No test here asserts a time.
+
+use iwarp_bench::output::hlog;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_iwarp-bench");
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("iwarp-bench starts")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = bench(args);
+    assert!(
+        out.status.success(),
+        "iwarp-bench {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).expect("the JSON report exists");
+    serde_json::from_str(&text).expect("the JSON report parses")
+}
+
+fn measurements(v: &Value) -> &Vec<Value> {
+    v["measurements"]
+        .as_array()
+        .expect("measurements is an array")
+}
+
+#[test]
+fn every_baseline_result_has_a_histogram_of_the_requested_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    let h = dir.path().join("r.hlog");
+    let plots = dir.path().join("plots");
+    ok(&[
+        "--ops",
+        "none",
+        "--baselines",
+        "tcp,shm,shm-proc",
+        "--mode",
+        "latency,bandwidth,open-loop",
+        "--rate",
+        "50k",
+        "--sizes",
+        "8,4K",
+        "--iterations",
+        "300",
+        "--warmup",
+        "20",
+        "--window",
+        "16",
+        "--json",
+        j.to_str().unwrap(),
+        "--hdr-log",
+        h.to_str().unwrap(),
+        "--plot-dir",
+        plots.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    assert_eq!(v["tool"], "iwarp-bench");
+    let ms = measurements(&v);
+    // 3 modes x 2 sizes x 3 baselines.
+    assert_eq!(ms.len(), 18, "{ms:#?}");
+    let logged = hlog::read(&h).expect("the histogram log reads back");
+    for m in ms {
+        let mode = m["mode"].as_str().unwrap();
+        assert_eq!(m["count"], 300, "{m}");
+        assert_eq!(m["op"], "message");
+        match mode {
+            "latency" | "open-loop" => {
+                let p = &m["latency_us"];
+                for k in ["min", "p50", "p90", "p99", "p99.9", "p99.99", "max"] {
+                    assert!(p[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {m}");
+                }
+                assert!(p["p50"].as_f64() <= p["p99.99"].as_f64());
+                let tag = m["hdr_tag"].as_str().expect("a histogram tag");
+                let (_, hist) = logged
+                    .iter()
+                    .find(|(t, _)| t == tag)
+                    .unwrap_or_else(|| panic!("{tag} missing from the log"));
+                assert_eq!(hist.len(), 300, "{tag}");
+                // Every result is compared with the two other baselines.
+                assert_eq!(m["vs"].as_array().unwrap().len(), 2, "{m}");
+            }
+            "bandwidth" => {
+                let t = &m["throughput"];
+                assert_eq!(t["messages"], 300);
+                assert!(t["gbit_per_s"].as_f64().is_some_and(|x| x > 0.0), "{m}");
+                assert!(m["hdr_tag"].is_null());
+            }
+            other => panic!("unexpected mode {other}"),
+        }
+    }
+    assert_eq!(logged.len(), 12);
+    let files = v["plots"].as_array().unwrap();
+    // latency and open-loop per size (4), bandwidth and message rate (2).
+    assert_eq!(files.len(), 6, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(f.as_str().unwrap()).unwrap();
+        assert!(text.starts_with("<svg"), "{f}");
+    }
+}
+
+#[test]
+fn many_qps_add_up_and_open_loop_counts_every_scheduled_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    ok(&[
+        "--ops",
+        "none",
+        "--baselines",
+        "tcp,shm",
+        "--mode",
+        "bandwidth,open-loop",
+        "--rate",
+        "40k",
+        "--qps",
+        "3",
+        "--sizes",
+        "64",
+        "--iterations",
+        "200",
+        "--warmup",
+        "10",
+        "--json",
+        j.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    let ms = measurements(&v);
+    assert_eq!(ms.len(), 4);
+    for m in ms {
+        assert_eq!(m["qps"], 3);
+        assert_eq!(m["count"], 600, "{m}");
+    }
+}
+
+#[test]
+fn a_duration_run_measures_something_and_json_can_go_to_stdout() {
+    let out = ok(&[
+        "--ops",
+        "none",
+        "--baselines",
+        "tcp",
+        "--sizes",
+        "64",
+        "--duration",
+        "100ms",
+        "--warmup",
+        "10",
+        "--stages",
+        "--json",
+        "-",
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON report");
+    let m = &measurements(&v)[0];
+    assert!(m["count"].as_u64().unwrap() > 0);
+    assert_eq!(v["settings"]["duration_s"], 0.1);
+    // The application-side stages are measured for TCP; the daemon ones do not apply.
+    assert!(m["stages"]["post_us"].as_f64().is_some(), "{m}");
+    assert!(m["stages"]["wait_us"].as_f64().is_some(), "{m}");
+    assert!(m["stages"]["engine_us"].is_null(), "{m}");
+}
+
+#[test]
+fn the_table_is_printed_with_ratios() {
+    let out = ok(&[
+        "--ops",
+        "none",
+        "--sizes",
+        "8",
+        "--iterations",
+        "50",
+        "--warmup",
+        "5",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("p50 vs tcp") && text.contains("p50 vs shm"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("tcp ")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("shm ")), "{text}");
+}
+
+fn refused(args: &[&str], needle: &str) {
+    let out = bench(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?} was not refused: {err}"
+    );
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+}
+
+#[test]
+fn nonsense_is_refused_with_a_clear_message() {
+    refused(&["--window", "0"], "--window 0");
+    refused(&["--ops", "read", "--sizes", "0"], "smallest RDMA Read");
+    refused(&["--ops", "fetch-add", "--sizes", "64"], "exactly 8 octets");
+    refused(&["--threads", "100000", "--qps", "100000"], "--qps 100000");
+    refused(&["--threads", "1000", "--qps", "1000"], "core(s)");
+    refused(&["--cores", "0,100000"], "core 100000 does not exist");
+    refused(&["--ops", "teleport"], "teleport");
+    refused(&["--sizes", "huge"], "huge");
+    refused(&["--mode", "open-loop"], "needs --rate");
+}
+
+#[test]
+fn verbs_operations_without_an_endpoint_fail_cleanly() {
+    // Running endpoints named by directories that hold none: a clear error, no hang.
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    let out = bench(&[
+        "--ops",
+        "send",
+        "--sizes",
+        "8",
+        "--iterations",
+        "10",
+        "--daemons",
+        "running",
+        "--runtime-dir",
+        a.to_str().unwrap(),
+        "--runtime-dir",
+        b.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no control.sock"), "{err}");
+}
