@@ -218,6 +218,58 @@ where
     }
 }
 
+/// What emitting one data segment of the current WR came to.
+enum DataSegment {
+    /// An FPDU of `len` octets went into the output; `last` if it ended the payload.
+    Sent { len: usize, last: bool },
+    /// The output buffer had no room; nothing changed.
+    Blocked,
+    /// A local STag of the WR failed its check.
+    Failed,
+}
+
+/// Emits the next data segment of `cur`: at most one MULPDU (less `header_len`) of its payload
+/// from `cur.offset`, gathered from its SGL or inline data, in the segment `build(offset, last)`
+/// describes. Advances `cur.offset` when the FPDU went out.
+fn data_segment(
+    mem: &MemTable,
+    pd: u32,
+    conn: &mut Conn,
+    out: &mut [u8],
+    cur: &mut TxCur,
+    header_len: usize,
+    build: impl FnOnce(u64, bool) -> SegmentRepr,
+) -> DataSegment {
+    let total = cur.wr.length();
+    let n = (total - cur.offset).min(max_payload(conn, header_len) as u64) as usize;
+    let last = cur.offset + n as u64 == total;
+    let seg = build(cur.offset, last);
+    let (wr, offset) = (&cur.wr, cur.offset);
+    match emit_gathered(conn, out, &seg, n, |dst| payload(mem, pd, wr, offset, dst)) {
+        Err(_) => DataSegment::Failed,
+        Ok(None) => DataSegment::Blocked,
+        Ok(Some(len)) => {
+            cur.offset += n as u64;
+            DataSegment::Sent { len, last }
+        }
+    }
+}
+
+/// The Send opcode for its solicited-event and invalidate variants, with or without
+/// immediate data (RFC 5040 section 4.2, V2 draft section 4.1).
+fn send_opcode(solicited: bool, invalidate: bool, imm: bool) -> Opcode {
+    match (solicited, invalidate, imm) {
+        (false, false, false) => Opcode::Send,
+        (false, true, false) => Opcode::SendInvalidate,
+        (true, false, false) => Opcode::SendSe,
+        (true, true, false) => Opcode::SendSeInvalidate,
+        (false, false, true) => Opcode::SendImmediate,
+        (false, true, true) => Opcode::SendInvalidateImmediate,
+        (true, false, true) => Opcode::SendSeImmediate,
+        (true, true, true) => Opcode::SendSeInvalidateImmediate,
+    }
+}
+
 /// Can the SQ's next WR start now? Reads and atomics wait for ORD room, fenced WRs for the
 /// outstanding Reads to finish (Verbs sections 6.5 and 8.2.2.2).
 fn next_startable(q: &Qp) -> bool {
@@ -380,53 +432,39 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             solicited,
             invalidate,
         } => {
-            let n =
-                (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
-            let last = cur.offset + n as u64 == total;
-            let opcode = match (solicited, invalidate.is_some()) {
-                (false, false) => Opcode::Send,
-                (false, true) => Opcode::SendInvalidate,
-                (true, false) => Opcode::SendSe,
-                (true, true) => Opcode::SendSeInvalidate,
-            };
-            let seg = SegmentRepr {
+            let opcode = send_opcode(solicited, invalidate.is_some(), false);
+            let msn = conn.msn_tx[0];
+            let built = |offset: u64, last| SegmentRepr {
                 version: v,
                 opcode,
                 last,
-                buffer: untagged(
-                    rdmap::QN_SEND,
-                    conn.msn_tx[0],
-                    cur.offset as u32,
-                    invalidate.unwrap_or(0),
-                ),
+                buffer: untagged(rdmap::QN_SEND, msn, offset as u32, invalidate.unwrap_or(0)),
                 header: RdmapHeader::None,
             };
-            let wr = &cur.wr;
-            let gathered = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, wr, cur.offset, dst)
-            });
-            let Ok(sent) = gathered else {
-                conn.cur = None;
-                return (None, Done::Error);
-            };
-            if sent.is_none() {
-                return (None, Done::None);
+            match data_segment(mem, pd, conn, out, &mut cur, UNTAGGED_HEADER_LEN, built) {
+                DataSegment::Failed => {
+                    conn.cur = None;
+                    (None, Done::Error)
+                }
+                DataSegment::Blocked => (None, Done::None),
+                DataSegment::Sent { len, last: true } => {
+                    conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
+                    conn.cur = None;
+                    let status = Status::Success;
+                    (
+                        Some(len),
+                        Done::Wr {
+                            seq: cur.seq,
+                            status,
+                            len: total as u32,
+                        },
+                    )
+                }
+                DataSegment::Sent { len, last: false } => {
+                    conn.cur = Some(cur);
+                    (Some(len), Done::None)
+                }
             }
-            cur.offset += n as u64;
-            if last {
-                conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
-                conn.cur = None;
-                return (
-                    sent,
-                    Done::Wr {
-                        seq: cur.seq,
-                        status: Status::Success,
-                        len: total as u32,
-                    },
-                );
-            }
-            conn.cur = Some(cur);
-            (sent, Done::None)
         }
         SendOp::Write {
             remote_stag,
@@ -437,48 +475,47 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_to,
             ..
         } if !cur.imm_phase => {
-            let n = (total - cur.offset).min(max_payload(conn, TAGGED_HEADER_LEN) as u64) as usize;
-            let last = cur.offset + n as u64 == total;
-            let seg = SegmentRepr {
+            let built = |offset: u64, last| SegmentRepr {
                 version: v,
                 opcode: Opcode::Write,
                 last,
                 buffer: Buffer::Tagged {
                     stag: remote_stag,
-                    to: remote_to.wrapping_add(cur.offset),
+                    to: remote_to.wrapping_add(offset),
                 },
                 header: RdmapHeader::None,
             };
-            let wr = &cur.wr;
-            let gathered = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, wr, cur.offset, dst)
-            });
-            let Ok(sent) = gathered else {
-                conn.cur = None;
-                return (None, Done::Error);
-            };
-            if sent.is_none() {
-                return (None, Done::None);
-            }
-            cur.offset += n as u64;
-            if last {
-                if matches!(cur.wr.op, SendOp::WriteImm { .. }) {
+            match data_segment(mem, pd, conn, out, &mut cur, TAGGED_HEADER_LEN, built) {
+                DataSegment::Failed => {
+                    conn.cur = None;
+                    (None, Done::Error)
+                }
+                DataSegment::Blocked => (None, Done::None),
+                // Write with Immediate: the Immediate Data message comes next.
+                DataSegment::Sent { len, last: true }
+                    if matches!(cur.wr.op, SendOp::WriteImm { .. }) =>
+                {
                     cur.imm_phase = true;
                     conn.cur = Some(cur);
-                    return (sent, Done::None);
+                    (Some(len), Done::None)
                 }
-                conn.cur = None;
-                return (
-                    sent,
-                    Done::Wr {
-                        seq: cur.seq,
-                        status: Status::Success,
-                        len: total as u32,
-                    },
-                );
+                DataSegment::Sent { len, last: true } => {
+                    conn.cur = None;
+                    let status = Status::Success;
+                    (
+                        Some(len),
+                        Done::Wr {
+                            seq: cur.seq,
+                            status,
+                            len: total as u32,
+                        },
+                    )
+                }
+                DataSegment::Sent { len, last: false } => {
+                    conn.cur = Some(cur);
+                    (Some(len), Done::None)
+                }
             }
-            conn.cur = Some(cur);
-            (sent, Done::None)
         }
         SendOp::WriteImm { imm, .. }
         | SendOp::Immediate {
@@ -596,12 +633,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             invalidate,
             imm,
         } => {
-            let opcode = match (solicited, invalidate.is_some()) {
-                (false, false) => Opcode::SendImmediate,
-                (false, true) => Opcode::SendInvalidateImmediate,
-                (true, false) => Opcode::SendSeImmediate,
-                (true, true) => Opcode::SendSeInvalidateImmediate,
-            };
+            let opcode = send_opcode(solicited, invalidate.is_some(), true);
             let rsvd = invalidate.unwrap_or(0);
             if cur.imm_phase || total == 0 {
                 // V2 draft section 5.3: the last ULPDU, L set, carries only the immediate data.
@@ -633,29 +665,27 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                     },
                 );
             }
-            let n =
-                (total - cur.offset).min(max_payload(conn, UNTAGGED_HEADER_LEN) as u64) as usize;
-            let seg = SegmentRepr {
+            // Data segments never carry L: the immediate data ends the message.
+            let msn = conn.msn_tx[0];
+            let built = |offset: u64, _| SegmentRepr {
                 version: v,
                 opcode,
                 last: false,
-                buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], cur.offset as u32, rsvd),
+                buffer: untagged(rdmap::QN_SEND, msn, offset as u32, rsvd),
                 header: RdmapHeader::None,
             };
-            let wr = &cur.wr;
-            let Ok(sent) = emit_gathered(conn, out, &seg, n, |dst| {
-                payload(mem, pd, wr, cur.offset, dst)
-            }) else {
-                conn.cur = None;
-                return (None, Done::Error);
-            };
-            if sent.is_none() {
-                return (None, Done::None);
+            match data_segment(mem, pd, conn, out, &mut cur, UNTAGGED_HEADER_LEN, built) {
+                DataSegment::Failed => {
+                    conn.cur = None;
+                    (None, Done::Error)
+                }
+                DataSegment::Blocked => (None, Done::None),
+                DataSegment::Sent { len, last } => {
+                    cur.imm_phase = last;
+                    conn.cur = Some(cur);
+                    (Some(len), Done::None)
+                }
             }
-            cur.offset += n as u64;
-            cur.imm_phase = cur.offset == total;
-            conn.cur = Some(cur);
-            (sent, Done::None)
         }
         SendOp::ReadV2 {
             remote_stag,
