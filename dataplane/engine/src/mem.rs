@@ -109,28 +109,79 @@ impl MemTable {
 
     /// Reserves an STag for a memory window of `pd`; invalid until bound.
     pub fn alloc_mw(&mut self, pd: u32) -> u32 {
-        self.insert(Region {
-            kind: Kind::Mw,
-            raw: None,
-            pd,
-            access: Access::default(),
-            base_to: 0,
-            key: 0,
-            valid: false,
-        })
+        self.insert(Self::unbound(Kind::Mw, pd))
     }
 
     /// Reserves an STag for fast-registration in `pd`; invalid until registered.
     pub fn alloc_fastreg(&mut self, pd: u32) -> u32 {
-        self.insert(Region {
-            kind: Kind::FastReg,
+        self.insert(Self::unbound(Kind::FastReg, pd))
+    }
+
+    /// Registers memory under an STag the caller chose (iwarp-control owns STag allocation
+    /// in the three-process RNIC). Fails when the STag is 0 or its index is taken.
+    ///
+    /// # Safety
+    /// As for [`MemTable::register`].
+    pub unsafe fn register_at(
+        &mut self,
+        stag: u32,
+        base: NonNull<u8>,
+        len: usize,
+        pd: u32,
+        access: Access,
+        base_to: u64,
+    ) -> bool {
+        // SAFETY: forwarded from this function's contract.
+        let raw = unsafe { RawRegion::new(base, len) };
+        self.insert_at(
+            stag,
+            Region {
+                kind: Kind::Mr,
+                raw: Some(raw),
+                pd,
+                access,
+                base_to,
+                key: 0,
+                valid: true,
+            },
+        )
+    }
+
+    /// Reserves a caller-chosen STag for a memory window (see [`MemTable::register_at`]).
+    pub fn alloc_mw_at(&mut self, stag: u32, pd: u32) -> bool {
+        self.insert_at(stag, Self::unbound(Kind::Mw, pd))
+    }
+
+    /// Reserves a caller-chosen STag for fast-registration.
+    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: u32) -> bool {
+        self.insert_at(stag, Self::unbound(Kind::FastReg, pd))
+    }
+
+    fn unbound(kind: Kind, pd: u32) -> Region {
+        Region {
+            kind,
             raw: None,
             pd,
             access: Access::default(),
             base_to: 0,
             key: 0,
             valid: false,
-        })
+        }
+    }
+
+    fn insert_at(&mut self, stag: u32, mut region: Region) -> bool {
+        let Some(index) = ((stag >> 8) as usize).checked_sub(1) else {
+            return false;
+        };
+        if self.regions.get(index).is_some_and(Option::is_some) {
+            return false;
+        }
+        if self.regions.len() <= index {
+            self.regions.resize(index + 1, None);
+        }
+        region.key = stag as u8;
+        self.regions[index] = Some(region);
+        true
     }
 
     fn insert(&mut self, mut region: Region) -> u32 {

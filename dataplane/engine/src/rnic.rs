@@ -80,6 +80,41 @@ impl Rnic {
         unsafe { self.mem.register(base, len, pd, access, base_to) }
     }
 
+    /// [`Rnic::register_mr`] under an STag the caller chose (iwarp-control allocates STags
+    /// in the three-process RNIC). `InvalidStag` when it is 0 or its index is in use.
+    ///
+    /// # Safety
+    /// As for [`Rnic::register_mr`].
+    pub unsafe fn register_mr_at(
+        &mut self,
+        stag: u32,
+        pd: u32,
+        base: NonNull<u8>,
+        len: usize,
+        access: Access,
+        base_to: u64,
+    ) -> Result<(), VerbsError> {
+        // SAFETY: forwarded from this function's contract.
+        let ok = unsafe { self.mem.register_at(stag, base, len, pd, access, base_to) };
+        ok.then_some(()).ok_or(VerbsError::InvalidStag)
+    }
+
+    /// [`Rnic::alloc_mw`] under a caller-chosen STag.
+    pub fn alloc_mw_at(&mut self, stag: u32, pd: u32) -> Result<(), VerbsError> {
+        self.mem
+            .alloc_mw_at(stag, pd)
+            .then_some(())
+            .ok_or(VerbsError::InvalidStag)
+    }
+
+    /// [`Rnic::alloc_fastreg_stag`] under a caller-chosen STag.
+    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: u32) -> Result<(), VerbsError> {
+        self.mem
+            .alloc_fastreg_at(stag, pd)
+            .then_some(())
+            .ok_or(VerbsError::InvalidStag)
+    }
+
     pub fn deregister_mr(&mut self, stag: u32) -> Result<(), VerbsError> {
         if self.mem.deregister(stag) {
             Ok(())

@@ -16,6 +16,7 @@ use clap::Parser;
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
 use iwarp_abi::segment::{HugePolicy, Segment};
 use iwarp_config::{parse_cidr, parse_mac, Config, PortKind};
+use iwarpd::host::service::Host;
 use iwarpd::node::{Node, TcpSettings};
 use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::tap::TapPort;
@@ -422,12 +423,13 @@ impl Ctx<'_> {
             }
         };
         let _ = self.ready.send(Ok(()));
-        let shm = self.shm.borrow();
-        // Each turn bumps the heartbeat control watches (a stalled or dead core stops it).
-        // Commands stay queued on the ring until the engine integration serves them.
-        worker::run_with(&mut node, polling, self.counters, self.stop, |_| {
+        let mut shm = self.shm.borrow_mut();
+        // The command ring and the applications' rings are served on this core between port
+        // bursts (one owner, no locks); each turn bumps the heartbeat control watches.
+        let mut host = Host::new(cfg.tcp.mss);
+        worker::run_with(&mut node, polling, self.counters, self.stop, |node| {
             shm.beat();
-            false
+            host.turn(node, &mut shm)
         });
         Ok(())
     }

@@ -18,12 +18,14 @@
 use crate::clock::DilatedClock;
 use crate::device::PortDevice;
 use crate::port::Port;
+use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
-use std::net::Ipv4Addr;
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// TCP settings of a node.
 #[derive(Debug, Clone, Copy)]
@@ -64,20 +66,89 @@ pub enum ConnState {
     AwaitRequest,
     /// MPA done: the stream belongs to the engine QP.
     Rts,
+    /// Relay mode: TCP is up and the control plane runs the MPA exchange.
+    Relay,
     /// Setup failed (reason), or the connection ended.
     Failed(String),
     Closed,
 }
 
+/// What a relay-mode connection did, for the control plane (see [`Node::take_events`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// An active open completed.
+    Established { conn: u32 },
+    /// A passive open completed on a relay listener; `conn` is the node's id for it.
+    Incoming {
+        conn: u32,
+        local_port: u16,
+        peer: SocketAddrV4,
+    },
+    /// The peer's MPA Request or Reply (the whole frame, and nothing after it).
+    Bytes { conn: u32, data: Vec<u8> },
+    /// The connection ended or could not be opened.
+    Closed { conn: u32, reason: CloseReason },
+}
+
+/// Ids the node chooses for accepted relay connections have the high bit set, so they never
+/// meet the control plane's ids for active opens (which count from 1).
+pub const INCOMING_ID_BASE: u32 = 1 << 31;
+
+struct Listener {
+    port: u16,
+    sockets: Vec<SocketHandle>,
+}
+
 struct Conn {
+    /// The caller's id: its index for [`Node::listen`]/[`Node::connect`], control's id (or
+    /// one the node chose, high bit set, for an accepted connection) in relay mode.
+    id: u32,
     handle: SocketHandle,
-    qp: u32,
+    /// The engine QP; in relay mode unknown until the control plane binds one.
+    qp: Option<u32>,
     initiator: bool,
-    settings: Settings,
+    /// `None`: relay mode, the control plane runs MPA over [`Node::relay_send`] and
+    /// [`NodeEvent::Bytes`]; `Some`: the node runs it with these settings.
+    settings: Option<Settings>,
+    /// Relay mode: the peer's MPA Request/Reply went up; later bytes wait for RTS.
+    frame_relayed: bool,
     state: ConnState,
     inbuf: Vec<u8>,
     negotiated: Option<Negotiated>,
     ever_established: bool,
+    /// A graceful close was asked for: the end that follows is not a reset.
+    closing: bool,
+    /// The socket was removed from the set (relay connections, once closed).
+    socket_gone: bool,
+}
+
+impl Conn {
+    fn new(
+        id: u32,
+        handle: SocketHandle,
+        qp: Option<u32>,
+        initiator: bool,
+        settings: Option<Settings>,
+    ) -> Conn {
+        Conn {
+            id,
+            handle,
+            qp,
+            initiator,
+            settings,
+            frame_relayed: false,
+            state: ConnState::Connecting,
+            inbuf: Vec::new(),
+            negotiated: None,
+            ever_established: false,
+            closing: false,
+            socket_gone: false,
+        }
+    }
+
+    fn is_over(&self) -> bool {
+        matches!(self.state, ConnState::Failed(_) | ConnState::Closed)
+    }
 }
 
 /// Per-node counters, readable while it runs.
@@ -110,6 +181,10 @@ pub struct Node<P: Port> {
     fpdus_tx: u64,
     stream_rx: u64,
     conns_lost: u64,
+    listeners: Vec<Listener>,
+    events: VecDeque<NodeEvent>,
+    next_incoming: u32,
+    next_ephemeral: u16,
 }
 
 impl<P: Port> Node<P> {
@@ -141,6 +216,10 @@ impl<P: Port> Node<P> {
             fpdus_tx: 0,
             stream_rx: 0,
             conns_lost: 0,
+            listeners: Vec::new(),
+            events: VecDeque::new(),
+            next_incoming: INCOMING_ID_BASE,
+            next_ephemeral: 49152 + (u16::from(mac.0[5]) << 4),
         }
     }
 
@@ -170,16 +249,13 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(h)
             .listen(port)
             .map_err(|e| format!("listen on {port}: {e}"))?;
-        self.conns.push(Conn {
-            handle: h,
-            qp,
-            initiator: false,
-            settings,
-            state: ConnState::Connecting,
-            inbuf: Vec::new(),
-            negotiated: None,
-            ever_established: false,
-        });
+        self.conns.push(Conn::new(
+            self.conns.len() as u32,
+            h,
+            Some(qp),
+            false,
+            Some(settings),
+        ));
         Ok(self.conns.len() - 1)
     }
 
@@ -200,16 +276,13 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(h)
             .connect(cx, ep, local_port)
             .map_err(|e| format!("connect to {remote}:{port}: {e}"))?;
-        self.conns.push(Conn {
-            handle: h,
-            qp,
-            initiator: true,
-            settings,
-            state: ConnState::Connecting,
-            inbuf: Vec::new(),
-            negotiated: None,
-            ever_established: false,
-        });
+        self.conns.push(Conn::new(
+            self.conns.len() as u32,
+            h,
+            Some(qp),
+            true,
+            Some(settings),
+        ));
         Ok(self.conns.len() - 1)
     }
 
@@ -224,10 +297,199 @@ impl<P: Port> Node<P> {
     /// Aborts a connection (RST); its QP enters Error with flushed work.
     pub fn abort(&mut self, conn: usize) {
         if let Some(c) = self.conns.get_mut(conn) {
+            if c.socket_gone {
+                return;
+            }
             self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
             c.state = ConnState::Closed;
-            self.rnic.connection_lost(c.qp, false);
+            if let Some(qp) = c.qp {
+                self.rnic.connection_lost(qp, false);
+            }
         }
+    }
+
+    // ---- relay mode: the control plane runs MPA (the three-process RNIC) ----
+
+    /// Listens on `port` for relay connections, `backlog` handshakes at a time (at most 16):
+    /// each completed one becomes [`NodeEvent::Incoming`].
+    pub fn relay_listen(&mut self, port: u16, backlog: u16) -> Result<(), String> {
+        if port == 0 || self.listeners.iter().any(|l| l.port == port) {
+            return Err(format!("port {port} is already listening or invalid"));
+        }
+        let mut sockets = Vec::new();
+        for _ in 0..backlog.clamp(1, 16) {
+            let h = self.socket();
+            if let Err(e) = self.sockets.get_mut::<tcp::Socket>(h).listen(port) {
+                self.sockets.remove(h);
+                return Err(format!("listen on {port}: {e}"));
+            }
+            sockets.push(h);
+        }
+        self.listeners.push(Listener { port, sockets });
+        Ok(())
+    }
+
+    /// Stops listening on `port` (connections already accepted stay).
+    pub fn relay_unlisten(&mut self, port: u16) -> bool {
+        let Some(i) = self.listeners.iter().position(|l| l.port == port) else {
+            return false;
+        };
+        for h in self.listeners.swap_remove(i).sockets {
+            self.sockets.remove(h);
+        }
+        true
+    }
+
+    /// Active open of relay connection `conn` (the control plane's id) to `remote`.
+    pub fn relay_connect(&mut self, conn: u32, remote: SocketAddrV4) -> Result<(), String> {
+        if self.find(conn).is_some() {
+            return Err(format!("connection {conn} exists"));
+        }
+        let h = self.socket();
+        let [a, b, c, d] = remote.ip().octets();
+        let ep = IpEndpoint::new(IpAddress::Ipv4(Ipv4Address::new(a, b, c, d)), remote.port());
+        self.next_ephemeral = self
+            .next_ephemeral
+            .checked_add(1)
+            .unwrap_or(49152)
+            .max(49152);
+        let cx = self.iface.context();
+        if let Err(e) = self
+            .sockets
+            .get_mut::<tcp::Socket>(h)
+            .connect(cx, ep, self.next_ephemeral)
+        {
+            self.sockets.remove(h);
+            return Err(format!("connect to {remote}: {e}"));
+        }
+        self.conns.push(Conn::new(conn, h, None, true, None));
+        Ok(())
+    }
+
+    /// Names the engine QP that will own relay connection `conn` once in RTS.
+    pub fn relay_bind(&mut self, conn: u32, qp: u32) -> Result<(), String> {
+        let i = self.live(conn)?;
+        self.conns[i].qp = Some(qp);
+        Ok(())
+    }
+
+    /// Sends bytes (an MPA Request or Reply) on a relay connection before RTS.
+    pub fn relay_send(&mut self, conn: u32, bytes: &[u8]) -> Result<(), String> {
+        let i = self.live(conn)?;
+        let s = self.sockets.get_mut::<tcp::Socket>(self.conns[i].handle);
+        match s.send_slice(bytes) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(n) => Err(format!(
+                "connection {conn}: send buffer took {n} of {}",
+                bytes.len()
+            )),
+            Err(e) => Err(format!("connection {conn}: {e}")),
+        }
+    }
+
+    /// MPA is done: the engine QP bound to `conn` enters RTS with `params`, and every byte
+    /// after the peer's MPA frame (still in the socket) goes to it.
+    pub fn relay_rts(&mut self, conn: u32, qp: u32, params: ConnParams) -> Result<(), String> {
+        let i = self.live(conn)?;
+        if self.conns[i].state != ConnState::Relay {
+            return Err(format!("connection {conn} is not in MPA setup"));
+        }
+        self.rnic
+            .connect(qp, params)
+            .map_err(|e| format!("QP to RTS: {e:?}"))?;
+        let c = &mut self.conns[i];
+        c.qp = Some(qp);
+        c.state = ConnState::Rts;
+        Ok(())
+    }
+
+    /// Graceful close (FIN after what is queued) of a relay connection.
+    pub fn relay_close(&mut self, conn: u32) -> Result<(), String> {
+        let i = self.live(conn)?;
+        self.sockets
+            .get_mut::<tcp::Socket>(self.conns[i].handle)
+            .close();
+        self.conns[i].closing = true;
+        Ok(())
+    }
+
+    /// Abortive close (RST) of a relay connection; its QP, if any, enters Error.
+    pub fn relay_abort(&mut self, conn: u32) -> Result<(), String> {
+        let i = self.live(conn)?;
+        self.abort(i);
+        Ok(())
+    }
+
+    /// The relay connection owned by engine QP `qp`, if one is live.
+    pub fn conn_of_qp(&self, qp: u32) -> Option<u32> {
+        self.conns
+            .iter()
+            .find(|c| c.qp == Some(qp) && !c.socket_gone && !c.is_over())
+            .map(|c| c.id)
+    }
+
+    /// What relay connections did since the last call.
+    pub fn take_events(&mut self) -> impl Iterator<Item = NodeEvent> + '_ {
+        self.events.drain(..)
+    }
+
+    fn find(&self, conn: u32) -> Option<usize> {
+        self.conns
+            .iter()
+            .position(|c| c.id == conn && c.settings.is_none() && !c.socket_gone)
+    }
+
+    fn live(&self, conn: u32) -> Result<usize, String> {
+        self.find(conn)
+            .filter(|&i| !self.conns[i].is_over())
+            .ok_or_else(|| format!("no connection {conn}"))
+    }
+
+    /// Turns completed handshakes on relay listeners into connections.
+    fn accept_incoming(&mut self) -> bool {
+        let mut busy = false;
+        for l in 0..self.listeners.len() {
+            for k in 0..self.listeners[l].sockets.len() {
+                let h = self.listeners[l].sockets[k];
+                let (state, remote) = {
+                    let s = self.sockets.get::<tcp::Socket>(h);
+                    (s.state(), s.remote_endpoint())
+                };
+                match state {
+                    tcp::State::Listen | tcp::State::SynReceived => continue,
+                    tcp::State::Closed => {
+                        // A handshake reset before completing: listen again.
+                        let port = self.listeners[l].port;
+                        let _ = self.sockets.get_mut::<tcp::Socket>(h).listen(port);
+                        continue;
+                    }
+                    _ => {}
+                }
+                let port = self.listeners[l].port;
+                let fresh = self.socket();
+                let _ = self.sockets.get_mut::<tcp::Socket>(fresh).listen(port);
+                self.listeners[l].sockets[k] = fresh;
+                let id = self.next_incoming;
+                self.next_incoming = self.next_incoming.wrapping_add(1).max(INCOMING_ID_BASE);
+                let mut c = Conn::new(id, h, None, false, None);
+                c.state = ConnState::Relay;
+                c.ever_established = true;
+                self.conns.push(c);
+                let peer = match remote.map(|e| e.addr) {
+                    Some(IpAddress::Ipv4(a)) => {
+                        SocketAddrV4::new(Ipv4Addr::from(a.octets()), remote.map_or(0, |e| e.port))
+                    }
+                    _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                };
+                self.events.push_back(NodeEvent::Incoming {
+                    conn: id,
+                    local_port: port,
+                    peer,
+                });
+                busy = true;
+            }
+        }
+        busy
     }
 
     pub fn counters(&self) -> Counters {
@@ -286,6 +548,7 @@ impl<P: Port> Node<P> {
             }
         }
         let mut busy = got > 0;
+        busy |= self.accept_incoming();
         for i in 0..self.conns.len() {
             busy |= self.service(i);
         }
@@ -307,17 +570,52 @@ impl<P: Port> Node<P> {
         self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
         c.state = ConnState::Failed(why);
         self.conns_lost += 1;
-        self.rnic.connection_lost(c.qp, false);
+        if let Some(qp) = c.qp {
+            self.rnic.connection_lost(qp, false);
+        }
+    }
+
+    /// The connection is over: tell the engine and, in relay mode, the control plane.
+    fn ended(&mut self, i: usize, reason: CloseReason) {
+        let c = &mut self.conns[i];
+        c.state = ConnState::Closed;
+        self.conns_lost += 1;
+        if let Some(qp) = c.qp {
+            self.rnic
+                .connection_lost(qp, reason == CloseReason::Graceful);
+        }
+        if c.settings.is_none() {
+            self.events
+                .push_back(NodeEvent::Closed { conn: c.id, reason });
+        }
+    }
+
+    /// A relay connection that is over and whose socket has finished: free the socket and
+    /// its buffers.
+    fn reclaim(&mut self, i: usize, tcp_state: tcp::State) {
+        let c = &mut self.conns[i];
+        if c.settings.is_none()
+            && !c.socket_gone
+            && matches!(tcp_state, tcp::State::Closed | tcp::State::TimeWait)
+        {
+            self.sockets.remove(c.handle);
+            c.socket_gone = true;
+            c.inbuf = Vec::new();
+        }
     }
 
     fn service(&mut self, i: usize) -> bool {
+        if self.conns[i].socket_gone {
+            return false;
+        }
         let handle = self.conns[i].handle;
         let state = self.conns[i].state.clone();
         let (tcp_state, may_recv, may_send) = {
             let s = self.sockets.get::<tcp::Socket>(handle);
             (s.state(), s.may_recv(), s.may_send())
         };
-        if matches!(state, ConnState::Failed(_) | ConnState::Closed) {
+        if self.conns[i].is_over() {
+            self.reclaim(i, tcp_state);
             return false;
         }
         if tcp_state == tcp::State::Established {
@@ -336,15 +634,32 @@ impl<P: Port> Node<P> {
                     | tcp::State::LastAck
                     | tcp::State::Closing
             );
-            self.conns[i].state = ConnState::Closed;
-            self.conns_lost += 1;
-            self.rnic.connection_lost(self.conns[i].qp, graceful);
+            let reason = if graceful || self.conns[i].closing {
+                CloseReason::Graceful
+            } else {
+                CloseReason::Reset
+            };
+            self.ended(i, reason);
+            return true;
+        }
+        if state == ConnState::Connecting
+            && tcp_state == tcp::State::Closed
+            && !self.conns[i].ever_established
+        {
+            // An active open refused (RST) or given up.
+            self.ended(i, CloseReason::Refused);
             return true;
         }
         match state {
             ConnState::Connecting if tcp_state == tcp::State::Established => {
+                let Some(settings) = self.conns[i].settings.clone() else {
+                    self.conns[i].state = ConnState::Relay;
+                    let conn = self.conns[i].id;
+                    self.events.push_back(NodeEvent::Established { conn });
+                    return true;
+                };
                 if self.conns[i].initiator {
-                    let req = match negotiation::request(&self.conns[i].settings) {
+                    let req = match negotiation::request(&settings) {
                         Ok(r) => r,
                         Err(e) => {
                             self.fail(i, format!("MPA Request: {e:?}"));
@@ -358,10 +673,42 @@ impl<P: Port> Node<P> {
                 }
                 true
             }
+            ConnState::Relay => self.relay_frame(i),
             ConnState::AwaitReply | ConnState::AwaitRequest => self.setup(i),
             ConnState::Rts => self.pump(i),
             _ => false,
         }
+    }
+
+    /// Relay mode before RTS: hands the peer's MPA Request/Reply to the control plane, whole
+    /// and alone. Bytes after it stay in the socket for the engine (RFC 5044 section 7.1: the
+    /// first FPDU may follow the frame at once).
+    fn relay_frame(&mut self, i: usize) -> bool {
+        if self.conns[i].frame_relayed {
+            return false;
+        }
+        let handle = self.conns[i].handle;
+        let mut buf = [0u8; 2048];
+        let s = self.sockets.get_mut::<tcp::Socket>(handle);
+        let n = s.peek_slice(&mut buf).unwrap_or(0);
+        if n == 0 {
+            return false;
+        }
+        let take = match negotiation::frame_complete(&buf[..n]) {
+            Ok(Some(len)) => len,
+            Ok(None) if n < buf.len() => return false,
+            // Not a frame (or larger than any valid one): let the control plane see it and
+            // refuse the connection.
+            _ => n,
+        };
+        let got = s.recv_slice(&mut buf[..take]).unwrap_or(0);
+        self.conns[i].frame_relayed = true;
+        let conn = self.conns[i].id;
+        self.events.push_back(NodeEvent::Bytes {
+            conn,
+            data: buf[..got].to_vec(),
+        });
+        true
     }
 
     /// MPA Request/Reply on the stream's first bytes.
@@ -386,7 +733,12 @@ impl<P: Port> Node<P> {
             }
         };
         let frame: Vec<u8> = self.conns[i].inbuf.drain(..len).collect();
-        let settings = self.conns[i].settings.clone();
+        let Some(settings) = self.conns[i].settings.clone() else {
+            return false;
+        };
+        let Some(qp) = self.conns[i].qp else {
+            return false;
+        };
         let result: Result<Negotiated, SetupError> = if self.conns[i].initiator {
             negotiation::parse_reply(&frame, &settings)
         } else {
@@ -426,7 +778,7 @@ impl<P: Port> Node<P> {
                         })
                     }),
                 };
-                if let Err(e) = self.rnic.connect(self.conns[i].qp, params) {
+                if let Err(e) = self.rnic.connect(qp, params) {
                     self.fail(i, format!("QP to RTS: {e:?}"));
                     return true;
                 }
@@ -435,7 +787,7 @@ impl<P: Port> Node<P> {
                 // Bytes after the frame are the first FPDUs.
                 let rest = std::mem::take(&mut self.conns[i].inbuf);
                 if !rest.is_empty() {
-                    self.rnic.handle_stream(self.conns[i].qp, &rest);
+                    self.rnic.handle_stream(qp, &rest);
                 }
             }
             Err(e) => self.fail(i, format!("MPA setup: {e:?}")),
@@ -445,7 +797,10 @@ impl<P: Port> Node<P> {
 
     /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
     fn pump(&mut self, i: usize) -> bool {
-        let (handle, qp) = (self.conns[i].handle, self.conns[i].qp);
+        let handle = self.conns[i].handle;
+        let Some(qp) = self.conns[i].qp else {
+            return false;
+        };
         let mut busy = false;
         let rnic = &mut self.rnic;
         let mut got = 0;
@@ -489,6 +844,19 @@ impl<P: Port> Node<P> {
                 // Send it now, alone, so the next FPDU starts a segment.
                 self.iface_poll();
             }
+        }
+        // A QP in Error has sent its last FPDU (a Terminate, if any, is queued): the stream
+        // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too. In relay mode
+        // the control plane owns the connection and hears of its end.
+        let c = &mut self.conns[i];
+        if c.settings.is_none()
+            && !c.closing
+            && self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Error)
+            && !self.rnic.wants_transmit(qp)
+        {
+            c.closing = true;
+            self.sockets.get_mut::<tcp::Socket>(handle).close();
+            busy = true;
         }
         busy
     }

@@ -227,6 +227,56 @@ impl HostCq {
     }
 }
 
+/// An S-RQ's application ring.
+pub struct HostSrq {
+    pub engine_srq: u32,
+    ring: Consumer<RecvWqe>,
+    stash: Option<RecvWr>,
+}
+
+impl HostSrq {
+    pub fn new(engine_srq: u32, ring: Consumer<RecvWqe>) -> HostSrq {
+        HostSrq {
+            engine_srq,
+            ring,
+            stash: None,
+        }
+    }
+
+    /// Moves up to [`BURST`] S-RQ entries into the engine. A malformed entry has no QP to
+    /// complete on (an S-RQ serves many) and is dropped with a warning.
+    pub fn pump(&mut self, rnic: &mut Rnic) -> Pumped {
+        let mut p = Pumped::default();
+        if self.ring.is_corrupt() {
+            return p;
+        }
+        for _ in 0..BURST {
+            let wr = match self.stash.take() {
+                Some(wr) => wr,
+                None => {
+                    let Some(w) = self.ring.pop() else { break };
+                    match convert::recv_wr(&w) {
+                        Ok(wr) => wr,
+                        Err(()) => {
+                            tracing::warn!("S-RQ {}: malformed entry dropped", self.engine_srq);
+                            p.rejected += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match rnic.post_srq_recv(self.engine_srq, wr) {
+                Ok(()) => p.posted += 1,
+                Err(_) => {
+                    self.stash = Some(wr);
+                    break;
+                }
+            }
+        }
+        p
+    }
+}
+
 /// Why a registration from a segment was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegisterError {
@@ -234,6 +284,8 @@ pub enum RegisterError {
     OutOfBounds,
     /// Access bits outside the defined set.
     BadAccess,
+    /// The STag is 0 or its index is taken.
+    StagInUse,
 }
 
 /// A memory region the engine knows, with the segment it lives in kept mapped.
@@ -242,35 +294,54 @@ pub struct HostMr {
     _seg: Arc<Segment>,
 }
 
-/// Registers `len` octets at `offset` of `seg`'s data area with the engine. The mapping
-/// stays alive as long as the returned [`HostMr`]; deregister it from the engine before
-/// dropping that.
+/// A registration request: `len` octets at `offset` of a segment's data area, as `stag`
+/// (chosen by iwarp-control) in engine PD `pd`; `base_to` is the tagged offset of its first
+/// octet (its virtual address, or 0 when zero-based).
+#[derive(Debug, Clone, Copy)]
+pub struct Registration {
+    pub stag: u32,
+    pub pd: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub access: u32,
+    pub base_to: u64,
+}
+
+/// Registers part of `seg` with the engine. The mapping stays alive as long as the returned
+/// [`HostMr`]; deregister it from the engine before dropping that.
 pub fn register_segment(
     rnic: &mut Rnic,
     seg: &Arc<Segment>,
-    pd: u32,
-    offset: u64,
-    len: u64,
-    access: u32,
-    base_to: u64,
+    r: Registration,
 ) -> Result<HostMr, RegisterError> {
-    let end = offset.checked_add(len).ok_or(RegisterError::OutOfBounds)?;
-    if end > seg.data_len() as u64 || len == 0 {
+    let end = r
+        .offset
+        .checked_add(r.len)
+        .ok_or(RegisterError::OutOfBounds)?;
+    if end > seg.data_len() as u64 || r.len == 0 {
         return Err(RegisterError::OutOfBounds);
     }
-    let access = u8::try_from(access)
+    let access = u8::try_from(r.access)
         .ok()
         .filter(|a| u32::from(*a) & !iwarp_abi::wqe::access::ALL == 0)
         .ok_or(RegisterError::BadAccess)?;
     // SAFETY: [offset, offset+len) lies in the segment's data area (checked above), which
     // stays mapped while the returned HostMr holds the Arc; the engine only copies into it
     // or runs atomics on it, as its contract requires.
-    let stag = unsafe {
-        let base = core::ptr::NonNull::new_unchecked(seg.data().as_ptr().add(offset as usize));
-        rnic.register_mr(pd, base, len as usize, Access(access), base_to)
-    };
+    unsafe {
+        let base = core::ptr::NonNull::new_unchecked(seg.data().as_ptr().add(r.offset as usize));
+        rnic.register_mr_at(
+            r.stag,
+            r.pd,
+            base,
+            r.len as usize,
+            Access(access),
+            r.base_to,
+        )
+    }
+    .map_err(|_| RegisterError::StagInUse)?;
     Ok(HostMr {
-        engine_stag: stag,
+        engine_stag: r.stag,
         _seg: seg.clone(),
     })
 }
@@ -322,8 +393,34 @@ mod tests {
         };
 
         let mem = seg("mem", 4096);
-        let mr = register_segment(&mut rnic, &mem, pd, 0, 4096, 1, 0).unwrap();
-        assert!(register_segment(&mut rnic, &mem, pd, 4000, 4096, 1, 0).is_err());
+        let reg = Registration {
+            stag: 0x100 | 7,
+            pd,
+            offset: 0,
+            len: 4096,
+            access: 1,
+            base_to: 0,
+        };
+        let mr = register_segment(&mut rnic, &mem, reg).unwrap();
+        assert_eq!(mr.engine_stag, 0x107, "the STag control chose");
+        let past = Registration {
+            stag: 0x200 | 1,
+            offset: 4000,
+            ..reg
+        };
+        assert_eq!(
+            register_segment(&mut rnic, &mem, past).err(),
+            Some(RegisterError::OutOfBounds)
+        );
+        let taken = Registration {
+            stag: 0x100 | 9,
+            ..reg
+        };
+        assert_eq!(
+            register_segment(&mut rnic, &mem, taken).err(),
+            Some(RegisterError::StagInUse),
+            "index 1 is in use whatever the key"
+        );
         let sge = Sge {
             stag: mr.engine_stag,
             len: 100,

@@ -7,8 +7,10 @@
 //!   engine, drain the engine's completions into CQ rings (an overflowing CQ ring raises
 //!   `CqOverflow` and puts its QPs in Error, Verbs section 8.3.3).
 //!
-//! Not here yet: the command-ring consumer (map QP ring and memory segments, relay TCP
-//! bytes until `QpRts`), which needs the node's connection API (README, "Not supported").
+//! - [`service`]: the command-ring consumer: control's commands run on the node (resources,
+//!   memory registrations under control's STags, connections relayed until `QpRts`), and
+//!   once per poll-loop turn the fast path of every QP.
 
 pub mod convert;
 pub mod fastpath;
+pub mod service;

@@ -1,0 +1,517 @@
+//! The daemon's end of the command ring: what iwarp-control asks (resources, memory,
+//! connections) done on the node this core owns, and the fast path of every QP the
+//! applications created (their SQ/RQ/S-RQ rings into the engine, completions out to their
+//! CQ rings), once per poll-loop turn.
+//!
+//! Ids are iwarp-control's (QP numbers, CQ, S-RQ and PD ids, STags, connection ids); the
+//! engine has its own for everything but STags, which are on the wire and so must be the
+//! ones control handed out (`Rnic::register_mr_at`). Every command gets one
+//! [`Upcall::Reply`]; upcalls wait in order in a local queue while the ring is full, so
+//! none is lost when control is slow.
+//!
+//! Nothing an application wrote can stop this loop: segments are opened by path with their
+//! kind checked, ring indices are checked by the ring, records by `convert`; a QP whose ring
+//! is corrupt goes to Error and the others keep running.
+
+use super::convert;
+use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
+use crate::node::{Node, NodeEvent};
+use crate::port::Port;
+use iwarp_abi::command::{
+    reply_status as st, Chunk, Command, QpState as AbiQpState, RtrKind as AbiRtr, RtsParams, NO_ID,
+};
+use iwarp_abi::daemon_shm::DaemonSide;
+use iwarp_abi::segment::{Segment, SegmentKind};
+use iwarp_abi::wqe::Cqe;
+use iwarp_abi::{command::Upcall, ring};
+use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
+use iwarp_wire::mpa::MpaParams;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Commands taken from the ring per turn: the data path is never starved by a burst of
+/// slow-path work.
+const COMMANDS_PER_TURN: usize = 16;
+
+struct Cq {
+    host: HostCq,
+    /// Error completions of work that never entered the engine, in order.
+    pending: Vec<Cqe>,
+}
+
+struct Qp {
+    host: HostQp,
+    send_cq: u32,
+    recv_cq: u32,
+}
+
+/// Everything the applications created on this node, by control's ids.
+#[derive(Default)]
+pub struct Host {
+    pds: HashMap<u32, u32>,
+    cqs: HashMap<u32, Cq>,
+    srqs: HashMap<u32, HostSrq>,
+    qps: HashMap<u32, Qp>,
+    mrs: HashMap<u32, HostMr>,
+    /// Memory segments mapped for registrations, shared by the regions in them.
+    segments: HashMap<PathBuf, Arc<Segment>>,
+    /// Engine id → control id, for completions and events.
+    qp_num: HashMap<u32, u32>,
+    cq_num: HashMap<u32, u32>,
+    srq_num: HashMap<u32, u32>,
+    /// Upcalls the full ring could not take yet.
+    backlog: VecDeque<Upcall>,
+    max_fpdu: usize,
+}
+
+impl Host {
+    /// `max_fpdu` is the node's TCP MSS: no FPDU is larger (RFC 5044 section 8).
+    pub fn new(max_fpdu: usize) -> Host {
+        Host {
+            max_fpdu,
+            ..Host::default()
+        }
+    }
+
+    /// One turn: commands, connection events, every QP's rings, engine events.
+    pub fn turn<P: Port>(&mut self, node: &mut Node<P>, side: &mut DaemonSide) -> bool {
+        let mut worked = self.flush(side);
+        for _ in 0..COMMANDS_PER_TURN {
+            match side.recv_command() {
+                Some(Ok((req_id, c))) => {
+                    let (status, value) = self.execute(node, &c);
+                    if status != st::OK {
+                        tracing::warn!("command {c:?} refused: status {status}");
+                    }
+                    self.upcall(
+                        side,
+                        Upcall::Reply {
+                            req_id,
+                            status,
+                            value,
+                        },
+                    );
+                    worked = true;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("undecodable command slot: {e}");
+                    worked = true;
+                }
+                None => break,
+            }
+        }
+        let events: Vec<NodeEvent> = node.take_events().collect();
+        for e in events {
+            worked = true;
+            self.node_event(side, e);
+        }
+        worked |= self.fast_path(&mut node.rnic);
+        while let Some(e) = node.rnic.poll_event() {
+            worked = true;
+            let (_, up) = convert::event(
+                &e,
+                |q| self.qp_num.get(&q).copied().unwrap_or(NO_ID),
+                |c| self.cq_num.get(&c).copied().unwrap_or(NO_ID),
+                |s| self.srq_num.get(&s).copied().unwrap_or(NO_ID),
+            );
+            self.upcall(side, up);
+        }
+        worked
+    }
+
+    fn upcall(&mut self, side: &mut DaemonSide, u: Upcall) {
+        if !self.backlog.is_empty() || side.send_upcall(&u).is_err() {
+            self.backlog.push_back(u);
+        }
+    }
+
+    fn flush(&mut self, side: &mut DaemonSide) -> bool {
+        let mut sent = false;
+        while let Some(u) = self.backlog.front() {
+            if side.send_upcall(u).is_err() {
+                break;
+            }
+            self.backlog.pop_front();
+            sent = true;
+        }
+        sent
+    }
+
+    fn node_event(&mut self, side: &mut DaemonSide, e: NodeEvent) {
+        match e {
+            NodeEvent::Established { conn } => self.upcall(side, Upcall::TcpEstablished { conn }),
+            NodeEvent::Incoming {
+                conn,
+                local_port,
+                peer,
+            } => self.upcall(
+                side,
+                Upcall::TcpIncoming {
+                    conn,
+                    local_port,
+                    peer: SocketAddr::V4(peer),
+                },
+            ),
+            NodeEvent::Bytes { conn, data } => {
+                for bytes in Chunk::split(&data) {
+                    self.upcall(side, Upcall::TcpBytes { conn, bytes });
+                }
+            }
+            NodeEvent::Closed { conn, reason } => {
+                self.upcall(side, Upcall::TcpClosed { conn, reason })
+            }
+        }
+    }
+
+    /// Every QP's SQ and RQ into the engine, every S-RQ, then every CQ's completions out.
+    fn fast_path(&mut self, rnic: &mut Rnic) -> bool {
+        let mut worked = false;
+        for (num, qp) in self.qps.iter_mut() {
+            if qp.host.is_corrupt() {
+                if rnic.qp_state(qp.host.engine_qp) != Some(QpState::Error) {
+                    tracing::warn!("QP {num}: ring indices corrupt, QP to Error");
+                    let _ = rnic.modify_qp(qp.host.engine_qp, QpState::Error);
+                    worked = true;
+                }
+                continue;
+            }
+            let r = qp.host.pump_rq(rnic);
+            let s = qp.host.pump_sq(rnic);
+            worked |= r.posted + r.rejected + s.posted + s.rejected > 0;
+            for (cqes, cq) in [
+                (&mut qp.host.pending_send_cqes, qp.send_cq),
+                (&mut qp.host.pending_recv_cqes, qp.recv_cq),
+            ] {
+                if !cqes.is_empty() {
+                    if let Some(c) = self.cqs.get_mut(&cq) {
+                        c.pending.append(cqes);
+                    }
+                }
+            }
+        }
+        for srq in self.srqs.values_mut() {
+            worked |= srq.pump(rnic).posted > 0;
+        }
+        let qp_num = &self.qp_num;
+        for cq in self.cqs.values_mut() {
+            let d = cq.host.drain(rnic, &mut cq.pending, |q| {
+                qp_num.get(&q).copied().unwrap_or(NO_ID)
+            });
+            worked |= d.completed > 0;
+        }
+        worked
+    }
+
+    /// Runs one command; its reply status and value.
+    fn execute<P: Port>(&mut self, node: &mut Node<P>, c: &Command) -> (u32, u64) {
+        let r = self.run(node, c);
+        match r {
+            Ok(v) => (st::OK, v),
+            Err(status) => (status, 0),
+        }
+    }
+
+    fn engine_pd(&self, pd: u32) -> Result<u32, u32> {
+        self.pds.get(&pd).copied().ok_or(st::NO_SUCH_ID)
+    }
+
+    fn engine_qp(&self, qp: u32) -> Result<u32, u32> {
+        self.qps
+            .get(&qp)
+            .map(|q| q.host.engine_qp)
+            .ok_or(st::NO_SUCH_ID)
+    }
+
+    fn run<P: Port>(&mut self, node: &mut Node<P>, c: &Command) -> Result<u64, u32> {
+        let net = |e: String| {
+            tracing::warn!("{e}");
+            st::NETWORK
+        };
+        match *c {
+            Command::AllocPd { pd } => {
+                if self.pds.contains_key(&pd) {
+                    return Err(st::EXISTS);
+                }
+                self.pds.insert(pd, node.rnic.alloc_pd());
+            }
+            Command::DeallocPd { pd } => {
+                self.pds.remove(&pd).ok_or(st::NO_SUCH_ID)?;
+            }
+            Command::CreateCq { cq, depth, ring } => {
+                if self.cqs.contains_key(&cq) {
+                    return Err(st::EXISTS);
+                }
+                let seg = open(&ring.to_path(), SegmentKind::CompletionQueue)?;
+                let (producer, _) =
+                    ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
+                let engine_cq = node.rnic.create_cq(depth as usize);
+                self.cq_num.insert(engine_cq, cq);
+                self.cqs.insert(
+                    cq,
+                    Cq {
+                        host: HostCq {
+                            engine_cq,
+                            ring: producer,
+                        },
+                        pending: Vec::new(),
+                    },
+                );
+            }
+            Command::DestroyCq { cq } => {
+                if self
+                    .qps
+                    .values()
+                    .any(|q| q.send_cq == cq || q.recv_cq == cq)
+                {
+                    return Err(st::INVALID);
+                }
+                let c = self.cqs.remove(&cq).ok_or(st::NO_SUCH_ID)?;
+                self.cq_num.remove(&c.host.engine_cq);
+            }
+            Command::CreateSrq {
+                srq,
+                pd,
+                depth,
+                ring,
+            } => {
+                if self.srqs.contains_key(&srq) {
+                    return Err(st::EXISTS);
+                }
+                let pd = self.engine_pd(pd)?;
+                let seg = open(&ring.to_path(), SegmentKind::SharedRecvQueue)?;
+                let (_, consumer) = ring::attach_segment(&seg).map_err(|_| st::BAD_SEGMENT)?;
+                let engine_srq = node.rnic.create_srq(pd, depth as usize);
+                self.srq_num.insert(engine_srq, srq);
+                self.srqs.insert(srq, HostSrq::new(engine_srq, consumer));
+            }
+            Command::ArmSrq { srq, limit } => {
+                let s = self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
+                node.rnic
+                    .arm_srq_limit(s.engine_srq, limit as usize)
+                    .map_err(|_| st::INVALID)?;
+            }
+            Command::DestroySrq { srq } => {
+                let s = self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
+                self.srq_num.remove(&s.engine_srq);
+            }
+            Command::CreateQp {
+                qp,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+                sq_depth,
+                rq_depth,
+                sq,
+                rq,
+            } => {
+                if self.qps.contains_key(&qp) {
+                    return Err(st::EXISTS);
+                }
+                let pd = self.engine_pd(pd)?;
+                let ecq = |cq: u32| {
+                    self.cqs
+                        .get(&cq)
+                        .map(|c| c.host.engine_cq)
+                        .ok_or(st::NO_SUCH_ID)
+                };
+                let (scq, rcq) = (ecq(send_cq)?, ecq(recv_cq)?);
+                let esrq = match srq {
+                    NO_ID => None,
+                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.engine_srq),
+                };
+                let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
+                let (_, sq_ring) = ring::attach_segment(&sq_seg).map_err(|_| st::BAD_SEGMENT)?;
+                let rq_ring = match esrq {
+                    Some(_) => None,
+                    None => {
+                        let rq_seg = open(&rq.to_path(), SegmentKind::RecvQueue)?;
+                        Some(
+                            ring::attach_segment(&rq_seg)
+                                .map_err(|_| st::BAD_SEGMENT)?
+                                .1,
+                        )
+                    }
+                };
+                let eqp = node
+                    .rnic
+                    .create_qp(
+                        pd,
+                        scq,
+                        rcq,
+                        QpCaps {
+                            sq_depth: sq_depth as usize,
+                            rq_depth: rq_depth as usize,
+                            srq: esrq,
+                        },
+                    )
+                    .map_err(|_| st::INVALID)?;
+                self.qp_num.insert(eqp, qp);
+                self.qps.insert(
+                    qp,
+                    Qp {
+                        host: HostQp::new(qp, eqp, sq_ring, rq_ring),
+                        send_cq,
+                        recv_cq,
+                    },
+                );
+            }
+            Command::DestroyQp { qp } => {
+                let eqp = self.engine_qp(qp)?;
+                if let Some(conn) = node.conn_of_qp(eqp) {
+                    let _ = node.relay_abort(conn);
+                }
+                // Flushed completions reach the CQ rings before the QP goes.
+                let _ = node.rnic.modify_qp(eqp, QpState::Error);
+                self.fast_path(&mut node.rnic);
+                let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
+                for (cq, mut cqes) in [
+                    (q.send_cq, q.host.pending_send_cqes),
+                    (q.recv_cq, q.host.pending_recv_cqes),
+                ] {
+                    if let Some(c) = self.cqs.get_mut(&cq) {
+                        c.pending.append(&mut cqes);
+                    }
+                }
+                let _ = node.rnic.destroy_qp(eqp);
+                self.qp_num.remove(&eqp);
+            }
+            Command::ModifyQp { qp, state } => {
+                let eqp = self.engine_qp(qp)?;
+                let to = match state {
+                    AbiQpState::Idle => QpState::Idle,
+                    AbiQpState::Rts => return Err(st::INVALID),
+                    AbiQpState::Closing => QpState::Closing,
+                    AbiQpState::Terminate => QpState::Terminate,
+                    AbiQpState::Error => QpState::Error,
+                };
+                node.rnic.modify_qp(eqp, to).map_err(|_| st::INVALID)?;
+            }
+            Command::RegisterMr {
+                stag,
+                pd,
+                access,
+                zero_based,
+                offset,
+                len,
+                va,
+                segment,
+            } => {
+                if self.mrs.contains_key(&stag) {
+                    return Err(st::EXISTS);
+                }
+                let pd = self.engine_pd(pd)?;
+                let path = segment.to_path();
+                let seg = match self.segments.get(&path) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = open(&path, SegmentKind::Memory)?;
+                        self.segments.insert(path, s.clone());
+                        s
+                    }
+                };
+                let reg = Registration {
+                    stag,
+                    pd,
+                    offset,
+                    len,
+                    access,
+                    base_to: if zero_based { 0 } else { va },
+                };
+                let mr = register_segment(&mut node.rnic, &seg, reg).map_err(|_| st::INVALID)?;
+                self.mrs.insert(stag, mr);
+            }
+            Command::DeregisterMr { stag } | Command::DeallocMw { stag } => {
+                node.rnic.deregister_mr(stag).map_err(|_| st::NO_SUCH_ID)?;
+                self.mrs.remove(&stag);
+                // Unmap segments no region uses any more.
+                self.segments.retain(|_, s| Arc::strong_count(s) > 1);
+            }
+            Command::AllocMw { stag, pd } => {
+                let pd = self.engine_pd(pd)?;
+                node.rnic.alloc_mw_at(stag, pd).map_err(|_| st::EXISTS)?;
+            }
+            Command::AllocFastRegStag { stag, pd } => {
+                let pd = self.engine_pd(pd)?;
+                node.rnic
+                    .alloc_fastreg_at(stag, pd)
+                    .map_err(|_| st::EXISTS)?;
+            }
+            Command::TcpListen { port, backlog } => {
+                node.relay_listen(port, backlog).map_err(net)?;
+                return Ok(port as u64);
+            }
+            Command::TcpUnlisten { port } => {
+                if !node.relay_unlisten(port) {
+                    return Err(st::NO_SUCH_ID);
+                }
+            }
+            Command::TcpConnect { conn, qp, remote } => {
+                let eqp = self.engine_qp(qp)?;
+                let SocketAddr::V4(remote) = remote else {
+                    return Err(st::NETWORK);
+                };
+                node.relay_connect(conn, remote).map_err(net)?;
+                node.relay_bind(conn, eqp).map_err(net)?;
+            }
+            Command::TcpAccept { conn, qp } => {
+                let eqp = self.engine_qp(qp)?;
+                node.relay_bind(conn, eqp).map_err(net)?;
+            }
+            Command::TcpSend { conn, ref bytes } => {
+                node.relay_send(conn, bytes.as_bytes()).map_err(net)?;
+            }
+            Command::TcpClose { conn } => node.relay_close(conn).map_err(net)?,
+            Command::TcpAbort { conn } => node.relay_abort(conn).map_err(net)?,
+            Command::QpRts { qp, conn, params } => {
+                let eqp = self.engine_qp(qp)?;
+                let p = conn_params(&params, self.max_fpdu);
+                node.relay_rts(conn, eqp, p).map_err(|e| {
+                    tracing::warn!("{e}");
+                    st::INVALID
+                })?;
+            }
+            // The daemon stops on its own signals; control asking is acknowledged.
+            Command::Shutdown => {}
+        }
+        Ok(0)
+    }
+}
+
+fn open(path: &std::path::Path, kind: SegmentKind) -> Result<Arc<Segment>, u32> {
+    Segment::open(path, Some(kind)).map(Arc::new).map_err(|e| {
+        tracing::warn!("segment {}: {e}", path.display());
+        st::BAD_SEGMENT
+    })
+}
+
+/// The engine's connection parameters from what control negotiated.
+pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
+    let rtr = match p.rtr {
+        AbiRtr::None => None,
+        AbiRtr::ZeroLengthSend => Some(RtrKind::Send),
+        AbiRtr::ZeroLengthWrite => Some(RtrKind::Write),
+        AbiRtr::ZeroLengthRead => Some(RtrKind::Read),
+    };
+    ConnParams {
+        tx: MpaParams {
+            crc: p.crc_tx,
+            markers: p.markers_tx,
+        },
+        rx: MpaParams {
+            crc: p.crc_rx,
+            markers: p.markers_rx,
+        },
+        ird: p.ird,
+        ord: p.ord,
+        rdmap_version: p.rdmap_version,
+        max_fpdu: (p.mss as usize).clamp(64, max_fpdu),
+        max_rx_ulpdu: 65535,
+        p2p: rtr.map(|rtr| PeerToPeer {
+            rtr,
+            initiator: p.rtr_initiator,
+        }),
+    }
+}
