@@ -361,7 +361,7 @@ fn open_and_run(
         counters,
         stop,
         ready,
-        shm: std::cell::RefCell::new(shm),
+        shm: std::cell::Cell::new(Some(shm)),
     };
     match cfg.port_kind() {
         PortKind::Unix => {
@@ -387,7 +387,7 @@ struct Ctx<'a> {
     stop: &'a AtomicBool,
     ready: &'a mpsc::Sender<Result<(), String>>,
     /// The daemon segment (command and upcall rings, heartbeat); owned by this core.
-    shm: std::cell::RefCell<DaemonSide>,
+    shm: std::cell::Cell<Option<DaemonSide>>,
 }
 
 impl Ctx<'_> {
@@ -423,14 +423,10 @@ impl Ctx<'_> {
             }
         };
         let _ = self.ready.send(Ok(()));
-        let mut shm = self.shm.borrow_mut();
         // The command ring and the applications' rings are served on this core between port
         // bursts (one owner, no locks); each turn bumps the heartbeat control watches.
-        let mut host = Host::new(cfg.tcp.mss);
-        worker::run_with(&mut node, polling, self.counters, self.stop, |node| {
-            shm.beat();
-            host.turn(node, &mut shm)
-        });
+        let host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss);
+        worker::run_with(&mut node, polling, self.counters, self.stop, host);
         Ok(())
     }
 }

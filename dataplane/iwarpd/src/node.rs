@@ -537,6 +537,13 @@ impl<P: Port> Node<P> {
     /// One turn of the poll loop: receive a burst, run TCP, move every connection's bytes
     /// through the engine, transmit. Returns whether anything happened.
     pub fn poll(&mut self) -> bool {
+        self.poll_with(|_| {})
+    }
+
+    /// [`Node::poll`], calling `before_rx` after the port burst and before any received
+    /// byte reaches the engine: where the host posts the receives applications queued, so
+    /// a message that arrived after its receive was posted always finds it.
+    pub fn poll_with(&mut self, before_rx: impl FnOnce(&mut Rnic)) -> bool {
         let mut got = 0;
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         for _ in 0..8 {
@@ -547,6 +554,7 @@ impl<P: Port> Node<P> {
                 break;
             }
         }
+        before_rx(&mut self.rnic);
         let mut busy = got > 0;
         busy |= self.accept_incoming();
         for i in 0..self.conns.len() {

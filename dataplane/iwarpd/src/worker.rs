@@ -16,6 +16,7 @@
 
 use crate::node::{Counters, Node};
 use crate::port::Port;
+use iwarp_engine::Rnic;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -101,6 +102,23 @@ pub fn pin(core: Option<usize>) -> bool {
     core.is_some_and(|id| core_affinity::set_for_current(core_affinity::CoreId { id }))
 }
 
+/// What a poll-mode core serves besides its node's port: the command ring from
+/// `iwarp-control`, the SQ/RQ rings of its QPs into the engine, CQEs out. A closure
+/// `FnMut(&mut Node<P>) -> bool` is a service with only a turn.
+pub trait Service<P: Port> {
+    /// Called after each port burst, before received bytes reach the engine (see
+    /// [`Node::poll_with`]).
+    fn before_rx(&mut self, _rnic: &mut Rnic) {}
+    /// Once per poll-loop turn; returns whether it did work.
+    fn turn(&mut self, node: &mut Node<P>) -> bool;
+}
+
+impl<P: Port, F: FnMut(&mut Node<P>) -> bool> Service<P> for F {
+    fn turn(&mut self, node: &mut Node<P>) -> bool {
+        self(node)
+    }
+}
+
 /// Runs `node` until `stop` is set: the body of a poll-mode core.
 pub fn run<P: Port>(
     node: &mut Node<P>,
@@ -111,25 +129,23 @@ pub fn run<P: Port>(
     run_with(node, polling, counters, stop, |_: &mut Node<P>| false)
 }
 
-/// Runs `node` until `stop` is set, calling `turn` once per poll-loop turn on this core:
-/// where the core services what else it owns (the command ring from `iwarp-control`, the
-/// SQ/RQ rings of its QPs into the engine, CQEs out). `turn` returns whether it did work.
-/// Publishes the counters after every turn that did work and before every sleep. On stop,
-/// aborts every connection (RST to each peer, QPs to Error) and publishes the final counters.
-pub fn run_with<P: Port, F: FnMut(&mut Node<P>) -> bool>(
+/// Runs `node` and `service` until `stop` is set. Publishes the counters after every turn
+/// that did work and before every sleep. On stop, aborts every connection (RST to each
+/// peer, QPs to Error) and publishes the final counters.
+pub fn run_with<P: Port, S: Service<P>>(
     node: &mut Node<P>,
     polling: Polling,
     counters: &CoreCounters,
     stop: &AtomicBool,
-    mut turn: F,
+    mut service: S,
 ) {
     let mut idle_turns: u32 = 0;
     let mut sleep = Duration::ZERO;
     let mut polls: u64 = 0;
     let mut sleeps: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let mut worked = node.poll();
-        worked |= turn(node);
+        let mut worked = node.poll_with(|rnic| service.before_rx(rnic));
+        worked |= service.turn(node);
         polls += 1;
         if worked {
             idle_turns = 0;

@@ -52,11 +52,18 @@ struct Endpoint {
     events: Vec<ClientEvent>,
 }
 
+/// Tests run in parallel in one process: names of daemons and segments carry a sequence.
+fn unique(tag: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("iw3p-{tag}-{}-{n}", std::process::id())
+}
+
 fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
     let rt = dir.join(name);
     let daemon = Kill(
         Command::new(env!("CARGO_BIN_EXE_iwarpd"))
-            .args(["--name", &format!("{name}-{}", std::process::id())])
+            .args(["--name", &unique(name)])
             .args(["--port", "unix", "--polling", "adaptive"])
             .arg("--segment")
             .arg(dir.join("eth"))
@@ -145,7 +152,7 @@ impl Endpoint {
 }
 
 fn segment(tag: &str, kind: SegmentKind, bytes: usize) -> Arc<Segment> {
-    let name = format!("iw3p-{tag}-{}", std::process::id());
+    let name = unique(tag);
     Arc::new(Segment::create(&name, kind, bytes, HugePolicy::Off).unwrap())
 }
 
@@ -249,6 +256,338 @@ fn mem_read(s: &Segment, off: usize, len: usize) -> Vec<u8> {
     // SAFETY: as above.
     unsafe { std::ptr::copy_nonoverlapping(s.data().as_ptr().add(off), v.as_mut_ptr(), len) };
     v
+}
+
+/// Two endpoints, one QP each, connected: A initiates with `sa`, B accepts with `sb`.
+/// Returns the Established events (A's, B's).
+struct Pair {
+    a: Endpoint,
+    b: Endpoint,
+    sa: Side,
+    sb: Side,
+    ea: ClientEvent,
+    eb: ClientEvent,
+    _dir: tempfile::TempDir,
+}
+
+fn pair(port: u16, set_a: Settings, set_b: Settings) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    let mut b = start(dir.path(), "b", 2);
+    let sa = resources(&mut a, "a");
+    let sb = resources(&mut b, "b");
+    assert!(matches!(
+        b.call(&Request::Listen {
+            port,
+            settings: Settings::default()
+        }),
+        ClientReply::Done
+    ));
+    let conn_a = a.id(&Request::Connect {
+        qp: sa.qp_num,
+        remote: format!("10.99.0.2:{port}").parse().unwrap(),
+        settings: set_a,
+    });
+    let ClientEvent::ConnectRequest { conn, .. } = b.event() else {
+        panic!("no connect request")
+    };
+    assert!(matches!(
+        b.call(&Request::Accept {
+            conn,
+            qp: sb.qp_num,
+            settings: set_b
+        }),
+        ClientReply::Done
+    ));
+    let ea = a.event();
+    assert!(
+        matches!(ea, ClientEvent::Established { conn, .. } if conn == conn_a),
+        "{ea:?}"
+    );
+    let eb = b.event();
+    assert!(matches!(eb, ClientEvent::Established { .. }), "{eb:?}");
+    Pair {
+        a,
+        b,
+        sa,
+        sb,
+        ea,
+        eb,
+        _dir: dir,
+    }
+}
+
+fn post(qp: &QueuePair, wr_id: u64, op: WrOpcode, mr: &MemoryRegion, offset: u64, len: u32) {
+    let sg = [Sg { mr, offset, len }];
+    qp.post_send(&SendWr::new(wr_id, op, &sg)).unwrap();
+}
+
+fn recv(qp: &QueuePair, wr_id: u64, mr: &MemoryRegion, offset: u64) {
+    let sg = [Sg {
+        mr,
+        offset,
+        len: 4096,
+    }];
+    qp.post_recv(&RecvWr {
+        wr_id,
+        sg_list: &sg,
+    })
+    .unwrap();
+}
+
+fn ok(cq: &CompletionQueue, wr_id: u64) -> iwarp_verbs::WorkCompletion {
+    let wc = wait_cqe(cq);
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+    wc
+}
+
+/// Every RDMA operation from `x` to `y`, each with its data checked where it lands.
+fn every_operation(x: &Side, y: &Side, seed: u8) {
+    let data: Vec<u8> = (0..2000u32).map(|i| (i as u8).wrapping_mul(seed)).collect();
+    mem_write(&x.mem, 0, &data);
+    // Send and Send with Immediate (RDMAP v2, negotiated by both).
+    recv(&y.qp, 10, &y.mr, 0);
+    post(&x.qp, 1, WrOpcode::Send, &x.mr, 0, 2000);
+    ok(&x.cq, 1);
+    assert_eq!(ok(&y.cq, 10).byte_len, 2000);
+    assert_eq!(mem_read(&y.mem, 0, 2000), data);
+    recv(&y.qp, 11, &y.mr, 4096);
+    post(
+        &x.qp,
+        2,
+        WrOpcode::SendWithImm { imm: 0xfeed },
+        &x.mr,
+        0,
+        100,
+    );
+    ok(&x.cq, 2);
+    let wc = ok(&y.cq, 11);
+    assert_eq!((wc.byte_len, wc.imm_data), (100, Some(0xfeed)));
+    // RDMA Write, and Write with Immediate (RFC 7306), which consumes a receive.
+    let at = 8192 + u64::from(seed) * 8;
+    post(
+        &x.qp,
+        3,
+        WrOpcode::RdmaWrite {
+            rkey: y.mr.stag(),
+            remote_addr: at,
+        },
+        &x.mr,
+        0,
+        2000,
+    );
+    ok(&x.cq, 3);
+    recv(&y.qp, 12, &y.mr, 4096);
+    post(
+        &x.qp,
+        4,
+        WrOpcode::RdmaWriteWithImm {
+            rkey: y.mr.stag(),
+            remote_addr: at + 4000,
+            imm: 0x1234_5678,
+        },
+        &x.mr,
+        0,
+        64,
+    );
+    ok(&x.cq, 4);
+    let wc = ok(&y.cq, 12);
+    assert_eq!(wc.imm_data, Some(0x1234_5678));
+    assert_eq!(mem_read(&y.mem, at as usize, 2000), data);
+    assert_eq!(mem_read(&y.mem, at as usize + 4000, 64), data[..64]);
+    // RDMA Read back what was written.
+    post(
+        &x.qp,
+        5,
+        WrOpcode::RdmaRead {
+            rkey: y.mr.stag(),
+            remote_addr: at,
+        },
+        &x.mr,
+        20000,
+        2000,
+    );
+    ok(&x.cq, 5);
+    assert_eq!(mem_read(&x.mem, 20000, 2000), data);
+    // Atomics on an aligned word at 40000 of y: FetchAdd then CmpSwap.
+    mem_write(&y.mem, 40000, &100u64.to_le_bytes());
+    post(
+        &x.qp,
+        6,
+        WrOpcode::FetchAdd {
+            rkey: y.mr.stag(),
+            remote_addr: 40000,
+            add: 23,
+        },
+        &x.mr,
+        30000,
+        8,
+    );
+    ok(&x.cq, 6);
+    assert_eq!(mem_read(&x.mem, 30000, 8), 100u64.to_le_bytes());
+    assert_eq!(mem_read(&y.mem, 40000, 8), 123u64.to_le_bytes());
+    post(
+        &x.qp,
+        7,
+        WrOpcode::CmpSwap {
+            rkey: y.mr.stag(),
+            remote_addr: 40000,
+            compare: 123,
+            swap: 7,
+        },
+        &x.mr,
+        30008,
+        8,
+    );
+    ok(&x.cq, 7);
+    assert_eq!(mem_read(&x.mem, 30008, 8), 123u64.to_le_bytes());
+    assert_eq!(mem_read(&y.mem, 40000, 8), 7u64.to_le_bytes());
+}
+
+#[test]
+fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
+    let set_a = Settings {
+        ird: 2,
+        ord: 6,
+        rdmap_v2: true,
+        ..Settings::default()
+    };
+    let set_b = Settings {
+        ird: 4,
+        ord: 1,
+        rdmap_v2: true,
+        ..Settings::default()
+    };
+    let p = pair(7001, set_a, set_b);
+    // Each side's ORD is at most the other's IRD (RFC 6581 section 7).
+    let ClientEvent::Established {
+        ird: ird_a,
+        ord: ord_a,
+        rdmap_version: va,
+        ..
+    } = p.ea
+    else {
+        unreachable!()
+    };
+    let ClientEvent::Established {
+        ird: ird_b,
+        ord: ord_b,
+        rdmap_version: vb,
+        ..
+    } = p.eb
+    else {
+        unreachable!()
+    };
+    assert_eq!((va, vb), (2, 2), "both asked for RDMAP version 2");
+    assert!(
+        ord_a <= ird_b && ord_b <= ird_a,
+        "a {ird_a}/{ord_a}, b {ird_b}/{ord_b}"
+    );
+    assert_eq!((ird_a, ord_b), (2, 1));
+    every_operation(&p.sa, &p.sb, 3);
+    every_operation(&p.sb, &p.sa, 5);
+    // More Reads at once than B's ORD of 1: the engine holds them back, all complete.
+    for i in 0..6u64 {
+        post(
+            &p.sb.qp,
+            100 + i,
+            WrOpcode::RdmaRead {
+                rkey: p.sa.mr.stag(),
+                remote_addr: 0,
+            },
+            &p.sb.mr,
+            50000 + i * 256,
+            256,
+        );
+    }
+    for i in 0..6u64 {
+        ok(&p.sb.cq, 100 + i);
+    }
+}
+
+#[test]
+fn a_rejected_connection_carries_its_private_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    let mut b = start(dir.path(), "b", 2);
+    let sa = resources(&mut a, "a");
+    assert!(matches!(
+        b.call(&Request::Listen {
+            port: 7002,
+            settings: Settings::default()
+        }),
+        ClientReply::Done
+    ));
+    a.id(&Request::Connect {
+        qp: sa.qp_num,
+        remote: "10.99.0.2:7002".parse().unwrap(),
+        settings: Settings::default(),
+    });
+    let ClientEvent::ConnectRequest { conn, .. } = b.event() else {
+        panic!("no connect request")
+    };
+    assert!(matches!(
+        b.call(&Request::Reject {
+            conn,
+            private_data: b"busy, try later".to_vec()
+        }),
+        ClientReply::Done
+    ));
+    match a.event() {
+        ClientEvent::Rejected { private_data, .. } => assert_eq!(private_data, b"busy, try later"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
+    let mut p = pair(7003, Settings::default(), Settings::default());
+    for i in 0..3 {
+        recv(&p.sb.qp, 200 + i, &p.sb.mr, 0);
+    }
+    // A's application exits: its control socket closes (as on SIGKILL).
+    drop(p.sa);
+    drop(p.a.sock);
+    match p.b.event() {
+        ClientEvent::Disconnected { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    for i in 0..3 {
+        let wc = wait_cqe(&p.sb.cq);
+        assert_eq!((wc.wr_id, wc.status), (200 + i, WcStatus::WrFlushed));
+    }
+}
+
+#[test]
+fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
+    let p = pair(7004, Settings::default(), Settings::default());
+    // A local SGE past the region: a local protection error, nothing sent.
+    let past = MemoryRegion::from_registration(p.sa.mr.stag(), 0, 1 << 20);
+    post(&p.sa.qp, 1, WrOpcode::Send, &past, 1 << 17, 100);
+    let wc = wait_cqe(&p.sa.cq);
+    assert_eq!(wc.wr_id, 1);
+    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+    // A Write to an STag B never registered: B answers with a Terminate, A's QP fails.
+    post(
+        &p.sa.qp,
+        2,
+        WrOpcode::RdmaWrite {
+            rkey: p.sb.mr.stag() ^ 0x100,
+            remote_addr: 0,
+        },
+        &p.sa.mr,
+        0,
+        64,
+    );
+    let t = Instant::now();
+    let mut failed = false;
+    while !failed {
+        assert!(t.elapsed() < Duration::from_secs(20), "no error reached A");
+        if let Some(wc) = p.sa.cq.poll_one().unwrap() {
+            failed = wc.status != WcStatus::Success;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]

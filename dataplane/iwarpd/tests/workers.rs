@@ -8,7 +8,7 @@ mod common;
 use common::{segment_dir, End, A_IP, B_IP};
 use iwarp_engine::{Access, RecvWr, SendOp, SendWr, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
-use iwarpd::node::ConnState;
+use iwarpd::node::{ConnState, Node};
 use iwarpd::port::unix::UnixPort;
 use iwarpd::worker::{self, CoreCounters, Polling};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,14 +58,20 @@ fn two_nodes_on_worker_threads_move_64_mib() {
             a.conn = a.node.listen(7174, a.qp, Settings::default()).unwrap();
             let cq = a.cq;
             let mut wcs = vec![WorkCompletion::default(); 16];
-            worker::run_with(&mut a.node, polling(), &counters, &stop, |node| {
-                let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
-                for w in &wcs[..n] {
-                    assert_eq!(w.status, Status::Success);
-                    done.store(true, Ordering::Release);
-                }
-                n > 0
-            });
+            worker::run_with(
+                &mut a.node,
+                polling(),
+                &counters,
+                &stop,
+                |node: &mut Node<UnixPort>| {
+                    let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
+                    for w in &wcs[..n] {
+                        assert_eq!(w.status, Status::Success);
+                        done.store(true, Ordering::Release);
+                    }
+                    n > 0
+                },
+            );
             mem.bytes(0, REGION)
         })
     };
@@ -88,40 +94,46 @@ fn two_nodes_on_worker_threads_move_64_mib() {
             let (qp, cq, conn) = (b.qp, b.cq, b.conn);
             let (mut sent, mut done, mut noted) = (0usize, 0usize, false);
             let mut wcs = vec![WorkCompletion::default(); 16];
-            worker::run_with(&mut b.node, polling(), &counters, &stop, |node| {
-                if node.state(conn) != Some(&ConnState::Rts) {
-                    return false;
-                }
-                let mut worked = false;
-                while sent < TOTAL / CHUNK && sent - done < 4 {
-                    let off = (sent * CHUNK) % REGION;
-                    let op = SendOp::Write {
-                        remote_stag: stag,
-                        remote_to: to + off as u64,
-                    };
-                    node.rnic
-                        .post_send(qp, SendWr::new(sent as u64, op, &[mem.sge(off, CHUNK)]))
-                        .unwrap();
-                    sent += 1;
-                    worked = true;
-                }
-                let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
-                for w in &wcs[..n] {
-                    assert_eq!(w.status, Status::Success);
-                    done += 1;
-                }
-                if done == TOTAL / CHUNK && !noted {
-                    let op = SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    };
-                    node.rnic
-                        .post_send(qp, SendWr::new(u64::MAX, op, &[note.sge(0, 64)]))
-                        .unwrap();
-                    noted = true;
-                }
-                worked || n > 0
-            });
+            worker::run_with(
+                &mut b.node,
+                polling(),
+                &counters,
+                &stop,
+                |node: &mut Node<UnixPort>| {
+                    if node.state(conn) != Some(&ConnState::Rts) {
+                        return false;
+                    }
+                    let mut worked = false;
+                    while sent < TOTAL / CHUNK && sent - done < 4 {
+                        let off = (sent * CHUNK) % REGION;
+                        let op = SendOp::Write {
+                            remote_stag: stag,
+                            remote_to: to + off as u64,
+                        };
+                        node.rnic
+                            .post_send(qp, SendWr::new(sent as u64, op, &[mem.sge(off, CHUNK)]))
+                            .unwrap();
+                        sent += 1;
+                        worked = true;
+                    }
+                    let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
+                    for w in &wcs[..n] {
+                        assert_eq!(w.status, Status::Success);
+                        done += 1;
+                    }
+                    if done == TOTAL / CHUNK && !noted {
+                        let op = SendOp::Send {
+                            solicited: false,
+                            invalidate: None,
+                        };
+                        node.rnic
+                            .post_send(qp, SendWr::new(u64::MAX, op, &[note.sge(0, 64)]))
+                            .unwrap();
+                        noted = true;
+                    }
+                    worked || n > 0
+                },
+            );
             mem.bytes(0, REGION)
         })
     };

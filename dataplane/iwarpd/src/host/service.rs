@@ -17,6 +17,7 @@ use super::convert;
 use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
 use crate::node::{Node, NodeEvent};
 use crate::port::Port;
+use crate::worker::Service;
 use iwarp_abi::command::{
     reply_status as st, Chunk, Command, QpState as AbiQpState, RtrKind as AbiRtr, RtsParams, NO_ID,
 };
@@ -47,9 +48,10 @@ struct Qp {
     recv_cq: u32,
 }
 
-/// Everything the applications created on this node, by control's ids.
-#[derive(Default)]
+/// Everything the applications created on this node, by control's ids, and the daemon's
+/// end of the command ring.
 pub struct Host {
+    side: DaemonSide,
     pds: HashMap<u32, u32>,
     cqs: HashMap<u32, Cq>,
     srqs: HashMap<u32, HostSrq>,
@@ -68,31 +70,40 @@ pub struct Host {
 
 impl Host {
     /// `max_fpdu` is the node's TCP MSS: no FPDU is larger (RFC 5044 section 8).
-    pub fn new(max_fpdu: usize) -> Host {
+    pub fn new(side: DaemonSide, max_fpdu: usize) -> Host {
         Host {
+            side,
+            pds: HashMap::new(),
+            cqs: HashMap::new(),
+            srqs: HashMap::new(),
+            qps: HashMap::new(),
+            mrs: HashMap::new(),
+            segments: HashMap::new(),
+            qp_num: HashMap::new(),
+            cq_num: HashMap::new(),
+            srq_num: HashMap::new(),
+            backlog: VecDeque::new(),
             max_fpdu,
-            ..Host::default()
         }
     }
 
-    /// One turn: commands, connection events, every QP's rings, engine events.
-    pub fn turn<P: Port>(&mut self, node: &mut Node<P>, side: &mut DaemonSide) -> bool {
-        let mut worked = self.flush(side);
+    /// One turn: the heartbeat, commands, connection events, every QP's rings, engine
+    /// events.
+    pub fn serve<P: Port>(&mut self, node: &mut Node<P>) -> bool {
+        self.side.beat();
+        let mut worked = self.flush();
         for _ in 0..COMMANDS_PER_TURN {
-            match side.recv_command() {
+            match self.side.recv_command() {
                 Some(Ok((req_id, c))) => {
                     let (status, value) = self.execute(node, &c);
                     if status != st::OK {
                         tracing::warn!("command {c:?} refused: status {status}");
                     }
-                    self.upcall(
-                        side,
-                        Upcall::Reply {
-                            req_id,
-                            status,
-                            value,
-                        },
-                    );
+                    self.upcall(Upcall::Reply {
+                        req_id,
+                        status,
+                        value,
+                    });
                     worked = true;
                 }
                 Some(Err(e)) => {
@@ -105,32 +116,33 @@ impl Host {
         let events: Vec<NodeEvent> = node.take_events().collect();
         for e in events {
             worked = true;
-            self.node_event(side, e);
+            self.node_event(e);
         }
         worked |= self.fast_path(&mut node.rnic);
         while let Some(e) = node.rnic.poll_event() {
             worked = true;
+            tracing::info!("{e:?}");
             let (_, up) = convert::event(
                 &e,
                 |q| self.qp_num.get(&q).copied().unwrap_or(NO_ID),
                 |c| self.cq_num.get(&c).copied().unwrap_or(NO_ID),
                 |s| self.srq_num.get(&s).copied().unwrap_or(NO_ID),
             );
-            self.upcall(side, up);
+            self.upcall(up);
         }
         worked
     }
 
-    fn upcall(&mut self, side: &mut DaemonSide, u: Upcall) {
-        if !self.backlog.is_empty() || side.send_upcall(&u).is_err() {
+    fn upcall(&mut self, u: Upcall) {
+        if !self.backlog.is_empty() || self.side.send_upcall(&u).is_err() {
             self.backlog.push_back(u);
         }
     }
 
-    fn flush(&mut self, side: &mut DaemonSide) -> bool {
+    fn flush(&mut self) -> bool {
         let mut sent = false;
         while let Some(u) = self.backlog.front() {
-            if side.send_upcall(u).is_err() {
+            if self.side.send_upcall(u).is_err() {
                 break;
             }
             self.backlog.pop_front();
@@ -139,29 +151,36 @@ impl Host {
         sent
     }
 
-    fn node_event(&mut self, side: &mut DaemonSide, e: NodeEvent) {
+    fn node_event(&mut self, e: NodeEvent) {
         match e {
-            NodeEvent::Established { conn } => self.upcall(side, Upcall::TcpEstablished { conn }),
+            NodeEvent::Established { conn } => self.upcall(Upcall::TcpEstablished { conn }),
             NodeEvent::Incoming {
                 conn,
                 local_port,
                 peer,
-            } => self.upcall(
-                side,
-                Upcall::TcpIncoming {
-                    conn,
-                    local_port,
-                    peer: SocketAddr::V4(peer),
-                },
-            ),
+            } => self.upcall(Upcall::TcpIncoming {
+                conn,
+                local_port,
+                peer: SocketAddr::V4(peer),
+            }),
             NodeEvent::Bytes { conn, data } => {
                 for bytes in Chunk::split(&data) {
-                    self.upcall(side, Upcall::TcpBytes { conn, bytes });
+                    self.upcall(Upcall::TcpBytes { conn, bytes });
                 }
             }
-            NodeEvent::Closed { conn, reason } => {
-                self.upcall(side, Upcall::TcpClosed { conn, reason })
+            NodeEvent::Closed { conn, reason } => self.upcall(Upcall::TcpClosed { conn, reason }),
+        }
+    }
+
+    /// Every QP's RQ and every S-RQ into the engine: run before received bytes reach it.
+    pub fn post_receives(&mut self, rnic: &mut Rnic) {
+        for qp in self.qps.values_mut() {
+            if !qp.host.is_corrupt() {
+                qp.host.pump_rq(rnic);
             }
+        }
+        for srq in self.srqs.values_mut() {
+            srq.pump(rnic);
         }
     }
 
@@ -513,5 +532,14 @@ pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
             rtr,
             initiator: p.rtr_initiator,
         }),
+    }
+}
+
+impl<P: Port> Service<P> for Host {
+    fn before_rx(&mut self, rnic: &mut Rnic) {
+        self.post_receives(rnic);
+    }
+    fn turn(&mut self, node: &mut Node<P>) -> bool {
+        self.serve(node)
     }
 }
