@@ -55,7 +55,7 @@ pub use cq::Notify;
 pub use mem::AccessError;
 pub use qp::{transition_allowed, ConnParams, PeerToPeer, QpState, RtrKind, RTR_STAG};
 pub use raw::masked_add;
-pub use rnic::{QpCaps, Rnic};
+pub use rnic::{QpCaps, Rnic, Stats};
 pub use types::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, VerbsError, WcOpcode, WorkCompletion,
     MAX_INLINE, MAX_SGE,

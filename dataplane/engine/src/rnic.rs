@@ -40,6 +40,17 @@ pub struct Rnic {
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) srqs: Vec<Option<Srq>>,
     next_pd: u32,
+    /// Error counters since creation, for the daemon's per-core statistics.
+    pub stats: Stats,
+}
+
+/// What went wrong on the wire, counted (the events say where).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// FPDUs whose MPA CRC did not match (each ends its connection with a Terminate).
+    pub crc_errors: u64,
+    pub terminates_sent: u64,
+    pub terminates_received: u64,
 }
 
 impl Rnic {
@@ -51,6 +62,7 @@ impl Rnic {
             events: VecDeque::new(),
             srqs: Vec::new(),
             next_pd: 1,
+            stats: Stats::default(),
         }
     }
 
@@ -648,6 +660,7 @@ impl Rnic {
         q.state = QpState::Terminate;
         self.events
             .push_back(AsyncEvent::TerminateSent { qp, cause });
+        self.stats.terminates_sent += 1;
     }
 }
 

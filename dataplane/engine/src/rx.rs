@@ -57,6 +57,9 @@ impl Rnic {
             }
         }
         if let Err(e) = result {
+            if matches!(e, iwarp_wire::Error::BadCrc { .. }) {
+                self.stats.crc_errors += 1;
+            }
             let cause = e.terminate_cause().unwrap_or(t::LLP_LOCAL_CATASTROPHIC);
             self.terminate(qp, cause, &[], 0);
         }
@@ -587,6 +590,7 @@ impl Rnic {
         let RdmapHeader::Terminate(term) = seg.header else {
             return;
         };
+        self.stats.terminates_received += 1;
         self.events.push_back(AsyncEvent::TerminateReceived {
             qp,
             cause: term.cause,

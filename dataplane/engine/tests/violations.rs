@@ -448,6 +448,11 @@ fn bad_crc_is_an_llp_terminate() {
     out[n - 1] ^= 0xff;
     p.a.rnic.handle_stream(p.a.qp, &out[..n]);
     assert_eq!(p.sent_cause(A), Some(t::LLP_CRC_ERROR));
+    assert_eq!(
+        (p.a.rnic.stats.crc_errors, p.a.rnic.stats.terminates_sent),
+        (1, 1),
+        "counted for the daemon's statistics"
+    );
 }
 
 #[test]

@@ -167,6 +167,10 @@ pub struct Counters {
     pub conns_lost: u64,
     /// Connections in setup or RTS now.
     pub connections: u64,
+    /// From the engine: FPDUs with a bad MPA CRC, Terminates sent and received.
+    pub crc_errors: u64,
+    pub terminates_sent: u64,
+    pub terminates_received: u64,
 }
 
 pub struct Node<P: Port> {
@@ -502,11 +506,10 @@ impl<P: Port> Node<P> {
             stream_bytes_rx: self.stream_rx,
             drops: self.dev.port.dropped(),
             conns_lost: self.conns_lost,
-            connections: self
-                .conns
-                .iter()
-                .filter(|c| !matches!(c.state, ConnState::Failed(_) | ConnState::Closed))
-                .count() as u64,
+            connections: self.conns.iter().filter(|c| !c.is_over()).count() as u64,
+            crc_errors: self.rnic.stats.crc_errors,
+            terminates_sent: self.rnic.stats.terminates_sent,
+            terminates_received: self.rnic.stats.terminates_received,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct CoreCounters {
     pub drops: AtomicU64,
     pub conns_lost: AtomicU64,
     pub connections: AtomicU64,
+    pub crc_errors: AtomicU64,
+    pub terminates_sent: AtomicU64,
+    pub terminates_received: AtomicU64,
     /// Turns of the poll loop, and how many of them ended in a sleep.
     pub polls: AtomicU64,
     pub sleeps: AtomicU64,
@@ -73,6 +76,9 @@ impl CoreCounters {
         self.drops.store(c.drops, r);
         self.conns_lost.store(c.conns_lost, r);
         self.connections.store(c.connections, r);
+        self.crc_errors.store(c.crc_errors, r);
+        self.terminates_sent.store(c.terminates_sent, r);
+        self.terminates_received.store(c.terminates_received, r);
     }
 
     /// One line, `key=value` pairs, for the stats file and the SIGUSR1 dump.
@@ -80,7 +86,8 @@ impl CoreCounters {
         let r = Ordering::Relaxed;
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
-             stream_bytes_rx={} drops={} connections={} conns_lost={} polls={} sleeps={}",
+             stream_bytes_rx={} drops={} connections={} conns_lost={} crc_errors={} \
+             terminates_sent={} terminates_received={} polls={} sleeps={}",
             self.core.map_or("-".to_string(), |c| c.to_string()),
             self.rx_frames.load(r),
             self.tx_frames.load(r),
@@ -91,6 +98,9 @@ impl CoreCounters {
             self.drops.load(r),
             self.connections.load(r),
             self.conns_lost.load(r),
+            self.crc_errors.load(r),
+            self.terminates_sent.load(r),
+            self.terminates_received.load(r),
             self.polls.load(r),
             self.sleeps.load(r),
         )
@@ -201,6 +211,9 @@ mod tests {
             drops: 7,
             conns_lost: 8,
             connections: 9,
+            crc_errors: 10,
+            terminates_sent: 11,
+            terminates_received: 12,
         });
         let line = c.line();
         for kv in [
@@ -214,6 +227,9 @@ mod tests {
             "drops=7",
             "conns_lost=8",
             "connections=9",
+            "crc_errors=10",
+            "terminates_sent=11",
+            "terminates_received=12",
         ] {
             assert!(line.contains(kv), "{kv} missing from {line}");
         }

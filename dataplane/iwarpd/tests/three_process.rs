@@ -46,6 +46,7 @@ fn control_bin() -> PathBuf {
 }
 
 struct Endpoint {
+    runtime: PathBuf,
     _daemon: Kill,
     _control: Kill,
     sock: UnixStream,
@@ -99,6 +100,7 @@ fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
         }
     };
     Endpoint {
+        runtime: rt,
         _daemon: daemon,
         _control: control,
         sock,
@@ -147,6 +149,18 @@ impl Endpoint {
         match self.recv() {
             ClientReply::Event(e) => e,
             other => panic!("expected an event: {other:?}"),
+        }
+    }
+}
+
+impl Endpoint {
+    /// The next event other than the end of an earlier connection.
+    fn event_skipping_ends(&mut self) -> ClientEvent {
+        loop {
+            match self.event() {
+                ClientEvent::Disconnected { .. } => continue,
+                e => return e,
+            }
         }
     }
 }
@@ -276,6 +290,28 @@ fn pair(port: u16, set_a: Settings, set_b: Settings) -> Pair {
     let mut b = start(dir.path(), "b", 2);
     let sa = resources(&mut a, "a");
     let sb = resources(&mut b, "b");
+    let (ea, eb) = connect(&mut a, &mut b, &sa, &sb, port, set_a, set_b);
+    Pair {
+        a,
+        b,
+        sa,
+        sb,
+        ea,
+        eb,
+        _dir: dir,
+    }
+}
+
+/// B listens on `port` and accepts A's connection; the Established events of A and B.
+fn connect(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    sa: &Side,
+    sb: &Side,
+    port: u16,
+    set_a: Settings,
+    set_b: Settings,
+) -> (ClientEvent, ClientEvent) {
     assert!(matches!(
         b.call(&Request::Listen {
             port,
@@ -288,7 +324,7 @@ fn pair(port: u16, set_a: Settings, set_b: Settings) -> Pair {
         remote: format!("10.99.0.2:{port}").parse().unwrap(),
         settings: set_a,
     });
-    let ClientEvent::ConnectRequest { conn, .. } = b.event() else {
+    let ClientEvent::ConnectRequest { conn, .. } = b.event_skipping_ends() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -299,22 +335,14 @@ fn pair(port: u16, set_a: Settings, set_b: Settings) -> Pair {
         }),
         ClientReply::Done
     ));
-    let ea = a.event();
+    let ea = a.event_skipping_ends();
     assert!(
         matches!(ea, ClientEvent::Established { conn, .. } if conn == conn_a),
         "{ea:?}"
     );
-    let eb = b.event();
+    let eb = b.event_skipping_ends();
     assert!(matches!(eb, ClientEvent::Established { .. }), "{eb:?}");
-    Pair {
-        a,
-        b,
-        sa,
-        sb,
-        ea,
-        eb,
-        _dir: dir,
-    }
+    (ea, eb)
 }
 
 fn post(qp: &QueuePair, wr_id: u64, op: WrOpcode, mr: &MemoryRegion, offset: u64, len: u32) {
@@ -560,17 +588,12 @@ fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
 
 #[test]
 fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
-    let p = pair(7004, Settings::default(), Settings::default());
-    // A local SGE past the region: a local protection error, nothing sent.
-    let past = MemoryRegion::from_registration(p.sa.mr.stag(), 0, 1 << 20);
-    post(&p.sa.qp, 1, WrOpcode::Send, &past, 1 << 17, 100);
-    let wc = wait_cqe(&p.sa.cq);
-    assert_eq!(wc.wr_id, 1);
-    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
-    // A Write to an STag B never registered: B answers with a Terminate, A's QP fails.
+    let mut p = pair(7004, Settings::default(), Settings::default());
+    // A Write to an STag B never registered: B answers with a Terminate (RFC 5041
+    // section 7.2: invalid STag), and A's work completes in error.
     post(
         &p.sa.qp,
-        2,
+        1,
         WrOpcode::RdmaWrite {
             rkey: p.sb.mr.stag() ^ 0x100,
             remote_addr: 0,
@@ -579,15 +602,52 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
         0,
         64,
     );
+    // (The Write completes at A when handed to TCP: iWARP has no acknowledgement.)
+    ok(&p.sa.cq, 1);
     let t = Instant::now();
-    let mut failed = false;
-    while !failed {
-        assert!(t.elapsed() < Duration::from_secs(20), "no error reached A");
-        if let Some(wc) = p.sa.cq.poll_one().unwrap() {
-            failed = wc.status != WcStatus::Success;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    // Each daemon counts the Terminate in its per-core statistics.
+    let counted = |e: &Endpoint, key: &str| {
+        let text = std::fs::read_to_string(e.runtime.join("stats")).unwrap_or_default();
+        text.split_whitespace()
+            .any(|kv| kv.strip_prefix(key).is_some_and(|v| v != "=0"))
+    };
+    while !(counted(&p.b, "terminates_sent") && counted(&p.a, "terminates_received")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "Terminates not counted: a {:?} b {:?}",
+            std::fs::read_to_string(p.a.runtime.join("stats")),
+            std::fs::read_to_string(p.b.runtime.join("stats"))
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
+    // A's QP is in Error now: new work is flushed.
+    post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 8);
+    let wc = wait_cqe(&p.sa.cq);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushed));
+
+    // The daemons keep serving: a new pair of QPs on the same endpoints works, and a
+    // local SGE past its region completes with a local protection error on it alone.
+    let sa2 = resources(&mut p.a, "a2");
+    let sb2 = resources(&mut p.b, "b2");
+    connect(
+        &mut p.a,
+        &mut p.b,
+        &sa2,
+        &sb2,
+        7005,
+        Settings::default(),
+        Settings::default(),
+    );
+    recv(&sb2.qp, 5, &sb2.mr, 0);
+    mem_write(&sa2.mem, 0, b"still serving");
+    post(&sa2.qp, 6, WrOpcode::Send, &sa2.mr, 0, 13);
+    ok(&sa2.cq, 6);
+    assert_eq!(ok(&sb2.cq, 5).byte_len, 13);
+    assert_eq!(mem_read(&sb2.mem, 0, 13), b"still serving");
+    let past = MemoryRegion::from_registration(sa2.mr.stag(), 0, 1 << 20);
+    post(&sa2.qp, 7, WrOpcode::Send, &past, 1 << 17, 100);
+    let wc = wait_cqe(&sa2.cq);
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::LocalProtectionError));
 }
 
 #[test]
