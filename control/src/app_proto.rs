@@ -440,11 +440,27 @@ pub fn encode_event(e: &AppEvent) -> Vec<u8> {
         AppEvent::Disconnected { conn, reason } => {
             w.u8(5).u32(*conn).bytes(format!("{reason:?}").as_bytes())
         }
+        AppEvent::QpTerminated {
+            qp,
+            received,
+            layer,
+            etype,
+            code,
+        } => w
+            .u8(7)
+            .u32(*qp)
+            .u8(*received as u8)
+            .u8(*layer)
+            .u8(*etype)
+            .u8(*code),
+        AppEvent::QpError { qp } => w.u8(8).u32(*qp),
+        AppEvent::CqOverflow { cq } => w.u8(9).u32(*cq),
+        AppEvent::SrqLimit { srq } => w.u8(10).u32(*srq),
     };
     framed(w)
 }
 
-/// A connection event as the application sees it.
+/// A connection or asynchronous event as the application sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientEvent {
     ConnectRequest {
@@ -472,6 +488,23 @@ pub enum ClientEvent {
     Disconnected {
         conn: u32,
         reason: String,
+    },
+    /// A Terminate was sent (`received == false`) or received on `qp`, with its cause.
+    QpTerminated {
+        qp: u32,
+        received: bool,
+        layer: u8,
+        etype: u8,
+        code: u8,
+    },
+    QpError {
+        qp: u32,
+    },
+    CqOverflow {
+        cq: u32,
+    },
+    SrqLimit {
+        srq: u32,
     },
 }
 
@@ -544,6 +577,16 @@ pub fn decode_reply(body: &[u8]) -> Result<ClientReply, Error> {
                 conn: r.u32()?,
                 reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
             },
+            7 => ClientEvent::QpTerminated {
+                qp: r.u32()?,
+                received: r.u8()? != 0,
+                layer: r.u8()?,
+                etype: r.u8()?,
+                code: r.u8()?,
+            },
+            8 => ClientEvent::QpError { qp: r.u32()? },
+            9 => ClientEvent::CqOverflow { cq: r.u32()? },
+            10 => ClientEvent::SrqLimit { srq: r.u32()? },
             _ => {
                 return Err(Error::Protocol {
                     what: "unknown event kind",

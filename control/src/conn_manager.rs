@@ -39,6 +39,21 @@ pub enum AppEvent {
     Failed { conn: u32, reason: Failure },
     /// An established connection ended (graceful close, reset, timeout).
     Disconnected { conn: u32, reason: CloseReason },
+    /// A Terminate was sent or received on the QP (RFC 5040 section 7): the cause's layer,
+    /// error type and code. The QP is in Error with its work flushed.
+    QpTerminated {
+        qp: u32,
+        received: bool,
+        layer: u8,
+        etype: u8,
+        code: u8,
+    },
+    /// The QP entered Error (asynchronous error, Verbs section 8.3.3).
+    QpError { qp: u32 },
+    /// The CQ overflowed: completions were lost and its QPs are in Error.
+    CqOverflow { cq: u32 },
+    /// The S-RQ fell below its armed limit.
+    SrqLimit { srq: u32 },
 }
 
 /// What the driver must do.

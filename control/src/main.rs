@@ -16,7 +16,7 @@ use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
-use iwarp_control::conn_manager::{Action, CmError, ConnManager};
+use iwarp_control::conn_manager::{Action, AppEvent, CmError, ConnManager};
 use iwarp_control::daemon_link::{DaemonWatch, Liveness};
 use iwarp_control::error::Resource;
 use iwarp_control::resources::QpState;
@@ -202,6 +202,39 @@ fn serve_cm(
     }
 }
 
+/// An asynchronous event of the daemon as an event for the application owning its QP, CQ
+/// or S-RQ (Verbs section 8.3.3); a QP it puts in Error is recorded so.
+fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
+    let r = core.resources();
+    let (app, event) = match *u {
+        Upcall::QpTerminated {
+            qp,
+            received,
+            layer,
+            etype,
+            code,
+        } => (
+            r.qp_owner(qp)?,
+            AppEvent::QpTerminated {
+                qp,
+                received,
+                layer,
+                etype,
+                code,
+            },
+        ),
+        Upcall::QpError { qp } => {
+            let app = r.qp_owner(qp)?;
+            core.set_qp_state(qp, QpState::Error);
+            (app, AppEvent::QpError { qp })
+        }
+        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, AppEvent::CqOverflow { cq }),
+        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, AppEvent::SrqLimit { srq }),
+        _ => return None,
+    };
+    Some(Action::App { app, event })
+}
+
 /// Runs connection-manager actions and feeds it daemon upcalls and timers until quiet.
 fn pump(
     core: &mut Core,
@@ -215,10 +248,14 @@ fn pump(
     loop {
         while let Some(u) = daemon.pending.pop_front() {
             outbox.extend(cm.handle_upcall(&u, now));
+            outbox.extend(async_event(core, &u));
         }
         while let Some(u) = daemon.side.recv_upcall() {
             match u {
-                Ok(u) => outbox.extend(cm.handle_upcall(&u, now)),
+                Ok(u) => {
+                    outbox.extend(cm.handle_upcall(&u, now));
+                    outbox.extend(async_event(core, &u));
+                }
                 Err(e) => eprintln!("iwarp-control: bad upcall slot: {e}"),
             }
         }

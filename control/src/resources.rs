@@ -209,6 +209,18 @@ impl Resources {
         &self.limits
     }
 
+    /// The application owning QP `qp`, CQ `cq` or S-RQ `srq` (to route asynchronous
+    /// events).
+    pub fn qp_owner(&self, qp: u32) -> Option<AppId> {
+        self.qps.items.get(&qp).map(|q| q.app)
+    }
+    pub fn cq_owner(&self, cq: u32) -> Option<AppId> {
+        self.cqs.items.get(&cq).map(|c| c.app)
+    }
+    pub fn srq_owner(&self, srq: u32) -> Option<AppId> {
+        self.srqs.items.get(&srq).map(|s| s.app)
+    }
+
     pub fn alloc_pd(&mut self, app: AppId) -> Result<u32, Error> {
         self.pds.insert(Pd { app })
     }

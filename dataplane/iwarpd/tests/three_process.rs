@@ -154,6 +154,17 @@ impl Endpoint {
 }
 
 impl Endpoint {
+    /// Reads events until one matches.
+    fn event_matching(&mut self, what: &str, f: impl Fn(&ClientEvent) -> bool) -> ClientEvent {
+        for _ in 0..16 {
+            let e = self.event();
+            if f(&e) {
+                return e;
+            }
+        }
+        panic!("no {what} event")
+    }
+
     /// The next event other than the end of an earlier connection.
     fn event_skipping_ends(&mut self) -> ClientEvent {
         loop {
@@ -620,6 +631,28 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Both applications hear of it: the Terminate's cause (DDP layer 1, tagged buffer
+    // error 1, invalid STag 0) and which side sent it.
+    let qp_a = p.sa.qp_num;
+    let e = p.a.event_matching(
+        "Terminate",
+        |e| matches!(e, ClientEvent::QpTerminated { qp, .. } if *qp == qp_a),
+    );
+    assert_eq!(
+        e,
+        ClientEvent::QpTerminated {
+            qp: qp_a,
+            received: true,
+            layer: 1,
+            etype: 1,
+            code: 0
+        }
+    );
+    let qp_b = p.sb.qp_num;
+    p.b.event_matching(
+        "Terminate",
+        |e| matches!(e, ClientEvent::QpTerminated { qp, received: false, .. } if *qp == qp_b),
+    );
     // A's QP is in Error now: new work is flushed.
     post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 8);
     let wc = wait_cqe(&p.sa.cq);
