@@ -195,15 +195,19 @@ struct Side {
 }
 
 fn resources(e: &mut Endpoint, tag: &str) -> Side {
+    resources_with(e, tag, 256)
+}
+
+fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
     let pd = e.id(&Request::AllocPd);
     let cq_seg = segment(
         &format!("{tag}-cq"),
         SegmentKind::CompletionQueue,
-        ring::ring_bytes::<Cqe>(256),
+        ring::ring_bytes::<Cqe>(cq_depth as usize),
     );
-    let (_, cq_ring) = ring::init_segment::<Cqe>(&cq_seg, 256).unwrap();
+    let (_, cq_ring) = ring::init_segment::<Cqe>(&cq_seg, cq_depth as usize).unwrap();
     let cq = e.id(&Request::CreateCq {
-        depth: 256,
+        depth: cq_depth,
         ring: path(&cq_seg),
     });
     let cq = Arc::new(CompletionQueue::from_ring(cq, cq_ring));
@@ -681,6 +685,45 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
     post(&sa2.qp, 7, WrOpcode::Send, &past, 1 << 17, 100);
     let wc = wait_cqe(&sa2.cq);
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::LocalProtectionError));
+}
+
+#[test]
+fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    let mut b = start(dir.path(), "b", 2);
+    // A's CQ holds 8 completions (and the engine's 8 more); nobody polls it.
+    let sa = resources_with(&mut a, "a", 8);
+    let other_pd = resources(&mut a, "a-other");
+    let sb = resources(&mut b, "b");
+    connect(
+        &mut a,
+        &mut b,
+        &sa,
+        &sb,
+        7006,
+        Settings::default(),
+        Settings::default(),
+    );
+    // A local SGE naming a region of another PD: a local protection error.
+    post(&sa.qp, 1, WrOpcode::Send, &other_pd.mr, 0, 8);
+    let wc = wait_cqe(&sa.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocalProtectionError));
+    // The QP is in Error now (Verbs: a local error ends it); its flushed work and the
+    // completions of 40 more requests overflow the unpolled CQ: the owner hears of it.
+    for i in 0..40 {
+        let sg = [Sg {
+            mr: &sa.mr,
+            offset: 0,
+            len: 8,
+        }];
+        let _ = sa.qp.post_send(&SendWr::new(100 + i, WrOpcode::Send, &sg));
+    }
+    let cq_num = sa.cq.cq_num();
+    a.event_matching(
+        "CQ overflow",
+        |e| matches!(e, ClientEvent::CqOverflow { cq } if *cq == cq_num),
+    );
 }
 
 #[test]
