@@ -436,17 +436,62 @@ fn serve_dpdk(ctx: &Ctx<'_>) -> Result<(), String> {
     use iwarpd::port::dpdk::{eal_init, DpdkPort};
     let cfg = ctx.cfg;
     eal_init(&cfg.port.eal_args).map_err(|e| format!("port.eal_args: {e}"))?;
-    let name = cfg.port.eal_args.iter().find_map(|a| {
-        a.strip_prefix("--vdev=")
-            .map(|v| v.split(',').next().unwrap_or("").to_string())
-    });
-    let name =
-        name.ok_or("port.eal_args: name the device with --vdev=NAME,... (PCI devices: not yet)")?;
-    let p = DpdkPort::open(&name, cfg.port.mtu).map_err(|e| format!("DPDK port {name}: {e}"))?;
+    let p = match dpdk_device(&cfg.port.eal_args) {
+        Some(name) => {
+            DpdkPort::open(&name, cfg.port.mtu).map_err(|e| format!("DPDK port {name}: {e}"))?
+        }
+        // No device named: the first port EAL probed (a NIC bound to vfio-pci).
+        None => DpdkPort::open_id(0, cfg.port.mtu, Duration::from_secs(5))
+            .map_err(|e| format!("DPDK port 0 (no --vdev or -a in port.eal_args): {e}"))?,
+    };
     ctx.serve(p)
+}
+
+/// The DPDK device the EAL arguments name: a virtual device (`--vdev=net_memif0,...`) or an
+/// allowed PCI device (`-a 0000:01:00.0` or `--allow=...`; DPDK names a PCI port by its
+/// address).
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+fn dpdk_device(args: &[String]) -> Option<String> {
+    let first = |v: &str| v.split(',').next().unwrap_or("").to_string();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--vdev=") {
+            return Some(first(v));
+        }
+        if let Some(v) = a.strip_prefix("--allow=").or_else(|| a.strip_prefix("-a=")) {
+            return Some(first(v));
+        }
+        if a == "-a" || a == "--allow" || a == "--vdev" {
+            return it.next().map(|v| first(v));
+        }
+    }
+    None
 }
 
 #[cfg(not(feature = "dpdk"))]
 fn serve_dpdk(_: &Ctx<'_>) -> Result<(), String> {
     Err("port.kind: \"dpdk\" needs iwarpd built with the `dpdk` feature (cargo build --features iwarpd/dpdk)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dpdk_device;
+
+    #[test]
+    fn the_dpdk_device_is_named_by_vdev_or_allow() {
+        let v = |a: &[&str]| dpdk_device(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            v(&["-l", "1", "--vdev=net_memif0,role=server"]).as_deref(),
+            Some("net_memif0")
+        );
+        assert_eq!(
+            v(&["-a", "0000:01:00.0,rxq=1"]).as_deref(),
+            Some("0000:01:00.0")
+        );
+        assert_eq!(
+            v(&["--allow=0000:3b:00.1"]).as_deref(),
+            Some("0000:3b:00.1")
+        );
+        assert_eq!(v(&["-l", "1", "--in-memory"]), None);
+    }
 }
