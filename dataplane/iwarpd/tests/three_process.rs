@@ -48,7 +48,7 @@ fn control_bin() -> PathBuf {
 struct Endpoint {
     runtime: PathBuf,
     _daemon: Kill,
-    _control: Kill,
+    control: Kill,
     sock: UnixStream,
     events: Vec<ClientEvent>,
 }
@@ -58,6 +58,29 @@ fn unique(tag: &str) -> String {
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("iw3p-{tag}-{}-{n}", std::process::id())
+}
+
+/// iwarp-control on runtime directory `rt`, and an application connection to it.
+fn start_control(rt: &Path) -> (Kill, UnixStream) {
+    let t = Instant::now();
+    let _ = std::fs::remove_file(rt.join("control.sock"));
+    let control = Kill(
+        Command::new(control_bin())
+            .arg("--runtime-dir")
+            .arg(rt)
+            .spawn()
+            .unwrap(),
+    );
+    let sock = loop {
+        match UnixStream::connect(rt.join("control.sock")) {
+            Ok(s) => break s,
+            Err(_) if t.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("iwarp-control never listened at {}: {e}", rt.display()),
+        }
+    };
+    (control, sock)
 }
 
 fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
@@ -83,26 +106,11 @@ fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let control = Kill(
-        Command::new(control_bin())
-            .arg("--runtime-dir")
-            .arg(&rt)
-            .spawn()
-            .unwrap(),
-    );
-    let sock = loop {
-        match UnixStream::connect(rt.join("control.sock")) {
-            Ok(s) => break s,
-            Err(_) if t.elapsed() < Duration::from_secs(20) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => panic!("iwarp-control {name} never listened: {e}"),
-        }
-    };
+    let (control, sock) = start_control(&rt);
     Endpoint {
         runtime: rt,
         _daemon: daemon,
-        _control: control,
+        control,
         sock,
         events: Vec::new(),
     }
@@ -724,6 +732,51 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
         "CQ overflow",
         |e| matches!(e, ClientEvent::CqOverflow { cq } if *cq == cq_num),
     );
+}
+
+#[test]
+fn a_restarted_control_plane_is_noticed_by_applications_daemon_and_peers() {
+    let mut p = pair(7007, Settings::default(), Settings::default());
+    recv(&p.sb.qp, 1, &p.sb.mr, 0);
+    // A's control plane dies: A's application sees its socket end (never a silent hang).
+    p.a.control.0.kill().unwrap();
+    let _ = p.a.control.0.wait();
+    let mut buf = [0u8; 64];
+    p.a.sock
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert_eq!(
+        p.a.sock.read(&mut buf).unwrap(),
+        0,
+        "EOF for the application"
+    );
+    // A new control plane attaches to the same daemon: the daemon drops what the old one
+    // created, so B's QP sees its connection end with its receive flushed...
+    let (control, sock) = start_control(&p.a.runtime);
+    p.a.control = control;
+    p.a.sock = sock;
+    p.a.events.clear();
+    p.b.event_matching("disconnect", |e| {
+        matches!(e, ClientEvent::Disconnected { .. })
+    });
+    let wc = wait_cqe(&p.sb.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushed));
+    // ...and the new control plane serves applications from a clean daemon.
+    let sa = resources(&mut p.a, "a-again");
+    let sb = resources(&mut p.b, "b-again");
+    connect(
+        &mut p.a,
+        &mut p.b,
+        &sa,
+        &sb,
+        7008,
+        Settings::default(),
+        Settings::default(),
+    );
+    recv(&sb.qp, 2, &sb.mr, 0);
+    post(&sa.qp, 3, WrOpcode::Send, &sa.mr, 0, 16);
+    ok(&sa.cq, 3);
+    ok(&sb.cq, 2);
 }
 
 #[test]

@@ -66,6 +66,8 @@ pub struct Host {
     /// Upcalls the full ring could not take yet.
     backlog: VecDeque<Upcall>,
     max_fpdu: usize,
+    /// The control process served (its generation word); a new one starts from nothing.
+    control_generation: u64,
 }
 
 impl Host {
@@ -84,13 +86,54 @@ impl Host {
             srq_num: HashMap::new(),
             backlog: VecDeque::new(),
             max_fpdu,
+            control_generation: 0,
         }
+    }
+
+    /// A new iwarp-control attached: what the old one created is orphaned (its applications
+    /// lost their control connection), so every QP is flushed and its connection reset (the
+    /// peers see it end), every region deregistered and every segment unmapped. Upcalls
+    /// meant for the old control are dropped.
+    fn reset<P: Port>(&mut self, node: &mut Node<P>) {
+        let (qps, mrs) = (self.qps.len(), self.mrs.len());
+        for q in self.qps.values() {
+            let eqp = q.host.engine_qp;
+            if let Some(conn) = node.conn_of_qp(eqp) {
+                let _ = node.relay_abort(conn);
+            }
+            let _ = node.rnic.destroy_qp(eqp);
+        }
+        // The engine stops pointing into a segment before the segment is unmapped.
+        for &stag in self.mrs.keys() {
+            let _ = node.rnic.deregister_mr(stag);
+        }
+        self.qps.clear();
+        self.mrs.clear();
+        self.segments.clear();
+        self.cqs.clear();
+        self.srqs.clear();
+        self.pds.clear();
+        self.qp_num.clear();
+        self.cq_num.clear();
+        self.srq_num.clear();
+        self.backlog.clear();
+        tracing::warn!(
+            "a new iwarp-control attached: {qps} QPs and {mrs} regions of the previous one \
+             torn down"
+        );
     }
 
     /// One turn: the heartbeat, commands, connection events, every QP's rings, engine
     /// events.
     pub fn serve<P: Port>(&mut self, node: &mut Node<P>) -> bool {
         self.side.beat();
+        let generation = self.side.control_generation();
+        if generation != self.control_generation {
+            if self.control_generation != 0 {
+                self.reset(node);
+            }
+            self.control_generation = generation;
+        }
         let mut worked = self.flush();
         for _ in 0..COMMANDS_PER_TURN {
             match self.side.recv_command() {
