@@ -229,6 +229,8 @@ pub struct EndpointPlan {
     pub iwarpd: Option<PathBuf>,
     pub iwarp_control: Option<PathBuf>,
     pub daemon_config: Option<PathBuf>,
+    /// Spawned daemons time their poll-loop stages (`cores.stage_timing`).
+    pub stage_timing: bool,
 }
 
 /// Where results go.
@@ -454,6 +456,7 @@ impl Plan {
                 iwarpd: args.iwarpd.clone(),
                 iwarp_control: args.iwarp_control.clone(),
                 daemon_config: args.daemon_config.clone(),
+                stage_timing: args.stages,
             },
             output: OutputPlan {
                 json: args.json.clone(),

@@ -208,6 +208,9 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
             let _ = writeln!(t, "polling = \"adaptive\"");
         }
     }
+    if plan.stage_timing {
+        let _ = writeln!(t, "stage_timing = true");
+    }
     let _ = writeln!(t, "\n[shm]");
     let huge = match plan.hugepages {
         HugepagesArg::Auto => "auto",
@@ -434,6 +437,7 @@ mod tests {
             iwarpd: None,
             iwarp_control: None,
             daemon_config: None,
+            stage_timing: false,
         }
     }
 

@@ -113,6 +113,9 @@ pub struct Cores {
     pub max_idle_sleep_us: u64,
     /// Adaptive polling: idle polls spun before the first sleep.
     pub idle_spins: u32,
+    /// Time each stage of the poll loop (port I/O, TCP, engine, application rings) and
+    /// publish the sums in the stats file; costs a clock read per stage per busy turn.
+    pub stage_timing: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -194,6 +197,7 @@ impl Default for Cores {
             polling: "adaptive".into(),
             max_idle_sleep_us: 200,
             idle_spins: 64,
+            stage_timing: false,
         }
     }
 }

@@ -72,6 +72,9 @@ struct Args {
     /// Minimum retransmission timeout in microseconds (tcp.min_rto_us).
     #[arg(long)]
     min_rto_us: Option<u64>,
+    /// Time the poll loop's stages and publish them in the stats file (cores.stage_timing).
+    #[arg(long)]
+    stage_timing: bool,
     /// Check the configuration, print it, and exit.
     #[arg(long)]
     check: bool,
@@ -117,6 +120,9 @@ fn load(args: &Args) -> Result<Config, String> {
     }
     if let Some(v) = args.min_rto_us {
         c.tcp.min_rto_us = v;
+    }
+    if args.stage_timing {
+        c.cores.stage_timing = true;
     }
     // CLI values go through the same validation, so the message names the key either way.
     c.validate().map_err(|e| e.to_string())?;
@@ -425,7 +431,9 @@ impl Ctx<'_> {
         let _ = self.ready.send(Ok(()));
         // The command ring and the applications' rings are served on this core between port
         // bursts (one owner, no locks); each turn bumps the heartbeat control watches.
-        let host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss);
+        let mut host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss);
+        node.set_stage_timing(cfg.cores.stage_timing);
+        host.set_stage_timing(cfg.cores.stage_timing);
         worker::run_with(&mut node, polling, self.counters, self.stop, host);
         Ok(())
     }

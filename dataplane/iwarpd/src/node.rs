@@ -122,6 +122,22 @@ struct Conn {
     socket_gone: bool,
 }
 
+/// Laps of the monotonic clock, or nothing when timing is off.
+struct StageClock(Option<std::time::Instant>);
+
+impl StageClock {
+    fn new(on: bool) -> StageClock {
+        StageClock(on.then(std::time::Instant::now))
+    }
+    /// Nanoseconds since the previous lap.
+    fn lap(&mut self) -> u64 {
+        let Some(t) = self.0 else { return 0 };
+        let now = std::time::Instant::now();
+        self.0 = Some(now);
+        now.duration_since(t).as_nanos() as u64
+    }
+}
+
 impl Conn {
     fn new(
         id: u32,
@@ -151,6 +167,16 @@ impl Conn {
     }
 }
 
+/// Nanoseconds the poll loop spent per stage, summed over the turns that did work (see
+/// [`Node::set_stage_timing`]). `tcp` includes smoltcp handing frames to the port's transmit
+/// queue; `port` is the receive bursts and the final transmit flush.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageNs {
+    pub port: u64,
+    pub tcp: u64,
+    pub engine: u64,
+}
+
 /// Per-node counters, readable while it runs.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
@@ -171,6 +197,8 @@ pub struct Counters {
     pub crc_errors: u64,
     pub terminates_sent: u64,
     pub terminates_received: u64,
+    /// Stage times when stage timing is on.
+    pub stages: Option<StageNs>,
 }
 
 pub struct Node<P: Port> {
@@ -189,6 +217,8 @@ pub struct Node<P: Port> {
     events: VecDeque<NodeEvent>,
     next_incoming: u32,
     next_ephemeral: u16,
+    stage_timing: bool,
+    stages: StageNs,
 }
 
 impl<P: Port> Node<P> {
@@ -224,6 +254,8 @@ impl<P: Port> Node<P> {
             events: VecDeque::new(),
             next_incoming: INCOMING_ID_BASE,
             next_ephemeral: 49152 + (u16::from(mac.0[5]) << 4),
+            stage_timing: false,
+            stages: StageNs::default(),
         }
     }
 
@@ -510,6 +542,7 @@ impl<P: Port> Node<P> {
             crc_errors: self.rnic.stats.crc_errors,
             terminates_sent: self.rnic.stats.terminates_sent,
             terminates_received: self.rnic.stats.terminates_received,
+            stages: self.stage_timing.then_some(self.stages),
         }
     }
 
@@ -547,25 +580,43 @@ impl<P: Port> Node<P> {
     /// byte reaches the engine: where the host posts the receives applications queued, so
     /// a message that arrived after its receive was posted always finds it.
     pub fn poll_with(&mut self, before_rx: impl FnOnce(&mut Rnic)) -> bool {
+        let mut clock = StageClock::new(self.stage_timing);
+        let mut t = StageNs::default();
         let mut got = 0;
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         for _ in 0..8 {
             let n = self.dev.fill();
+            t.port += clock.lap();
             got += n;
             self.iface_poll();
+            t.tcp += clock.lap();
             if n == 0 {
                 break;
             }
         }
         before_rx(&mut self.rnic);
+        clock.lap();
         let mut busy = got > 0;
         busy |= self.accept_incoming();
         for i in 0..self.conns.len() {
             busy |= self.service(i);
         }
+        t.engine += clock.lap();
         self.iface_poll();
+        t.tcp += clock.lap();
         let _ = self.dev.port.flush();
+        t.port += clock.lap();
+        if busy && self.stage_timing {
+            self.stages.port += t.port;
+            self.stages.tcp += t.tcp;
+            self.stages.engine += t.engine;
+        }
         busy
+    }
+
+    /// Times the stages of every poll (see [`StageNs`]); off by default.
+    pub fn set_stage_timing(&mut self, on: bool) {
+        self.stage_timing = on;
     }
 
     /// Real time until smoltcp wants to be polled again (for adaptive back-off).

@@ -51,6 +51,13 @@ pub struct CoreCounters {
     pub crc_errors: AtomicU64,
     pub terminates_sent: AtomicU64,
     pub terminates_received: AtomicU64,
+    /// Stage times (ns, summed over busy turns) when stage timing is on: the bench's
+    /// per-stage breakdown reads them from the stats file.
+    pub stage_timing: std::sync::atomic::AtomicBool,
+    pub stage_port_ns: AtomicU64,
+    pub stage_tcp_ns: AtomicU64,
+    pub stage_engine_ns: AtomicU64,
+    pub stage_ring_ns: AtomicU64,
     /// Turns of the poll loop, and how many of them ended in a sleep.
     pub polls: AtomicU64,
     pub sleeps: AtomicU64,
@@ -79,10 +86,31 @@ impl CoreCounters {
         self.crc_errors.store(c.crc_errors, r);
         self.terminates_sent.store(c.terminates_sent, r);
         self.terminates_received.store(c.terminates_received, r);
+        if let Some(st) = c.stages {
+            self.stage_timing.store(true, r);
+            self.stage_port_ns.store(st.port, r);
+            self.stage_tcp_ns.store(st.tcp, r);
+            self.stage_engine_ns.store(st.engine, r);
+        }
     }
 
     /// One line, `key=value` pairs, for the stats file and the SIGUSR1 dump.
     pub fn line(&self) -> String {
+        let r = Ordering::Relaxed;
+        let mut line = self.counters_line();
+        if self.stage_timing.load(r) {
+            line.push_str(&format!(
+                " stage_port_ns={} stage_tcp_ns={} stage_engine_ns={} stage_ring_ns={}",
+                self.stage_port_ns.load(r),
+                self.stage_tcp_ns.load(r),
+                self.stage_engine_ns.load(r),
+                self.stage_ring_ns.load(r),
+            ));
+        }
+        line
+    }
+
+    fn counters_line(&self) -> String {
         let r = Ordering::Relaxed;
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
@@ -121,6 +149,10 @@ pub trait Service<P: Port> {
     fn before_rx(&mut self, _rnic: &mut Rnic) {}
     /// Once per poll-loop turn; returns whether it did work.
     fn turn(&mut self, node: &mut Node<P>) -> bool;
+    /// Nanoseconds spent on application rings in busy turns, when stage timing is on.
+    fn ring_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<P: Port, F: FnMut(&mut Node<P>) -> bool> Service<P> for F {
@@ -161,6 +193,9 @@ pub fn run_with<P: Port, S: Service<P>>(
             idle_turns = 0;
             sleep = Duration::ZERO;
             counters.publish(&node.counters());
+            if let Some(ns) = service.ring_ns() {
+                counters.stage_ring_ns.store(ns, Ordering::Relaxed);
+            }
             counters.polls.store(polls, Ordering::Relaxed);
             continue;
         }
@@ -214,6 +249,7 @@ mod tests {
             crc_errors: 10,
             terminates_sent: 11,
             terminates_received: 12,
+            stages: None,
         });
         let line = c.line();
         for kv in [

@@ -25,7 +25,18 @@ use std::time::{Duration, Instant};
 
 struct Kill(Child);
 impl Drop for Kill {
+    /// SIGTERM first, so the process removes its segments and runtime files; SIGKILL if
+    /// it does not exit within seconds.
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -50,6 +61,8 @@ struct Endpoint {
     _daemon: Kill,
     control: Kill,
     sock: UnixStream,
+    /// Bytes read from control beyond the last whole message.
+    inbuf: Vec<u8>,
     events: Vec<ClientEvent>,
 }
 
@@ -88,7 +101,7 @@ fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
     let daemon = Kill(
         Command::new(env!("CARGO_BIN_EXE_iwarpd"))
             .args(["--name", &unique(name)])
-            .args(["--port", "unix", "--polling", "adaptive"])
+            .args(["--port", "unix", "--polling", "adaptive", "--stage-timing"])
             .arg("--segment")
             .arg(dir.join("eth"))
             .args(["--mac", &format!("02:00:00:00:99:0{n}")])
@@ -112,21 +125,23 @@ fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
         _daemon: daemon,
         control,
         sock,
+        inbuf: Vec::new(),
         events: Vec::new(),
     }
 }
 
 impl Endpoint {
     fn recv(&mut self) -> ClientReply {
-        let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
-            if let Some(n) = message_len(&buf).unwrap() {
-                return decode_reply(&buf[4..n]).unwrap();
+            if let Some(n) = message_len(&self.inbuf).unwrap() {
+                let r = decode_reply(&self.inbuf[4..n]).unwrap();
+                self.inbuf.drain(..n);
+                return r;
             }
             let k = self.sock.read(&mut chunk).unwrap();
             assert!(k > 0, "control closed the socket");
-            buf.extend_from_slice(&chunk[..k]);
+            self.inbuf.extend_from_slice(&chunk[..k]);
         }
     }
 
@@ -173,11 +188,14 @@ impl Endpoint {
         panic!("no {what} event")
     }
 
-    /// The next event other than the end of an earlier connection.
-    fn event_skipping_ends(&mut self) -> ClientEvent {
+    /// The next connection-setup event, past the ends and errors of earlier ones.
+    fn setup_event(&mut self) -> ClientEvent {
         loop {
             match self.event() {
-                ClientEvent::Disconnected { .. } => continue,
+                ClientEvent::Disconnected { .. }
+                | ClientEvent::QpTerminated { .. }
+                | ClientEvent::QpError { .. }
+                | ClientEvent::CqOverflow { .. } => continue,
                 e => return e,
             }
         }
@@ -347,7 +365,7 @@ fn connect(
         remote: format!("10.99.0.2:{port}").parse().unwrap(),
         settings: set_a,
     });
-    let ClientEvent::ConnectRequest { conn, .. } = b.event_skipping_ends() else {
+    let ClientEvent::ConnectRequest { conn, .. } = b.setup_event() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -358,12 +376,12 @@ fn connect(
         }),
         ClientReply::Done
     ));
-    let ea = a.event_skipping_ends();
+    let ea = a.setup_event();
     assert!(
         matches!(ea, ClientEvent::Established { conn, .. } if conn == conn_a),
         "{ea:?}"
     );
-    let eb = b.event_skipping_ends();
+    let eb = b.setup_event();
     assert!(matches!(eb, ClientEvent::Established { .. }), "{eb:?}");
     (ea, eb)
 }
@@ -553,6 +571,31 @@ fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
     }
     for i in 0..6u64 {
         ok(&p.sb.cq, 100 + i);
+    }
+    // With stage timing on, each daemon publishes where its busy time went.
+    let t = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(p.a.runtime.join("stats")).unwrap_or_default();
+        let stage = |k: &str| {
+            text.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let all = [
+            "stage_port_ns",
+            "stage_tcp_ns",
+            "stage_engine_ns",
+            "stage_ring_ns",
+        ];
+        if all.iter().all(|k| stage(k) > 0) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no stage times: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -755,6 +798,7 @@ fn a_restarted_control_plane_is_noticed_by_applications_daemon_and_peers() {
     let (control, sock) = start_control(&p.a.runtime);
     p.a.control = control;
     p.a.sock = sock;
+    p.a.inbuf.clear();
     p.a.events.clear();
     p.b.event_matching("disconnect", |e| {
         matches!(e, ClientEvent::Disconnected { .. })

@@ -68,6 +68,8 @@ pub struct Host {
     max_fpdu: usize,
     /// The control process served (its generation word); a new one starts from nothing.
     control_generation: u64,
+    /// Nanoseconds spent on the rings in busy turns, when timed.
+    ring_ns: Option<u64>,
 }
 
 impl Host {
@@ -87,7 +89,13 @@ impl Host {
             backlog: VecDeque::new(),
             max_fpdu,
             control_generation: 0,
+            ring_ns: None,
         }
+    }
+
+    /// Times the rings and commands of each busy turn (the bench's per-stage breakdown).
+    pub fn set_stage_timing(&mut self, on: bool) {
+        self.ring_ns = on.then_some(0);
     }
 
     /// A new iwarp-control attached: what the old one created is orphaned (its applications
@@ -580,9 +588,21 @@ pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
 
 impl<P: Port> Service<P> for Host {
     fn before_rx(&mut self, rnic: &mut Rnic) {
+        let t = self.ring_ns.map(|_| std::time::Instant::now());
         self.post_receives(rnic);
+        if let (Some(t), Some(ns)) = (t, self.ring_ns.as_mut()) {
+            *ns += t.elapsed().as_nanos() as u64;
+        }
     }
     fn turn(&mut self, node: &mut Node<P>) -> bool {
-        self.serve(node)
+        let t = self.ring_ns.map(|_| std::time::Instant::now());
+        let worked = self.serve(node);
+        if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
+            *ns += t.elapsed().as_nanos() as u64;
+        }
+        worked
+    }
+    fn ring_ns(&self) -> Option<u64> {
+        self.ring_ns
     }
 }
