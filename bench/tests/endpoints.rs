@@ -48,6 +48,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         iwarpd: Some(iwarpd),
         iwarp_control: Some(control),
         daemon_config: None,
+        stage_timing: false,
     }
 }
 
