@@ -3,6 +3,7 @@
 //! unsignaled ones before it on the same queue) held.
 
 use crate::error::Error;
+use crate::link::Release;
 use crate::mr::MrInner;
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
@@ -75,6 +76,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A completion queue (Verbs section 7.4).
 pub struct CompletionQueue {
+    /// Destroys the CQ in control when dropped (first, before the ring is unmapped).
+    release: Option<Release>,
     cq_num: u32,
     ring: Mutex<Consumer<Cqe>>,
     qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
@@ -84,10 +87,16 @@ impl CompletionQueue {
     /// A CQ over the reading end of its ring (created by iwarp-control, attached here).
     pub fn from_ring(cq_num: u32, ring: Consumer<Cqe>) -> CompletionQueue {
         CompletionQueue {
+            release: None,
             cq_num,
             ring: Mutex::new(ring),
             qps: Mutex::new(HashMap::new()),
         }
+    }
+
+    pub(crate) fn with_release(mut self, r: Release) -> CompletionQueue {
+        self.release = Some(r);
+        self
     }
 
     pub fn cq_num(&self) -> u32 {

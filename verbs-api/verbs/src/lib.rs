@@ -1,7 +1,8 @@
 //! iwarp-verbs: the library applications link, shaped by the RDMA Verbs specification
 //! (draft-hilland-rddp-verbs) and named as libibverbs users expect.
 //!
-//! This crate holds the fast path: [`QueuePair::post_send`] / [`QueuePair::post_recv`] write
+//! The slow path ([`Context`]: open the RNIC, PDs, CQs, QPs, registered [`SharedBuffer`]s,
+//! connections, events) talks to `iwarp-control` over its Unix socket. The fast path: [`QueuePair::post_send`] / [`QueuePair::post_recv`] write
 //! work queue entries into shared-memory rings and publish them with one release store of the
 //! producer index (the doorbell); [`CompletionQueue::poll_cq`] reads completions from a ring.
 //! No system call is made on either path.
@@ -13,12 +14,22 @@
 //!
 //! A failed verb is an [`Error`]; a failed *completion* is data: [`WorkCompletion::status`].
 
+pub mod buffer;
+pub mod context;
 pub mod cq;
 pub mod error;
+mod link;
 pub mod mr;
 pub mod qp;
 
+pub use buffer::SharedBuffer;
+pub use context::{
+    ConnSettings, ConnectRequest, Context, Established, Event, ProtectionDomain, QpInitAttr,
+    RnicAttr, Rtr,
+};
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use error::Error;
+pub use iwarp_abi::wqe::access;
+pub use iwarp_control::resources::QpState;
 pub use mr::MemoryRegion;
 pub use qp::{PostBatch, QueuePair, RecvWr, SendWr, Sg, WrOpcode};

@@ -3,6 +3,7 @@
 //! posted WR outlives the borrow that posted it).
 
 use crate::error::Error;
+use crate::link::Release;
 use iwarp_abi::wqe::Sge;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,9 @@ pub(crate) struct MrInner {
     pub(crate) base_to: u64,
     /// Posted work requests naming this region whose completion was not yet polled.
     pub(crate) posted: AtomicU64,
+    /// Deregisters the region in control once the last holder (the application's handle or
+    /// a posted work request) lets go.
+    pub(crate) release: Option<Release>,
 }
 
 /// A registered memory region (Verbs section 7.2.3).
@@ -41,8 +45,16 @@ impl MemoryRegion {
                 len,
                 base_to,
                 posted: AtomicU64::new(0),
+                release: None,
             }),
         }
+    }
+
+    pub(crate) fn with_release(mut self, r: Release) -> MemoryRegion {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.release = Some(r);
+        }
+        self
     }
 
     /// The STag, used locally (lkey) and given to peers (rkey).

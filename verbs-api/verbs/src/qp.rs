@@ -4,6 +4,7 @@
 
 use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
+use crate::link::Release;
 use crate::mr::{MemoryRegion, MrInner};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
@@ -100,6 +101,9 @@ pub struct RecvWr<'a> {
 
 /// A queue pair (Verbs section 7.3). Keeps its completion queues alive.
 pub struct QueuePair {
+    /// Destroys the QP in control when dropped (before its rings are unmapped and its CQs
+    /// released).
+    release: Option<Release>,
     qp_num: u32,
     sq: Mutex<Producer<SendWqe>>,
     rq: Option<Mutex<Producer<RecvWqe>>>,
@@ -129,6 +133,7 @@ impl QueuePair {
         send_cq.attach_qp(qp_num, tracker.clone());
         recv_cq.attach_qp(qp_num, tracker.clone());
         QueuePair {
+            release: None,
             qp_num,
             sq: Mutex::new(sq),
             rq: rq.map(Mutex::new),
@@ -138,6 +143,11 @@ impl QueuePair {
             max_inline: max_inline.min(MAX_INLINE),
             tracker,
         }
+    }
+
+    pub(crate) fn with_release(mut self, r: Release) -> QueuePair {
+        self.release = Some(r);
+        self
     }
 
     pub fn qp_num(&self) -> u32 {

@@ -1,0 +1,538 @@
+//! The slow path (Verbs section 8.1–8.2 and the connection management of RFC 5044/6581): an
+//! open RNIC (a [`Context`] on `iwarp-control`'s socket), protection domains, completion
+//! queues and queue pairs with their rings in shared segments this process creates, memory
+//! regions over [`SharedBuffer`]s, and connections.
+//!
+//! Every resource releases itself when dropped (destroy or deregister, sent to control); a
+//! queue pair keeps its completion queues alive, a posted work request its memory regions.
+
+use crate::buffer::SharedBuffer;
+use crate::cq::CompletionQueue;
+use crate::error::Error;
+use crate::link::{lock, Link, Release, Shared};
+use crate::mr::MemoryRegion;
+use crate::qp::QueuePair;
+use iwarp_abi::command::ShmPath;
+use iwarp_abi::ring;
+use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
+use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
+use iwarp_control::app_proto::{ClientEvent, ClientReply};
+use iwarp_control::app_server::Request;
+use iwarp_control::resources::{QpAttrs, QpState};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use iwarp_config::Limits as RnicAttr;
+/// MPA settings of a connection (RFC 5044 / RFC 6581): CRC, markers, revision, IRD/ORD,
+/// peer-to-peer RTR, RDMAP version 2, private data.
+pub use iwarp_wire::mpa::negotiation::Settings as ConnSettings;
+pub use iwarp_wire::mpa::Rtr;
+
+/// Segment names of this process count up from here.
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+pub(crate) fn segment_name(what: &str) -> String {
+    format!(
+        "iwarp-app-{}-{what}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
+    let p = seg
+        .path()
+        .ok_or_else(|| Error::Protocol("segment without a path".into()))?;
+    Ok(ShmPath::new(p)?)
+}
+
+fn id(r: ClientReply) -> Result<u32, Error> {
+    match r {
+        ClientReply::Id(i) => Ok(i),
+        other => Err(Error::Protocol(format!("expected an id, got {other:?}"))),
+    }
+}
+
+fn done(r: ClientReply) -> Result<(), Error> {
+    match r {
+        ClientReply::Done => Ok(()),
+        other => Err(Error::Protocol(format!("expected done, got {other:?}"))),
+    }
+}
+
+/// An open RNIC: the application's session with one endpoint's `iwarp-control`.
+#[derive(Clone)]
+pub struct Context {
+    link: Shared,
+    runtime_dir: PathBuf,
+}
+
+/// A connection request from a peer (on a port this context listens on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    pub conn: u32,
+    pub port: u16,
+    pub peer: SocketAddr,
+    pub private_data: Vec<u8>,
+}
+
+/// A connection in RTS, with what MPA negotiation settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Established {
+    pub conn: u32,
+    pub qp: u32,
+    /// Inbound Read/atomic requests this side accepts at once.
+    pub ird: u16,
+    /// Outbound Read/atomic requests this side may have outstanding (≤ the peer's IRD).
+    pub ord: u16,
+    pub rdmap_version: u8,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+}
+
+/// What a queue pair is created with (Verbs section 8.2.1).
+#[derive(Clone)]
+pub struct QpInitAttr {
+    pub send_cq: Arc<CompletionQueue>,
+    pub recv_cq: Arc<CompletionQueue>,
+    pub sq_depth: u32,
+    pub rq_depth: u32,
+    pub max_sge: u32,
+    pub max_inline: u32,
+    /// Inbound Read/atomic queue depth offered, and outbound wanted.
+    pub ird: u16,
+    pub ord: u16,
+}
+
+impl QpInitAttr {
+    /// Both queues `depth` deep on one CQ, 4 SGEs, 64 octets inline, IRD/ORD 16.
+    pub fn new(cq: &Arc<CompletionQueue>, depth: u32) -> QpInitAttr {
+        QpInitAttr {
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            sq_depth: depth,
+            rq_depth: depth,
+            max_sge: 4,
+            max_inline: 64,
+            ird: 16,
+            ord: 16,
+        }
+    }
+}
+
+/// A protection domain (Verbs section 8.2.3).
+pub struct ProtectionDomain {
+    pd: u32,
+    ctx: Context,
+    _release: Release,
+}
+
+impl Context {
+    /// Opens the RNIC served by the `iwarp-control` whose runtime directory is `runtime_dir`.
+    pub fn open(runtime_dir: &Path) -> Result<Context, Error> {
+        let link = Link::open(&runtime_dir.join("control.sock"))?;
+        Ok(Context {
+            link: Arc::new(Mutex::new(link)),
+            runtime_dir: runtime_dir.to_path_buf(),
+        })
+    }
+
+    /// Opens the RNIC of `$IWARP_RUNTIME_DIR`, else of the default configuration's runtime
+    /// directory (where `iwarpd` and `iwarp-control` put theirs by default).
+    pub fn open_default() -> Result<Context, Error> {
+        let dir = match std::env::var_os("IWARP_RUNTIME_DIR") {
+            Some(d) => PathBuf::from(d),
+            None => iwarp_config::Config::default().runtime_dir(),
+        };
+        Context::open(&dir)
+    }
+
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime_dir
+    }
+
+    fn call(&self, req: &Request) -> Result<ClientReply, Error> {
+        lock(&self.link).call(req)
+    }
+
+    /// Query RNIC (Verbs section 8.2.2): the limits this RNIC grants.
+    pub fn query_rnic(&self) -> Result<RnicAttr, Error> {
+        match self.call(&Request::QueryRnic)? {
+            ClientReply::Rnic(l) => Ok(l),
+            other => Err(Error::Protocol(format!("Query RNIC answered {other:?}"))),
+        }
+    }
+
+    /// Allocate Protection Domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let pd = id(self.call(&Request::AllocPd)?)?;
+        Ok(ProtectionDomain {
+            pd,
+            ctx: self.clone(),
+            _release: Release::new(&self.link, Request::DeallocPd { pd }),
+        })
+    }
+
+    /// Create Completion Queue with room for `depth` completions.
+    pub fn create_cq(&self, depth: u32) -> Result<Arc<CompletionQueue>, Error> {
+        let seg = Arc::new(Segment::create(
+            &segment_name("cq"),
+            SegmentKind::CompletionQueue,
+            ring::ring_bytes::<Cqe>(depth as usize),
+            HugePolicy::Auto,
+        )?);
+        let (_, consumer) = ring::init_segment::<Cqe>(&seg, depth as usize)?;
+        let cq = id(self.call(&Request::CreateCq {
+            depth,
+            ring: path_of(&seg)?,
+        })?)?;
+        Ok(Arc::new(
+            CompletionQueue::from_ring(cq, consumer)
+                .with_release(Release::new(&self.link, Request::DestroyCq { cq })),
+        ))
+    }
+
+    /// Memory the daemon can map, for registration with [`ProtectionDomain::reg_mr`]: a
+    /// shared segment (hugepages when free ones exist) of `len` octets, zeroed.
+    pub fn alloc_buffer(&self, len: usize) -> Result<SharedBuffer, Error> {
+        SharedBuffer::new(self, len)
+    }
+
+    pub(crate) fn attach_segment(&self, seg: &Segment) -> Result<u32, Error> {
+        id(self.call(&Request::AttachSegment {
+            path: path_of(seg)?,
+        })?)
+    }
+
+    pub(crate) fn link(&self) -> &Shared {
+        &self.link
+    }
+
+    /// Listen for connections on TCP `port`; requests arrive as
+    /// [`Event::ConnectRequest`] (see [`Context::get_request`]).
+    pub fn listen(&self, port: u16, settings: &ConnSettings) -> Result<(), Error> {
+        done(self.call(&Request::Listen {
+            port,
+            settings: settings.clone(),
+        })?)
+    }
+
+    /// Starts connecting `qp` to `remote` (the MPA initiator); returns the connection id.
+    /// The outcome is an [`Event`]: Established, Rejected or Failed.
+    pub fn connect(
+        &self,
+        qp: &QueuePair,
+        remote: SocketAddr,
+        settings: &ConnSettings,
+    ) -> Result<u32, Error> {
+        id(self.call(&Request::Connect {
+            qp: qp.qp_num(),
+            remote,
+            settings: settings.clone(),
+        })?)
+    }
+
+    /// [`Context::connect`], then waits for the outcome.
+    pub fn connect_blocking(
+        &self,
+        qp: &QueuePair,
+        remote: SocketAddr,
+        settings: &ConnSettings,
+        timeout: Duration,
+    ) -> Result<Established, Error> {
+        let conn = self.connect(qp, remote, settings)?;
+        self.wait_established(conn, timeout)
+    }
+
+    /// Accepts a connection request for `qp` with our settings (the MPA responder).
+    pub fn accept(
+        &self,
+        req: &ConnectRequest,
+        qp: &QueuePair,
+        settings: &ConnSettings,
+    ) -> Result<(), Error> {
+        done(self.call(&Request::Accept {
+            conn: req.conn,
+            qp: qp.qp_num(),
+            settings: settings.clone(),
+        })?)
+    }
+
+    /// [`Context::accept`], then waits until the connection is in RTS.
+    pub fn accept_blocking(
+        &self,
+        req: &ConnectRequest,
+        qp: &QueuePair,
+        settings: &ConnSettings,
+        timeout: Duration,
+    ) -> Result<Established, Error> {
+        self.accept(req, qp, settings)?;
+        self.wait_established(req.conn, timeout)
+    }
+
+    /// Rejects a connection request; the peer receives `private_data` with the rejection.
+    pub fn reject(&self, req: &ConnectRequest, private_data: &[u8]) -> Result<(), Error> {
+        done(self.call(&Request::Reject {
+            conn: req.conn,
+            private_data: private_data.to_vec(),
+        })?)
+    }
+
+    /// Graceful (FIN) or abortive (RST) disconnect.
+    pub fn disconnect(&self, conn: u32, abort: bool) -> Result<(), Error> {
+        done(self.call(&Request::Disconnect { conn, abort })?)
+    }
+
+    /// Modify QP (Verbs section 8.2.6) to Closing, Terminate or Error (RTS is entered by
+    /// connecting).
+    pub fn modify_qp(&self, qp: &QueuePair, state: QpState) -> Result<QpState, Error> {
+        match self.call(&Request::ModifyQp {
+            qp: qp.qp_num(),
+            state,
+        })? {
+            ClientReply::Qp { state } => Ok(state),
+            ClientReply::Done => Ok(state),
+            other => Err(Error::Protocol(format!("Modify QP answered {other:?}"))),
+        }
+    }
+
+    /// Query QP: its state as control knows it.
+    pub fn query_qp(&self, qp: &QueuePair) -> Result<QpState, Error> {
+        match self.call(&Request::QueryQp { qp: qp.qp_num() })? {
+            ClientReply::Qp { state } => Ok(state),
+            other => Err(Error::Protocol(format!("Query QP answered {other:?}"))),
+        }
+    }
+
+    /// The next connection or asynchronous event, waiting at most `timeout`; `None` when
+    /// none came.
+    pub fn next_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
+        let deadline = Instant::now() + timeout;
+        Ok(lock(&self.link).event(Some(deadline))?.map(Event::from))
+    }
+
+    /// Waits for the next connection request (events of other kinds are kept for
+    /// [`Context::next_event`]).
+    pub fn get_request(&self, timeout: Duration) -> Result<ConnectRequest, Error> {
+        match self.wait_for(timeout, "a connection request", |e| {
+            matches!(e, Event::ConnectRequest(_))
+        })? {
+            Event::ConnectRequest(r) => Ok(r),
+            _ => unreachable!("filtered above"),
+        }
+    }
+
+    fn wait_established(&self, conn: u32, timeout: Duration) -> Result<Established, Error> {
+        let e = self.wait_for(timeout, "the connection to be established", |e| {
+            matches!(e, Event::Established(x) if x.conn == conn)
+                || matches!(e, Event::Rejected { conn: c, .. } | Event::ConnectFailed { conn: c, .. } if *c == conn)
+        })?;
+        match e {
+            Event::Established(x) => Ok(x),
+            Event::Rejected { private_data, .. } => Err(Error::ConnectionRejected { private_data }),
+            Event::ConnectFailed { reason, .. } => Err(Error::ConnectionFailed { reason }),
+            _ => unreachable!("filtered above"),
+        }
+    }
+
+    /// Reads events until one matches; the others are queued again, in order.
+    fn wait_for(
+        &self,
+        timeout: Duration,
+        what: &'static str,
+        want: impl Fn(&Event) -> bool,
+    ) -> Result<Event, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut link = lock(&self.link);
+        let mut others = Vec::new();
+        let result = loop {
+            match link.event(Some(deadline)) {
+                Ok(Some(e)) => {
+                    let ev = Event::from(e.clone());
+                    if want(&ev) {
+                        break Ok(ev);
+                    }
+                    others.push(e);
+                }
+                Ok(None) => break Err(Error::Timeout { what }),
+                Err(e) => break Err(e),
+            }
+        };
+        link.requeue(others);
+        result
+    }
+}
+
+impl ProtectionDomain {
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Create QP in this PD, with its send and receive queues in shared rings.
+    pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
+        let sq_seg = Arc::new(Segment::create(
+            &segment_name("sq"),
+            SegmentKind::SendQueue,
+            ring::ring_bytes::<SendWqe>(attr.sq_depth as usize),
+            HugePolicy::Auto,
+        )?);
+        let rq_seg = Arc::new(Segment::create(
+            &segment_name("rq"),
+            SegmentKind::RecvQueue,
+            ring::ring_bytes::<RecvWqe>(attr.rq_depth as usize),
+            HugePolicy::Auto,
+        )?);
+        let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, attr.sq_depth as usize)?;
+        let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, attr.rq_depth as usize)?;
+        let attrs = QpAttrs {
+            pd: self.pd,
+            send_cq: attr.send_cq.cq_num(),
+            recv_cq: attr.recv_cq.cq_num(),
+            srq: None,
+            sq_depth: attr.sq_depth,
+            rq_depth: attr.rq_depth,
+            max_sge: attr.max_sge,
+            max_inline: attr.max_inline,
+            ird: attr.ird,
+            ord: attr.ord,
+        };
+        let qp = id(self.ctx.call(&Request::CreateQp {
+            attrs,
+            sq: path_of(&sq_seg)?,
+            rq: path_of(&rq_seg)?,
+        })?)?;
+        Ok(QueuePair::from_rings(
+            qp,
+            sq,
+            Some(rq),
+            attr.send_cq.clone(),
+            attr.recv_cq.clone(),
+            attr.max_sge as usize,
+            attr.max_inline as usize,
+        )
+        .with_release(Release::new(self.ctx.link(), Request::DestroyQp { qp })))
+    }
+
+    /// Register Memory Region (Verbs section 7.2.3): `len` octets at `offset` of `buf` with
+    /// `access` (`iwarp_abi::wqe::access` bits). Zero-based: tagged offsets run from 0 at
+    /// the region's first octet.
+    pub fn reg_mr(
+        &self,
+        buf: &SharedBuffer,
+        offset: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<MemoryRegion, Error> {
+        let segment = buf.attached_id(&self.ctx)?;
+        let stag = id(self.ctx.call(&Request::RegMr {
+            pd: self.pd,
+            access,
+            segment,
+            offset,
+            len,
+        })?)?;
+        Ok(MemoryRegion::from_registration(stag, 0, len)
+            .with_release(Release::new(self.ctx.link(), Request::DeregMr { stag })))
+    }
+
+    /// Allocate Memory Window (Verbs section 7.2.7): its STag, valid once bound.
+    pub fn alloc_mw(&self) -> Result<u32, Error> {
+        id(self.ctx.call(&Request::AllocMw { pd: self.pd })?)
+    }
+}
+
+/// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
+/// Terminate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    ConnectRequest(ConnectRequest),
+    Established(Established),
+    Rejected {
+        conn: u32,
+        private_data: Vec<u8>,
+    },
+    ConnectFailed {
+        conn: u32,
+        reason: String,
+    },
+    Disconnected {
+        conn: u32,
+        reason: String,
+    },
+    /// A Terminate was sent or received on the QP: its (layer, type, code).
+    QpTerminated {
+        qp: u32,
+        received: bool,
+        layer: u8,
+        etype: u8,
+        code: u8,
+    },
+    QpError {
+        qp: u32,
+    },
+    CqOverflow {
+        cq: u32,
+    },
+    SrqLimit {
+        srq: u32,
+    },
+}
+
+impl From<ClientEvent> for Event {
+    fn from(e: ClientEvent) -> Event {
+        match e {
+            ClientEvent::ConnectRequest {
+                conn,
+                port,
+                peer,
+                private_data,
+            } => Event::ConnectRequest(ConnectRequest {
+                conn,
+                port,
+                peer,
+                private_data,
+            }),
+            ClientEvent::Established {
+                conn,
+                qp,
+                ird,
+                ord,
+                rdmap_version,
+                private_data,
+            } => Event::Established(Established {
+                conn,
+                qp,
+                ird,
+                ord,
+                rdmap_version,
+                private_data,
+            }),
+            ClientEvent::Rejected { conn, private_data } => Event::Rejected { conn, private_data },
+            ClientEvent::Failed { conn, reason } => Event::ConnectFailed { conn, reason },
+            ClientEvent::Disconnected { conn, reason } => Event::Disconnected { conn, reason },
+            ClientEvent::QpTerminated {
+                qp,
+                received,
+                layer,
+                etype,
+                code,
+            } => Event::QpTerminated {
+                qp,
+                received,
+                layer,
+                etype,
+                code,
+            },
+            ClientEvent::QpError { qp } => Event::QpError { qp },
+            ClientEvent::CqOverflow { cq } => Event::CqOverflow { cq },
+            ClientEvent::SrqLimit { srq } => Event::SrqLimit { srq },
+        }
+    }
+}
