@@ -49,7 +49,7 @@ struct Side {
 }
 
 impl Side {
-    fn open(dir: &PathBuf) -> Result<Side> {
+    fn open(dir: &std::path::Path) -> Result<Side> {
         let ctx = Context::open(dir)?;
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq(256)?;

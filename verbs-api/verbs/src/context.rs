@@ -42,6 +42,11 @@ pub(crate) fn segment_name(what: &str) -> String {
     )
 }
 
+/// Ring slots for a queue of `depth` entries: rings index with a mask, so a power of two.
+fn ring_slots(depth: u32) -> usize {
+    (depth.max(1) as usize).next_power_of_two()
+}
+
 fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
     let p = seg
         .path()
@@ -181,10 +186,10 @@ impl Context {
         let seg = Arc::new(Segment::create(
             &segment_name("cq"),
             SegmentKind::CompletionQueue,
-            ring::ring_bytes::<Cqe>(depth as usize),
+            ring::ring_bytes::<Cqe>(ring_slots(depth)),
             HugePolicy::Auto,
         )?);
-        let (_, consumer) = ring::init_segment::<Cqe>(&seg, depth as usize)?;
+        let (_, consumer) = ring::init_segment::<Cqe>(&seg, ring_slots(depth))?;
         let cq = id(self.call(&Request::CreateCq {
             depth,
             ring: path_of(&seg)?,
@@ -325,7 +330,8 @@ impl Context {
         }
     }
 
-    fn wait_established(&self, conn: u32, timeout: Duration) -> Result<Established, Error> {
+    /// Waits until connection `conn` is established (or rejected, or failed).
+    pub fn wait_established(&self, conn: u32, timeout: Duration) -> Result<Established, Error> {
         let e = self.wait_for(timeout, "the connection to be established", |e| {
             matches!(e, Event::Established(x) if x.conn == conn)
                 || matches!(e, Event::Rejected { conn: c, .. } | Event::ConnectFailed { conn: c, .. } if *c == conn)
@@ -380,17 +386,17 @@ impl ProtectionDomain {
         let sq_seg = Arc::new(Segment::create(
             &segment_name("sq"),
             SegmentKind::SendQueue,
-            ring::ring_bytes::<SendWqe>(attr.sq_depth as usize),
+            ring::ring_bytes::<SendWqe>(ring_slots(attr.sq_depth)),
             HugePolicy::Auto,
         )?);
         let rq_seg = Arc::new(Segment::create(
             &segment_name("rq"),
             SegmentKind::RecvQueue,
-            ring::ring_bytes::<RecvWqe>(attr.rq_depth as usize),
+            ring::ring_bytes::<RecvWqe>(ring_slots(attr.rq_depth)),
             HugePolicy::Auto,
         )?);
-        let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, attr.sq_depth as usize)?;
-        let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, attr.rq_depth as usize)?;
+        let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, ring_slots(attr.sq_depth))?;
+        let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, ring_slots(attr.rq_depth))?;
         let attrs = QpAttrs {
             pd: self.pd,
             send_cq: attr.send_cq.cq_num(),

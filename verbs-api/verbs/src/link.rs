@@ -79,17 +79,13 @@ impl Link {
             return Err(self.gone());
         }
         let deadline = deadline.unwrap_or_else(Instant::now);
-        loop {
-            match self.read_one(Some(deadline)) {
-                Ok(ClientReply::Event(e)) => return Ok(Some(e)),
-                Ok(other) => {
-                    return Err(Error::Protocol(format!(
-                        "unsolicited reply from iwarp-control: {other:?}"
-                    )))
-                }
-                Err(Error::Timeout { .. }) => return Ok(None),
-                Err(e) => return Err(e),
-            }
+        match self.read_one(Some(deadline)) {
+            Ok(ClientReply::Event(e)) => Ok(Some(e)),
+            Ok(other) => Err(Error::Protocol(format!(
+                "unsolicited reply from iwarp-control: {other:?}"
+            ))),
+            Err(Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 

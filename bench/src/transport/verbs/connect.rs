@@ -1,47 +1,117 @@
 //! The slow path of the verbs transport: a context on each endpoint (iwarp-control's
-//! `control.sock`), then per connected pair a PD, send and receive CQs, a QP and a registered
-//! shared buffer on each side, and the connection itself (listen on `b`, connect from `a`,
-//! accept), which is all an application does before its first work request.
+//! `control.sock`), then per connected pair a PD, a CQ, a QP and a registered shared buffer on
+//! each side, and the connection itself (listen on `b`, connect from `a`, accept), which is all
+//! an application does before its first work request.
 //!
-//! This is the one part of the harness that depends on iwarp-verbs' context and connection
-//! API; everything after it uses only the fast path (post send, post receive, poll CQ).
+//! This is the one part of the harness that uses iwarp-verbs' context and connection API;
+//! everything after it uses only the fast path (post send, post receive, poll CQ).
 
-use super::Pair;
+use super::{Mem, Pair, Side};
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
-use std::path::PathBuf;
+use iwarp_verbs::{access, ConnSettings, Context, QpInitAttr};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The TCP port `b` listens on (perftest's default).
+const PORT: u16 = 18515;
+const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
+    BenchError::transport("verbs", format!("{what}: {e}"))
+}
 
 /// A verbs context on each endpoint.
 pub struct Contexts {
-    a: PathBuf,
-    b: PathBuf,
+    a: Context,
+    b: Context,
+    b_addr: SocketAddr,
+    listening: AtomicBool,
 }
 
 impl Contexts {
     /// Opens a context on each endpoint (through its control socket).
     pub fn open(endpoints: &Endpoints) -> Result<Contexts> {
-        let contexts = Contexts {
-            a: endpoints.a.control_socket(),
-            b: endpoints.b.control_socket(),
-        };
-        Err(contexts.unavailable())
-    }
-
-    fn unavailable(&self) -> BenchError {
-        BenchError::transport(
-            "verbs",
-            format!(
-                "iwarp-verbs cannot open a context yet (no client for {} and {}): its \
-                 connection API is not written; run with --ops none for the baselines alone",
-                self.a.display(),
-                self.b.display()
-            ),
-        )
+        let a = Context::open(&endpoints.a.runtime_dir).map_err(|e| err("open endpoint a", e))?;
+        let b = Context::open(&endpoints.b.runtime_dir).map_err(|e| err("open endpoint b", e))?;
+        Ok(Contexts {
+            a,
+            b,
+            b_addr: SocketAddr::V4(SocketAddrV4::new(endpoints.b.ip, PORT)),
+            listening: AtomicBool::new(false),
+        })
     }
 
     /// Creates and connects one pair of QPs with `depth`-deep queues and `buf_len`-octet
     /// registered buffers (local write, remote read / write / atomic access).
-    pub fn connect_pair(&self, _depth: usize, _buf_len: usize) -> Result<Pair> {
-        Err(self.unavailable())
+    pub fn connect_pair(&self, depth: usize, buf_len: usize) -> Result<Pair> {
+        // RDMAP version 2 for Send with Immediate; the largest IRD/ORD for deep Read windows.
+        let settings = ConnSettings {
+            rdmap_v2: true,
+            ..ConnSettings::default()
+        };
+        if !self.listening.swap(true, Ordering::Relaxed) {
+            self.b
+                .listen(PORT, &settings)
+                .map_err(|e| err("listen on b", e))?;
+        }
+        let a = side(&self.a, depth, buf_len)?;
+        let b = side(&self.b, depth, buf_len)?;
+        let conn = self
+            .a
+            .connect(&a.qp, self.b_addr, &settings)
+            .map_err(|e| err("connect a to b", e))?;
+        let req = self
+            .b
+            .get_request(SETUP_TIMEOUT)
+            .map_err(|e| err("connection request at b", e))?;
+        self.b
+            .accept_blocking(&req, &b.qp, &settings, SETUP_TIMEOUT)
+            .map_err(|e| err("accept at b", e))?;
+        self.a
+            .wait_established(conn, SETUP_TIMEOUT)
+            .map_err(|e| err("connection at a", e))?;
+        Ok(Pair {
+            a,
+            b,
+            half: buf_len / 2,
+        })
     }
+}
+
+/// One side: PD, send and receive CQs, QP (both queues `depth` deep), a registered buffer.
+fn side(ctx: &Context, depth: usize, buf_len: usize) -> Result<Side> {
+    let pd = ctx.alloc_pd().map_err(|e| err("alloc PD", e))?;
+    // Separate send and receive CQs: the harness polls each for its own completions.
+    let send_cq = ctx
+        .create_cq((depth + 16) as u32)
+        .map_err(|e| err("create send CQ", e))?;
+    let recv_cq = ctx
+        .create_cq((depth + 16) as u32)
+        .map_err(|e| err("create receive CQ", e))?;
+    let mut attr = QpInitAttr::new(&send_cq, depth as u32);
+    attr.recv_cq = recv_cq;
+    attr.ird = 64;
+    attr.ord = 64;
+    let qp = pd.create_qp(&attr).map_err(|e| err("create QP", e))?;
+    let buf = ctx
+        .alloc_buffer(buf_len)
+        .map_err(|e| err("alloc buffer", e))?;
+    let rights =
+        access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
+    let mr = pd
+        .reg_mr(&buf, 0, buf_len as u64, rights)
+        .map_err(|e| err("register memory", e))?;
+    // SAFETY: the buffer's mapping is `buf_len` octets and lives in `keep` below, dropped
+    // after the QP and the region (Side's field order).
+    let mem = unsafe { Mem::new(buf.as_ptr(), buf_len) };
+    Ok(Side {
+        qp,
+        mr,
+        mem,
+        recvs: 0,
+        rq_depth: depth,
+        keep: Box::new((pd, buf, ctx.clone())),
+    })
 }
