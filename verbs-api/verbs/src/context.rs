@@ -436,6 +436,14 @@ impl ProtectionDomain {
         len: u64,
         access: u32,
     ) -> Result<MemoryRegion, Error> {
+        // The segment may be larger (hugepage rounding); the region must fit what was asked.
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > buf.len() as u64) {
+            return Err(Error::InvalidLength {
+                offset,
+                len,
+                region_len: buf.len() as u64,
+            });
+        }
         let segment = buf.attached_id(&self.ctx)?;
         let stag = id(self.ctx.call(&Request::RegMr {
             pd: self.pd,

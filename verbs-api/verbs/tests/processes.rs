@@ -1,0 +1,251 @@
+//! The library against the real stack, every part its own process: two endpoints (`iwarpd` +
+//! `iwarp-control` each, on the embedded Unix-socket Ethernet), the example application
+//! `rdma_pair` as one application and this test as the other.
+
+use iwarp_verbs::{
+    access, ConnSettings, Context, Error, Event, QpInitAttr, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `target/<profile>`, where cargo puts the workspace's binaries and examples.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn binary(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    if !p.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "building {name}");
+    }
+    p
+}
+
+fn wait_for(path: &Path) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Endpoint {
+    runtime: PathBuf,
+    _control: Proc,
+    _daemon: Proc,
+}
+
+fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
+    let runtime = dir.join(name);
+    let daemon = Proc(
+        Command::new(binary("iwarpd"))
+            .args(["--name", &format!("vt-{name}-{}", std::process::id())])
+            .args(["--port", "unix", "--polling", "adaptive"])
+            .arg("--segment")
+            .arg(dir.join("eth"))
+            .args(["--mac", &format!("02:00:00:00:5e:0{n}")])
+            .args(["--ip", &format!("10.55.0.{n}/24")])
+            .arg("--runtime-dir")
+            .arg(&runtime)
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&runtime.join("daemon.shm"));
+    let control = Proc(
+        Command::new(binary("iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&runtime)
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&runtime.join("control.sock"));
+    Endpoint {
+        runtime,
+        _control: control,
+        _daemon: daemon,
+    }
+}
+
+/// Shared segments a process created through iwarp-verbs (rings and buffers).
+fn segments_of(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("iwarp-app-{pid}-");
+    ["/dev/shm", "/dev/hugepages"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = endpoint(dir.path(), "a", 1);
+    let b = endpoint(dir.path(), "b", 2);
+    let example = target_dir().join("examples").join("rdma_pair");
+    assert!(example.exists(), "cargo test builds the examples");
+    let mut server = Proc(
+        Command::new(&example)
+            .args(["server", "--port", "7100", "--runtime-dir"])
+            .arg(&b.runtime)
+            .spawn()
+            .unwrap(),
+    );
+
+    // This test is the client application on endpoint a.
+    let ctx = Context::open(&dir.path().join("a")).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(&cq, 32)).unwrap();
+    let buf = ctx.alloc_buffer(1 << 20).unwrap();
+    let mr = pd
+        .reg_mr(&buf, 0, 1 << 20, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    // Registering past the buffer is refused.
+    match pd.reg_mr(&buf, 4096, 1 << 20, access::LOCAL_WRITE) {
+        Err(Error::InvalidLength { region_len, .. }) => assert_eq!(region_len, 1 << 20),
+        other => panic!("{other:?}"),
+    }
+    let settings = ConnSettings {
+        rdmap_v2: true,
+        private_data: [mr.stag().to_le_bytes(), (1u32 << 20).to_le_bytes()].concat(),
+        ..ConnSettings::default()
+    };
+    let t = Instant::now();
+    let est = loop {
+        // The server may still be starting: retry while it is not listening yet.
+        match ctx.connect_blocking(
+            &qp,
+            "10.55.0.2:7100".parse().unwrap(),
+            &settings,
+            Duration::from_secs(20),
+        ) {
+            Ok(e) => break e,
+            Err(Error::ConnectionFailed { .. }) if t.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    assert_eq!(est.rdmap_version, 2);
+    let rkey = u32::from_le_bytes(est.private_data[0..4].try_into().unwrap());
+    for i in 0..4 {
+        let sg = [Sg {
+            mr: &mr,
+            offset: i * 4096,
+            len: 4096,
+        }];
+        qp.post_recv(&RecvWr {
+            wr_id: 500 + i,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    let server_pid = server.0.id();
+    assert!(
+        !segments_of(server_pid).is_empty(),
+        "the server's rings and buffer are shared segments"
+    );
+
+    // A stream of RDMA Writes into the server's buffer, and the server is killed in the
+    // middle of it.
+    let sg = [Sg {
+        mr: &mr,
+        offset: 65536,
+        len: 65536,
+    }];
+    for i in 0..8 {
+        let wr = SendWr::new(
+            i,
+            WrOpcode::RdmaWrite {
+                rkey,
+                remote_addr: 131072,
+            },
+            &sg,
+        );
+        qp.post_send(&wr).unwrap();
+    }
+    server.0.kill().unwrap();
+    let _ = server.0.wait();
+
+    // The peer sees its connection end, and its QP's posted receives come back flushed.
+    let t = Instant::now();
+    loop {
+        match ctx.next_event(Duration::from_secs(1)).unwrap() {
+            Some(Event::Disconnected { .. }) => break,
+            Some(_) | None => {}
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no Disconnected event"
+        );
+    }
+    let mut flushed = Vec::new();
+    while flushed.len() < 4 {
+        match cq.poll_one().unwrap() {
+            Some(wc) if wc.is_recv() => {
+                assert_eq!(wc.status, WcStatus::WrFlushed, "{wc:?}");
+                flushed.push(wc.wr_id);
+            }
+            Some(_) => {}
+            None => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "receives not flushed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    assert_eq!(flushed, vec![500, 501, 502, 503]);
+    // iwarp-control removed every segment the killed application had.
+    while !segments_of(server_pid).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "leaked: {:?}",
+            segments_of(server_pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_endpoint_that_is_not_running_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    match Context::open(dir.path()) {
+        Err(Error::ControlUnreachable { path, .. }) => {
+            assert_eq!(path, dir.path().join("control.sock"))
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a context with nothing running"),
+    }
+}
