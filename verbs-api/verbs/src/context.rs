@@ -437,7 +437,11 @@ impl ProtectionDomain {
         access: u32,
     ) -> Result<MemoryRegion, Error> {
         // The segment may be larger (hugepage rounding); the region must fit what was asked.
-        if len == 0 || offset.checked_add(len).is_none_or(|end| end > buf.len() as u64) {
+        if len == 0
+            || offset
+                .checked_add(len)
+                .is_none_or(|end| end > buf.len() as u64)
+        {
             return Err(Error::InvalidLength {
                 offset,
                 len,
