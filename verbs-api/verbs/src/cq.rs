@@ -46,6 +46,16 @@ impl Outstanding {
         lock(&self.entries).push_back((wr_id, mrs));
     }
 
+    /// Forgets every outstanding request (its QP was destroyed: Verbs section 8.2.7 discards
+    /// its work), releasing the regions they held.
+    pub(crate) fn retire_all(&self) {
+        for (_, mrs) in lock(&self.entries).drain(..) {
+            for m in &mrs {
+                m.posted.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
     fn retire_through(&self, wr_id: u64) {
         let mut q = lock(&self.entries);
         if !q.iter().any(|(w, _)| *w == wr_id) {

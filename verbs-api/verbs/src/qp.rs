@@ -293,8 +293,13 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // Destroy first (control, then the daemon, stop using the rings), then forget the
+        // work still posted, so its regions can be deregistered.
+        drop(self.release.take());
         self.send_cq.detach_qp(self.qp_num);
         self.recv_cq.detach_qp(self.qp_num);
+        self.tracker.sq.retire_all();
+        self.tracker.rq.retire_all();
     }
 }
 

@@ -1,0 +1,166 @@
+/*
+ * iwarp_verbs.h — the C ABI of the iWARP verbs library (libiwarpverbs).
+ *
+ * Shaped by the RDMA Verbs specification and named as libibverbs users expect, with an
+ * `iwv_` prefix. Every object is an opaque handle; every function that can fail returns
+ * NULL or a negative value and leaves a message for iwv_last_error() (per thread).
+ *
+ * Slow path (a Unix socket to iwarp-control): iwv_open, PDs, CQs, QPs, buffers, memory
+ * registration, connections. Fast path (shared rings only, no system call): iwv_post_send,
+ * iwv_post_recv, iwv_poll_cq.
+ *
+ * Lifetimes: destroy a QP before its CQs and PD, deregister regions before freeing their
+ * buffer, close the context last. A region used by a posted work request stays registered
+ * until that request's completion is polled.
+ */
+#ifndef IWARP_VERBS_H
+#define IWARP_VERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct iwv_context iwv_context;
+typedef struct iwv_pd iwv_pd;
+typedef struct iwv_cq iwv_cq;
+typedef struct iwv_qp iwv_qp;
+typedef struct iwv_buffer iwv_buffer;
+typedef struct iwv_mr iwv_mr;
+
+/* Memory access rights (Verbs section 7.2.3). */
+enum iwv_access {
+    IWV_ACCESS_LOCAL_WRITE = 1,
+    IWV_ACCESS_REMOTE_READ = 2,
+    IWV_ACCESS_REMOTE_WRITE = 4,
+    IWV_ACCESS_REMOTE_ATOMIC = 8,
+};
+
+enum iwv_wr_opcode {
+    IWV_WR_SEND = 0,
+    IWV_WR_SEND_WITH_IMM = 1,       /* RDMAP version 2 (negotiated) */
+    IWV_WR_RDMA_WRITE = 2,
+    IWV_WR_RDMA_WRITE_WITH_IMM = 3, /* RFC 7306 */
+    IWV_WR_RDMA_READ = 4,
+    IWV_WR_ATOMIC_FETCH_AND_ADD = 5, /* RFC 7306; one 8-octet SGE receives the old value */
+    IWV_WR_ATOMIC_CMP_AND_SWP = 6,
+};
+
+/* Completion status (Verbs section 8.3.2). */
+enum iwv_wc_status {
+    IWV_WC_SUCCESS = 0,
+    IWV_WC_LOC_LEN_ERR = 1,
+    IWV_WC_LOC_PROT_ERR = 2,
+    IWV_WC_LOC_QP_OP_ERR = 3,
+    IWV_WC_WR_FLUSH_ERR = 4,
+    IWV_WC_REM_ACCESS_ERR = 5,
+    IWV_WC_REM_OP_ERR = 6,
+    IWV_WC_LLP_ERR = 7,
+};
+
+enum iwv_wc_opcode {
+    IWV_WC_SEND = 0,
+    IWV_WC_RDMA_WRITE = 1,
+    IWV_WC_RDMA_READ = 2,
+    IWV_WC_FETCH_ADD = 3,
+    IWV_WC_CMP_SWAP = 4,
+    IWV_WC_IMMEDIATE = 5,
+    IWV_WC_LOCAL_INV = 6,
+    IWV_WC_BIND_MW = 7,
+    IWV_WC_FAST_REG = 8,
+    IWV_WC_RECV = 9,
+    IWV_WC_RECV_IMM = 10,
+};
+
+/* One local scatter/gather element: `length` octets at `offset` of `mr`. */
+struct iwv_sge {
+    iwv_mr *mr;
+    uint64_t offset;
+    uint32_t length;
+};
+
+struct iwv_send_wr {
+    uint64_t wr_id;
+    int opcode;                   /* enum iwv_wr_opcode */
+    const struct iwv_sge *sg_list;
+    int num_sge;
+    uint32_t rkey;                /* the peer's STag (RDMA and atomics) */
+    uint64_t remote_addr;         /* tagged offset in the peer's region */
+    uint64_t imm_data;            /* SEND_WITH_IMM (low 32 bits), RDMA_WRITE_WITH_IMM */
+    uint64_t compare_add;         /* FETCH_AND_ADD: the addend; CMP_AND_SWP: the compare value */
+    uint64_t swap;                /* CMP_AND_SWP */
+    int signaled;                 /* nonzero: a completion is written */
+};
+
+struct iwv_wc {
+    uint64_t wr_id;
+    int status;                   /* enum iwv_wc_status */
+    int opcode;                   /* enum iwv_wc_opcode */
+    uint32_t byte_len;
+    uint32_t qp_num;
+    uint64_t imm_data;
+    int has_imm;
+};
+
+/* What connection setup (MPA, RFC 5044 / RFC 6581) settled. */
+struct iwv_conn_info {
+    uint32_t conn;
+    uint16_t ird;
+    uint16_t ord;
+    uint8_t rdmap_version;
+    uint8_t private_data_len;
+    uint8_t private_data[255];    /* the peer's, truncated to 255 octets */
+};
+
+/* The last error of this thread, or "" (valid until the next call on this thread). */
+const char *iwv_last_error(void);
+
+/* Opens the RNIC of the endpoint whose runtime directory is `runtime_dir` (NULL: the
+ * default, or $IWARP_RUNTIME_DIR). */
+iwv_context *iwv_open(const char *runtime_dir);
+void iwv_close(iwv_context *ctx);
+
+iwv_pd *iwv_alloc_pd(iwv_context *ctx);
+void iwv_dealloc_pd(iwv_pd *pd);
+
+iwv_cq *iwv_create_cq(iwv_context *ctx, uint32_t depth);
+void iwv_destroy_cq(iwv_cq *cq);
+/* Polls up to `n` completions into `wc`; returns how many, or -1. */
+int iwv_poll_cq(iwv_cq *cq, int n, struct iwv_wc *wc);
+
+/* Both queues `depth` deep, 4 SGEs, 64 octets inline, IRD/ORD 16. */
+iwv_qp *iwv_create_qp(iwv_pd *pd, iwv_cq *send_cq, iwv_cq *recv_cq, uint32_t depth);
+void iwv_destroy_qp(iwv_qp *qp);
+uint32_t iwv_qp_num(const iwv_qp *qp);
+int iwv_post_send(iwv_qp *qp, const struct iwv_send_wr *wr);
+int iwv_post_recv(iwv_qp *qp, uint64_t wr_id, const struct iwv_sge *sg_list, int num_sge);
+
+/* Shared memory the daemon can map; zeroed. The pointer stays valid until iwv_free_buffer. */
+iwv_buffer *iwv_alloc_buffer(iwv_context *ctx, size_t len);
+void *iwv_buffer_ptr(iwv_buffer *buf);
+void iwv_free_buffer(iwv_buffer *buf);
+
+/* Registers `len` octets at `offset` of `buf` (zero-based: the peer addresses them from 0). */
+iwv_mr *iwv_reg_mr(iwv_pd *pd, iwv_buffer *buf, uint64_t offset, uint64_t len, uint32_t access);
+uint32_t iwv_mr_stag(const iwv_mr *mr);
+/* Fails (and keeps the region) while posted work requests still use it. */
+int iwv_dereg_mr(iwv_mr *mr);
+
+/* Connection management. Private data goes with the MPA Request/Reply (at most 508 octets).
+ * RDMAP version 2 is asked for (Send with Immediate needs both sides to ask). */
+int iwv_listen(iwv_context *ctx, uint16_t port);
+int iwv_connect(iwv_context *ctx, iwv_qp *qp, const char *ipv4, uint16_t port,
+                const void *private_data, size_t private_data_len, int timeout_ms,
+                struct iwv_conn_info *info);
+/* Waits for the next connection request on a listened port and accepts it for `qp`. */
+int iwv_accept(iwv_context *ctx, iwv_qp *qp, const void *private_data, size_t private_data_len,
+               int timeout_ms, struct iwv_conn_info *info);
+int iwv_disconnect(iwv_context *ctx, uint32_t conn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IWARP_VERBS_H */

@@ -1,0 +1,585 @@
+//! The C ABI of `iwarp-verbs` (`include/iwarp_verbs.h`): opaque handles that box the Rust
+//! objects, integer status codes, and a per-thread last-error message.
+//!
+//! Every function dereferences handles the caller got from this library; the header states
+//! the contract (valid handles, destroy order). Nothing here panics across the boundary: a
+//! null handle is an error return, and Rust errors become messages for `iwv_last_error`.
+
+use iwarp_verbs::{
+    ConnSettings, Context, Established, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
+    RecvWr, SendWr, Sg, SharedBuffer, WorkCompletion, WrOpcode,
+};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct IwvCq(Arc<iwarp_verbs::CompletionQueue>);
+
+/// At most this many SGEs per work request (the QPs this ABI creates allow 4).
+const MAX_SGE: usize = 4;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(msg: impl std::fmt::Display) {
+    let text = CString::new(msg.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+}
+
+fn boxed<T>(r: Result<T, impl std::fmt::Display>) -> *mut T {
+    match r {
+        Ok(v) => Box::into_raw(Box::new(v)),
+        Err(e) => {
+            fail(e);
+            core::ptr::null_mut()
+        }
+    }
+}
+
+fn status(r: Result<(), impl std::fmt::Display>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            fail(e);
+            -1
+        }
+    }
+}
+
+/// The handle behind `p`, or an error for a null one.
+///
+/// # Safety
+/// `p` is null or a live handle of type `T` from this library.
+unsafe fn handle<'a, T>(p: *const T, what: &str) -> Result<&'a T, String> {
+    // SAFETY: per this function's contract.
+    unsafe { p.as_ref() }.ok_or_else(|| format!("{what} is NULL"))
+}
+
+/// # Safety
+/// `p` is null or a pointer this library returned and not yet freed.
+unsafe fn free<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: per this function's contract: it came from Box::into_raw.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// The last error of this thread.
+#[no_mangle]
+pub extern "C" fn iwv_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// # Safety
+/// `runtime_dir` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_open(runtime_dir: *const c_char) -> *mut Context {
+    if runtime_dir.is_null() {
+        return boxed(Context::open_default());
+    }
+    // SAFETY: a NUL-terminated string, per the contract.
+    let dir = unsafe { CStr::from_ptr(runtime_dir) };
+    match dir.to_str() {
+        Ok(d) => boxed(Context::open(Path::new(d))),
+        Err(e) => boxed::<Context>(Err(e)),
+    }
+}
+
+/// # Safety
+/// `ctx` is null or a context from `iwv_open`, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_close(ctx: *mut Context) {
+    // SAFETY: forwarded contract.
+    unsafe { free(ctx) }
+}
+
+/// # Safety
+/// `ctx` is a live context.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_alloc_pd(ctx: *mut Context) -> *mut ProtectionDomain {
+    // SAFETY: forwarded contract.
+    boxed(unsafe { handle(ctx, "context") }.and_then(|c| c.alloc_pd().map_err(|e| e.to_string())))
+}
+
+/// # Safety
+/// `pd` is null or a PD from `iwv_alloc_pd` whose QPs and regions are gone.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_dealloc_pd(pd: *mut ProtectionDomain) {
+    // SAFETY: forwarded contract.
+    unsafe { free(pd) }
+}
+
+/// # Safety
+/// `ctx` is a live context.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_create_cq(ctx: *mut Context, depth: u32) -> *mut IwvCq {
+    // SAFETY: forwarded contract.
+    boxed(
+        unsafe { handle(ctx, "context") }
+            .and_then(|c| c.create_cq(depth).map(IwvCq).map_err(|e| e.to_string())),
+    )
+}
+
+/// # Safety
+/// `cq` is null or a CQ from `iwv_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_destroy_cq(cq: *mut IwvCq) {
+    // SAFETY: forwarded contract.
+    unsafe { free(cq) }
+}
+
+fn c_wc(wc: &WorkCompletion) -> CWc {
+    CWc {
+        wr_id: wc.wr_id,
+        status: wc.status as c_int,
+        opcode: wc.opcode as c_int,
+        byte_len: wc.byte_len,
+        qp_num: wc.qp_num,
+        imm_data: wc.imm_data.unwrap_or(0),
+        has_imm: wc.imm_data.is_some() as c_int,
+    }
+}
+
+/// `struct iwv_wc`.
+#[repr(C)]
+pub struct CWc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub byte_len: u32,
+    pub qp_num: u32,
+    pub imm_data: u64,
+    pub has_imm: c_int,
+}
+
+/// # Safety
+/// `cq` is a live CQ; `wc` points to `n` writable `struct iwv_wc`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_poll_cq(cq: *mut IwvCq, n: c_int, wc: *mut CWc) -> c_int {
+    // SAFETY: forwarded contract.
+    let cq = match unsafe { handle(cq, "cq") } {
+        Ok(c) => c,
+        Err(e) => {
+            fail(e);
+            return -1;
+        }
+    };
+    if wc.is_null() || n < 0 {
+        fail("wc is NULL or n is negative");
+        return -1;
+    }
+    let mut got = 0;
+    while got < n {
+        match cq.0.poll_one() {
+            Ok(Some(w)) => {
+                // SAFETY: `got < n` and `wc` holds `n` entries, per the contract.
+                unsafe { wc.add(got as usize).write(c_wc(&w)) };
+                got += 1;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                fail(e);
+                return -1;
+            }
+        }
+    }
+    got
+}
+
+/// # Safety
+/// `pd`, `send_cq` and `recv_cq` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_create_qp(
+    pd: *mut ProtectionDomain,
+    send_cq: *mut IwvCq,
+    recv_cq: *mut IwvCq,
+    depth: u32,
+) -> *mut QueuePair {
+    // SAFETY: forwarded contract.
+    let r = unsafe {
+        (
+            handle(pd, "pd"),
+            handle(send_cq, "send_cq"),
+            handle(recv_cq, "recv_cq"),
+        )
+    };
+    boxed(match r {
+        (Ok(pd), Ok(s), Ok(r)) => {
+            let mut attr = QpInitAttr::new(&s.0, depth);
+            attr.recv_cq = r.0.clone();
+            pd.create_qp(&attr).map_err(|e| e.to_string())
+        }
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
+    })
+}
+
+/// # Safety
+/// `qp` is null or a QP from `iwv_create_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_destroy_qp(qp: *mut QueuePair) {
+    // SAFETY: forwarded contract.
+    unsafe { free(qp) }
+}
+
+/// # Safety
+/// `qp` is a live QP.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_qp_num(qp: *const QueuePair) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(qp, "qp") }.map_or(0, |q| q.qp_num())
+}
+
+/// `struct iwv_sge`.
+#[repr(C)]
+pub struct CSge {
+    pub mr: *mut MemoryRegion,
+    pub offset: u64,
+    pub length: u32,
+}
+
+/// `struct iwv_send_wr`.
+#[repr(C)]
+pub struct CSendWr {
+    pub wr_id: u64,
+    pub opcode: c_int,
+    pub sg_list: *const CSge,
+    pub num_sge: c_int,
+    pub rkey: u32,
+    pub remote_addr: u64,
+    pub imm_data: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub signaled: c_int,
+}
+
+/// Runs `f` on the SGEs of a C list, without allocating.
+///
+/// # Safety
+/// `list` points to `n` `struct iwv_sge` whose `mr` are live regions.
+unsafe fn with_sgl<R>(
+    list: *const CSge,
+    n: c_int,
+    f: impl FnOnce(&[Sg<'_>]) -> Result<R, String>,
+) -> Result<R, String> {
+    if n < 0 || n as usize > MAX_SGE || (n > 0 && list.is_null()) {
+        return Err(format!("num_sge {n}: between 0 and {MAX_SGE}, with a list"));
+    }
+    if n == 0 {
+        return f(&[]);
+    }
+    // SAFETY: `n` entries, per the contract.
+    let c = unsafe { core::slice::from_raw_parts(list, n as usize) };
+    // SAFETY: each `mr` is null or live, per the contract.
+    let first = unsafe { handle(c[0].mr, "sge mr") }?;
+    let mut sgl = [Sg {
+        mr: first,
+        offset: 0,
+        len: 0,
+    }; MAX_SGE];
+    for (s, x) in sgl.iter_mut().zip(c) {
+        *s = Sg {
+            // SAFETY: as above.
+            mr: unsafe { handle(x.mr, "sge mr") }?,
+            offset: x.offset,
+            len: x.length,
+        };
+    }
+    f(&sgl[..n as usize])
+}
+
+fn opcode(wr: &CSendWr) -> Result<WrOpcode, String> {
+    let (rkey, remote_addr) = (wr.rkey, wr.remote_addr);
+    Ok(match wr.opcode {
+        0 => WrOpcode::Send,
+        1 => WrOpcode::SendWithImm {
+            imm: wr.imm_data as u32,
+        },
+        2 => WrOpcode::RdmaWrite { rkey, remote_addr },
+        3 => WrOpcode::RdmaWriteWithImm {
+            rkey,
+            remote_addr,
+            imm: wr.imm_data,
+        },
+        4 => WrOpcode::RdmaRead { rkey, remote_addr },
+        5 => WrOpcode::FetchAdd {
+            rkey,
+            remote_addr,
+            add: wr.compare_add,
+        },
+        6 => WrOpcode::CmpSwap {
+            rkey,
+            remote_addr,
+            compare: wr.compare_add,
+            swap: wr.swap,
+        },
+        o => return Err(format!("unknown opcode {o}")),
+    })
+}
+
+/// # Safety
+/// `qp` is a live QP; `wr` points to a `struct iwv_send_wr` whose list is valid.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_send(qp: *mut QueuePair, wr: *const CSendWr) -> c_int {
+    // SAFETY: forwarded contract.
+    let r = unsafe { (handle(qp, "qp"), handle(wr, "wr")) };
+    status(match r {
+        (Ok(qp), Ok(wr)) => {
+            // SAFETY: forwarded contract.
+            unsafe {
+                with_sgl(wr.sg_list, wr.num_sge, |sgl| {
+                    let mut w = SendWr::new(wr.wr_id, opcode(wr)?, sgl);
+                    w.signaled = wr.signaled != 0;
+                    qp.post_send(&w).map_err(|e| e.to_string())
+                })
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    })
+}
+
+/// # Safety
+/// `qp` is a live QP; `sg_list` holds `num_sge` valid entries.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_recv(
+    qp: *mut QueuePair,
+    wr_id: u64,
+    sg_list: *const CSge,
+    num_sge: c_int,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    status(unsafe { handle(qp, "qp") }.and_then(|qp| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            with_sgl(sg_list, num_sge, |sgl| {
+                qp.post_recv(&RecvWr {
+                    wr_id,
+                    sg_list: sgl,
+                })
+                .map_err(|e| e.to_string())
+            })
+        }
+    }))
+}
+
+/// # Safety
+/// `ctx` is a live context.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_alloc_buffer(ctx: *mut Context, len: usize) -> *mut SharedBuffer {
+    // SAFETY: forwarded contract.
+    boxed(
+        unsafe { handle(ctx, "context") }
+            .and_then(|c| c.alloc_buffer(len).map_err(|e| e.to_string())),
+    )
+}
+
+/// # Safety
+/// `buf` is a live buffer.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_buffer_ptr(buf: *mut SharedBuffer) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { handle(buf, "buffer") }.map_or(core::ptr::null_mut(), |b| b.as_ptr().cast())
+}
+
+/// # Safety
+/// `buf` is null or a buffer from `iwv_alloc_buffer`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_free_buffer(buf: *mut SharedBuffer) {
+    // SAFETY: forwarded contract.
+    unsafe { free(buf) }
+}
+
+/// # Safety
+/// `pd` and `buf` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_reg_mr(
+    pd: *mut ProtectionDomain,
+    buf: *mut SharedBuffer,
+    offset: u64,
+    len: u64,
+    access: u32,
+) -> *mut MemoryRegion {
+    // SAFETY: forwarded contract.
+    let r = unsafe { (handle(pd, "pd"), handle(buf, "buffer")) };
+    boxed(match r {
+        (Ok(pd), Ok(buf)) => pd
+            .reg_mr(buf, offset, len, access)
+            .map_err(|e| e.to_string()),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    })
+}
+
+/// # Safety
+/// `mr` is a live region.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_mr_stag(mr: *const MemoryRegion) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(mr, "mr") }.map_or(0, |m| m.stag())
+}
+
+/// # Safety
+/// `mr` is null or a region from `iwv_reg_mr`; after success it is gone.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_dereg_mr(mr: *mut MemoryRegion) -> c_int {
+    if mr.is_null() {
+        fail("mr is NULL");
+        return -1;
+    }
+    // SAFETY: from Box::into_raw, per the contract.
+    let m = unsafe { Box::from_raw(mr) };
+    match m.deregister() {
+        Ok(()) => 0,
+        Err((m, e)) => {
+            fail(e);
+            // Still registered: the caller keeps the handle.
+            let _ = Box::into_raw(Box::new(m));
+            -1
+        }
+    }
+}
+
+fn settings(pd: *const c_void, len: usize) -> Result<ConnSettings, String> {
+    let private_data = if len == 0 {
+        Vec::new()
+    } else if pd.is_null() {
+        return Err("private_data is NULL".into());
+    } else {
+        // SAFETY: `len` readable octets, per the header's contract.
+        unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), len) }.to_vec()
+    };
+    Ok(ConnSettings {
+        rdmap_v2: true,
+        private_data,
+        ..ConnSettings::default()
+    })
+}
+
+/// `struct iwv_conn_info`.
+#[repr(C)]
+pub struct CConnInfo {
+    pub conn: u32,
+    pub ird: u16,
+    pub ord: u16,
+    pub rdmap_version: u8,
+    pub private_data_len: u8,
+    pub private_data: [u8; 255],
+}
+
+fn fill(info: *mut CConnInfo, e: &Established) {
+    if info.is_null() {
+        return;
+    }
+    let n = e.private_data.len().min(255);
+    let mut c = CConnInfo {
+        conn: e.conn,
+        ird: e.ird,
+        ord: e.ord,
+        rdmap_version: e.rdmap_version,
+        private_data_len: n as u8,
+        private_data: [0; 255],
+    };
+    c.private_data[..n].copy_from_slice(&e.private_data[..n]);
+    // SAFETY: non-null and writable, per the header's contract.
+    unsafe { info.write(c) };
+}
+
+fn timeout(ms: c_int) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// # Safety
+/// `ctx` is a live context.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_listen(ctx: *mut Context, port: u16) -> c_int {
+    // SAFETY: forwarded contract.
+    status(unsafe { handle(ctx, "context") }.and_then(|c| {
+        c.listen(port, &settings(core::ptr::null(), 0)?)
+            .map_err(|e| e.to_string())
+    }))
+}
+
+/// # Safety
+/// `ctx` and `qp` are live; `ipv4` is a NUL-terminated string; `private_data` holds
+/// `private_data_len` octets; `info` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_connect(
+    ctx: *mut Context,
+    qp: *mut QueuePair,
+    ipv4: *const c_char,
+    port: u16,
+    private_data: *const c_void,
+    private_data_len: usize,
+    timeout_ms: c_int,
+    info: *mut CConnInfo,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let r = unsafe { (handle(ctx, "context"), handle(qp, "qp")) };
+    let (ctx, qp) = match r {
+        (Ok(c), Ok(q)) => (c, q),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(e);
+            return -1;
+        }
+    };
+    if ipv4.is_null() {
+        fail("ipv4 is NULL");
+        return -1;
+    }
+    // SAFETY: NUL-terminated, per the contract.
+    let ip = unsafe { CStr::from_ptr(ipv4) }.to_string_lossy();
+    let addr: SocketAddr = match format!("{ip}:{port}").parse() {
+        Ok(a) => a,
+        Err(e) => {
+            fail(format!("{ip}: {e}"));
+            return -1;
+        }
+    };
+    status(settings(private_data, private_data_len).and_then(|s| {
+        ctx.connect_blocking(qp, addr, &s, timeout(timeout_ms))
+            .map(|e| fill(info, &e))
+            .map_err(|e| e.to_string())
+    }))
+}
+
+/// # Safety
+/// As for `iwv_connect`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_accept(
+    ctx: *mut Context,
+    qp: *mut QueuePair,
+    private_data: *const c_void,
+    private_data_len: usize,
+    timeout_ms: c_int,
+    info: *mut CConnInfo,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let r = unsafe { (handle(ctx, "context"), handle(qp, "qp")) };
+    let (ctx, qp) = match r {
+        (Ok(c), Ok(q)) => (c, q),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(e);
+            return -1;
+        }
+    };
+    let t = timeout(timeout_ms);
+    status(settings(private_data, private_data_len).and_then(|s| {
+        let req = ctx.get_request(t).map_err(|e| e.to_string())?;
+        ctx.accept_blocking(&req, qp, &s, t)
+            .map(|e| fill(info, &e))
+            .map_err(|e| e.to_string())
+    }))
+}
+
+/// # Safety
+/// `ctx` is a live context.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_disconnect(ctx: *mut Context, conn: u32) -> c_int {
+    // SAFETY: forwarded contract.
+    status(
+        unsafe { handle(ctx, "context") }
+            .and_then(|c| c.disconnect(conn, false).map_err(|e| e.to_string())),
+    )
+}
