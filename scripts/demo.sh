@@ -87,4 +87,4 @@ echo
 echo "demo: latency over the same endpoints (iwarp-bench), with baselines from this run"
 "$bin/iwarp-bench" --daemons running --runtime-dir "$run/a" --runtime-dir "$run/b" \
     --endpoint-ip 10.77.0.1 --endpoint-ip 10.77.0.2 \
-    --sizes 64,4K --iterations 2000 --warmup 200 --baselines tcp,shm
+    --sizes 8,64,4K --iterations 2000 --warmup 200 --baselines tcp,shm

@@ -221,6 +221,64 @@ fn nonsense_is_refused_with_a_clear_message() {
 }
 
 #[test]
+fn every_iwarp_operation_over_spawned_endpoints_has_its_histogram() {
+    // Two endpoints (iwarpd + iwarp-control each) on the embedded Unix-socket Ethernet,
+    // started and stopped by the harness; every operation through iwarp-verbs.
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    ok(&[
+        "--ops",
+        "all",
+        "--baselines",
+        "none",
+        "--mode",
+        "latency,bandwidth",
+        "--sizes",
+        "8,4K",
+        "--iterations",
+        "50",
+        "--warmup",
+        "5",
+        "--window",
+        "8",
+        "--json",
+        j.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    let ms = measurements(&v);
+    let mut seen = std::collections::BTreeSet::new();
+    for m in ms {
+        assert_eq!(m["transport"], "verbs", "{m}");
+        assert_eq!(m["count"], 50, "{m}");
+        let op = m["op"].as_str().unwrap().to_string();
+        if m["mode"] == "latency" {
+            let p50 = m["latency_us"]["p50"].as_f64();
+            assert!(p50.is_some_and(|x| x > 0.0), "{m}");
+        } else {
+            assert_eq!(m["throughput"]["messages"], 50, "{m}");
+        }
+        seen.insert((m["mode"].as_str().unwrap().to_string(), op));
+    }
+    for mode in ["latency", "bandwidth"] {
+        for op in [
+            "send",
+            "send-imm",
+            "write",
+            "write-imm",
+            "read",
+            "fetch-add",
+            "cmp-swap",
+        ] {
+            assert!(
+                seen.contains(&(mode.to_string(), op.to_string())),
+                "{mode} {op} missing: {seen:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn verbs_operations_without_an_endpoint_fail_cleanly() {
     // Running endpoints named by directories that hold none: a clear error, no hang.
     let dir = tempfile::tempdir().unwrap();
