@@ -23,6 +23,8 @@ pub mod command;
 pub mod daemon_shm;
 pub mod error;
 pub mod fdpass;
+#[cfg(not(loom))]
+pub mod notify;
 pub mod ring;
 pub mod segment;
 pub mod sync;

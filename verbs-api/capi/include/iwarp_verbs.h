@@ -129,6 +129,9 @@ iwv_cq *iwv_create_cq(iwv_context *ctx, uint32_t depth);
 void iwv_destroy_cq(iwv_cq *cq);
 /* Polls up to `n` completions into `wc`; returns how many, or -1. */
 int iwv_poll_cq(iwv_cq *cq, int n, struct iwv_wc *wc);
+/* Waits up to `timeout_ms` for one completion, asleep in the kernel (the daemon wakes the CQ
+ * when it writes one): 1 with `*wc` filled, 0 at the timeout, -1 on error. */
+int iwv_wait_cq(iwv_cq *cq, int timeout_ms, struct iwv_wc *wc);
 
 /* Both queues `depth` deep, 4 SGEs, 64 octets inline, IRD/ORD 16. */
 iwv_qp *iwv_create_qp(iwv_pd *pd, iwv_cq *send_cq, iwv_cq *recv_cq, uint32_t depth);

@@ -191,6 +191,36 @@ pub unsafe extern "C" fn iwv_poll_cq(cq: *mut IwvCq, n: c_int, wc: *mut CWc) -> 
 }
 
 /// # Safety
+/// `cq` is a live CQ; `wc` points to a writable `struct iwv_wc`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_wait_cq(cq: *mut IwvCq, timeout_ms: c_int, wc: *mut CWc) -> c_int {
+    // SAFETY: forwarded contract.
+    let cq = match unsafe { handle(cq, "cq") } {
+        Ok(c) => c,
+        Err(e) => {
+            fail(e);
+            return -1;
+        }
+    };
+    if wc.is_null() {
+        fail("wc is NULL");
+        return -1;
+    }
+    match cq.0.wait(timeout(timeout_ms)) {
+        Ok(Some(w)) => {
+            // SAFETY: non-null and writable, per the contract.
+            unsafe { wc.write(c_wc(&w)) };
+            1
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            fail(e);
+            -1
+        }
+    }
+}
+
+/// # Safety
 /// `pd`, `send_cq` and `recv_cq` are live handles.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_create_qp(

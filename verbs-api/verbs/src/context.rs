@@ -183,19 +183,22 @@ impl Context {
 
     /// Create Completion Queue with room for `depth` completions.
     pub fn create_cq(&self, depth: u32) -> Result<Arc<CompletionQueue>, Error> {
+        // The ring, then the notification word the daemon wakes waiters on.
         let seg = Arc::new(Segment::create(
             &segment_name("cq"),
             SegmentKind::CompletionQueue,
-            ring::ring_bytes::<Cqe>(ring_slots(depth)),
+            iwarp_abi::notify::cq_segment_bytes(ring_slots(depth)),
             HugePolicy::Auto,
         )?);
         let (_, consumer) = ring::init_segment::<Cqe>(&seg, ring_slots(depth))?;
+        let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, ring_slots(depth));
         let cq = id(self.call(&Request::CreateCq {
             depth,
             ring: path_of(&seg)?,
         })?)?;
         Ok(Arc::new(
             CompletionQueue::from_ring(cq, consumer)
+                .with_notify(notify)
                 .with_release(Release::new(&self.link, Request::DestroyCq { cq })),
         ))
     }

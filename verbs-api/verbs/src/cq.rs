@@ -11,6 +11,7 @@ pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A work completion (Verbs section 8.3.2). A failed completion is data: see `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +91,8 @@ pub struct CompletionQueue {
     release: Option<Release>,
     cq_num: u32,
     ring: Mutex<Consumer<Cqe>>,
+    /// The word the daemon wakes us on (see [`CompletionQueue::wait`]).
+    notify: Option<iwarp_abi::notify::Notify>,
     qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
 }
 
@@ -100,7 +103,42 @@ impl CompletionQueue {
             release: None,
             cq_num,
             ring: Mutex::new(ring),
+            notify: None,
             qps: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn with_notify(mut self, n: Option<iwarp_abi::notify::Notify>) -> CompletionQueue {
+        self.notify = n;
+        self
+    }
+
+    /// Waits up to `timeout` for a completion, sleeping in the kernel rather than spinning
+    /// (Request Completion Notification and its event channel, Verbs section 8.3.4): the
+    /// daemon wakes this CQ's waiters when it writes a completion. Returns the first
+    /// completion, or `None` at the timeout. Without a notification word (a CQ made by
+    /// `from_ring`), it polls with short sleeps.
+    pub fn wait(&self, timeout: Duration) -> Result<Option<WorkCompletion>, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.poll_one()? {
+                return Ok(Some(wc));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            match &self.notify {
+                Some(n) => {
+                    n.arm();
+                    // A completion written before the daemon could see the armed word.
+                    if let Some(wc) = self.poll_one()? {
+                        return Ok(Some(wc));
+                    }
+                    n.wait(left);
+                }
+                None => std::thread::sleep(left.min(Duration::from_micros(50))),
+            }
         }
     }
 

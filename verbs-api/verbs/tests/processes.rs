@@ -56,6 +56,13 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Tests run in parallel in one process: daemon names carry a sequence.
+fn unique(name: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("vt-{name}-{}-{n}", std::process::id())
+}
+
 struct Endpoint {
     runtime: PathBuf,
     _control: Proc,
@@ -66,7 +73,7 @@ fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     let runtime = dir.join(name);
     let daemon = Proc(
         Command::new(binary("iwarpd"))
-            .args(["--name", &format!("vt-{name}-{}", std::process::id())])
+            .args(["--name", &unique(name)])
             .args(["--port", "unix", "--polling", "adaptive"])
             .arg("--segment")
             .arg(dir.join("eth"))
@@ -247,4 +254,88 @@ fn an_endpoint_that_is_not_running_is_named_in_the_error() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened a context with nothing running"),
     }
+}
+
+/// The thread's scheduler state letter from /proc (R running, S sleeping, ...).
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // The state follows the parenthesised command name.
+    stat.rsplit(')')
+        .next()
+        .and_then(|r| r.trim().chars().next())
+        .unwrap_or('?')
+}
+
+#[test]
+fn a_waiter_sleeps_in_the_kernel_until_the_daemon_writes_its_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = endpoint(dir.path(), "a", 1);
+    let b = endpoint(dir.path(), "b", 2);
+    let ca = Context::open(&a.runtime).unwrap();
+    let cb = Context::open(&b.runtime).unwrap();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (qa_cq, qb_cq) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+    let qa = pa.create_qp(&QpInitAttr::new(&qa_cq, 8)).unwrap();
+    let qb = pb.create_qp(&QpInitAttr::new(&qb_cq, 8)).unwrap();
+    let (ba, bb) = (
+        ca.alloc_buffer(4096).unwrap(),
+        cb.alloc_buffer(4096).unwrap(),
+    );
+    let ma = pa.reg_mr(&ba, 0, 4096, access::LOCAL_WRITE).unwrap();
+    let mb = pb.reg_mr(&bb, 0, 4096, access::LOCAL_WRITE).unwrap();
+    cb.listen(7300, &ConnSettings::default()).unwrap();
+    let conn = ca
+        .connect(
+            &qa,
+            "10.55.0.2:7300".parse().unwrap(),
+            &ConnSettings::default(),
+        )
+        .unwrap();
+    let req = cb.get_request(Duration::from_secs(20)).unwrap();
+    cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
+        .unwrap();
+    ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+    let sg = [Sg {
+        mr: &mb,
+        offset: 0,
+        len: 4096,
+    }];
+    qb.post_recv(&RecvWr {
+        wr_id: 77,
+        sg_list: &sg,
+    })
+    .unwrap();
+
+    // B's application blocks on its CQ...
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let cq = qb_cq.clone();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: gettid(2) takes no arguments.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        cq.wait(Duration::from_secs(30)).unwrap()
+    });
+    let tid = tid_rx.recv().unwrap();
+    // ...asleep in the kernel, not spinning.
+    let t = Instant::now();
+    while thread_state(tid) != 'S' {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the waiter never slept"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A's Send: the daemon writes B's completion and wakes the waiter.
+    ba.write(0, b"wake up").unwrap();
+    let ssg = [Sg {
+        mr: &ma,
+        offset: 0,
+        len: 7,
+    }];
+    qa.post_send(&SendWr::new(1, WrOpcode::Send, &ssg)).unwrap();
+    let wc = waiter.join().unwrap().expect("woken with a completion");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (77, WcStatus::Success, 7)
+    );
+    assert_eq!(bb.to_vec(0, 7).unwrap(), b"wake up");
 }

@@ -19,6 +19,8 @@ pub const BURST: usize = 32;
 pub struct HostCq {
     pub engine_cq: u32,
     pub ring: Producer<Cqe>,
+    /// The application's notification word, woken after completions are written.
+    pub notify: Option<iwarp_abi::notify::Notify>,
 }
 
 /// What a pump did, for counters and for the caller's "anything to do?" decision.
@@ -223,6 +225,11 @@ impl HostCq {
         let written = self.ring.push_batch(&cqes[..n]);
         debug_assert_eq!(written, n);
         p.completed += written;
+        if p.completed > 0 {
+            if let Some(w) = &self.notify {
+                w.wake_if_armed();
+            }
+        }
         p
     }
 }
@@ -390,6 +397,7 @@ mod tests {
         let mut cq = HostCq {
             engine_cq: ecq,
             ring: cq_p,
+            notify: None,
         };
 
         let mem = seg("mem", 4096);
@@ -496,6 +504,7 @@ mod tests {
         let mut cq = HostCq {
             engine_cq: ecq,
             ring: cq_p,
+            notify: None,
         };
         for i in 0..10 {
             app_rq.push(RecvWqe::new(i, &[]).unwrap()).unwrap();

@@ -316,6 +316,7 @@ impl Host {
                 let seg = open(&ring.to_path(), SegmentKind::CompletionQueue)?;
                 let (producer, _) =
                     ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
+                let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
                 let engine_cq = node.rnic.create_cq(depth as usize);
                 self.cq_num.insert(engine_cq, cq);
                 self.cqs.insert(
@@ -324,6 +325,7 @@ impl Host {
                         host: HostCq {
                             engine_cq,
                             ring: producer,
+                            notify,
                         },
                         pending: Vec::new(),
                     },

@@ -1,0 +1,118 @@
+//! Completion notification (Verbs "Request Completion Notification" with an event channel):
+//! a 32-bit word in the CQ's segment, 64-aligned after the ring, that lets an application
+//! sleep in the kernel (a futex on shared memory) until the daemon writes a completion,
+//! instead of spinning.
+//!
+//! The application arms (stores 1), checks the ring once more, then waits while the word
+//! stays armed. The daemon, after publishing completions, loads the word and, when armed,
+//! clears it and wakes the waiters. Both sides put a SeqCst fence between their store and their load (the
+//! head index for the application, the word for the daemon), so either the application sees
+//! the new completion or the daemon sees the armed word: no wake-up is lost. The daemon pays
+//! one load per burst of completions, and a system call only when someone sleeps.
+
+// The futex word must be a plain u32 in shared memory that the kernel reads: the loom facade
+// (crate::sync) cannot stand in for it, so this module uses core's atomics and is left out of
+// loom builds (lib.rs).
+#![allow(clippy::disallowed_types)]
+
+use crate::ring::ring_bytes;
+use crate::segment::Segment;
+use crate::wqe::Cqe;
+use core::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the word lives in a CQ segment's data area with `slots` ring slots.
+pub const fn offset(slots: usize) -> usize {
+    ring_bytes::<Cqe>(slots).div_ceil(64) * 64
+}
+
+/// Data-area octets of a CQ segment with `slots` ring slots and its notification word.
+pub const fn cq_segment_bytes(slots: usize) -> usize {
+    offset(slots) + 64
+}
+
+/// The notification word of one CQ, with its segment kept mapped.
+pub struct Notify {
+    word: *const AtomicU32,
+    _seg: Arc<Segment>,
+}
+
+// SAFETY: `word` points into a shared mapping that `_seg` keeps alive; it is only accessed
+// through atomic operations, which are safe from any thread.
+unsafe impl Send for Notify {}
+// SAFETY: as above.
+unsafe impl Sync for Notify {}
+
+impl Notify {
+    /// The word of the CQ segment `seg` whose ring has `slots` slots; `None` when the segment
+    /// has no room for it (an application that does not use notification).
+    pub fn of_cq_segment(seg: &Arc<Segment>, slots: usize) -> Option<Notify> {
+        let at = offset(slots);
+        if seg.data_len() < at + 4 {
+            return None;
+        }
+        // SAFETY: `at + 4` lies inside the data area (checked), which is page-aligned, so the
+        // address is 4-aligned; the mapping lives as long as `_seg`.
+        let word = unsafe { seg.data().as_ptr().add(at) } as *const AtomicU32;
+        Some(Notify {
+            word,
+            _seg: seg.clone(),
+        })
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: see `of_cq_segment`.
+        unsafe { &*self.word }
+    }
+
+    /// Application: ask to be woken by the next completion. Check the ring after this.
+    pub fn arm(&self) {
+        self.word().store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Application: sleep until woken or `timeout` passes (returns at once if not armed).
+    pub fn wait(&self, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on a 4-aligned word of a shared mapping that stays mapped; the
+        // kernel compares it with 1 and sleeps only then. Shared (not PRIVATE): the waker is
+        // another process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word,
+                libc::FUTEX_WAIT,
+                1u32,
+                &ts as *const libc::timespec,
+                core::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Daemon: after publishing completions, wake an armed waiter. Returns whether it did.
+    pub fn wake_if_armed(&self) -> bool {
+        fence(Ordering::SeqCst);
+        if self.word().load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.word().store(0, Ordering::SeqCst);
+        // SAFETY: FUTEX_WAKE on the same word; wakes every waiter.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word,
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                core::ptr::null::<libc::timespec>(),
+                core::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+        true
+    }
+}
