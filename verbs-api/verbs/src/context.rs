@@ -463,6 +463,39 @@ impl ProtectionDomain {
             .with_release(Release::new(self.ctx.link(), Request::DeregMr { stag })))
     }
 
+    /// Reregister Memory Region (Verbs section 7.2.5) with new access rights: the region gets
+    /// a new STag (a new key), so peers holding the old one are refused. Refused, with the
+    /// region given back, while posted work uses it.
+    pub fn rereg_mr(
+        &self,
+        mut mr: MemoryRegion,
+        access: u32,
+    ) -> Result<MemoryRegion, (MemoryRegion, Error)> {
+        let (stag, len, base_to) = (mr.stag(), mr.len(), mr.base_to());
+        let posted = mr.posted();
+        if posted > 0 || !mr.disarm() {
+            return Err((mr, Error::MrInUse { stag, posted }));
+        }
+        match self
+            .ctx
+            .call(&Request::ReregMr { stag, access })
+            .and_then(id)
+        {
+            Ok(new) => Ok(
+                MemoryRegion::from_registration(new, base_to, len).with_release(Release::new(
+                    self.ctx.link(),
+                    Request::DeregMr { stag: new },
+                )),
+            ),
+            Err(e) => {
+                // Still registered under the old STag: release it as before.
+                let mr = MemoryRegion::from_registration(stag, base_to, len)
+                    .with_release(Release::new(self.ctx.link(), Request::DeregMr { stag }));
+                Err((mr, e))
+            }
+        }
+    }
+
     /// Allocate Memory Window (Verbs section 7.2.7): its STag, valid once bound.
     pub fn alloc_mw(&self) -> Result<u32, Error> {
         id(self.ctx.call(&Request::AllocMw { pd: self.pd })?)

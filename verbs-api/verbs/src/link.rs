@@ -170,6 +170,13 @@ impl Release {
     }
 }
 
+impl Release {
+    /// The resource was replaced (re-registration): nothing to release any more.
+    pub(crate) fn disarm(&mut self) {
+        self.req = None;
+    }
+}
+
 impl Drop for Release {
     fn drop(&mut self) {
         if let Some(req) = self.req.take() {

@@ -57,6 +57,24 @@ impl MemoryRegion {
         self
     }
 
+    /// Forgets the release of a region control replaced (re-registration); false when posted
+    /// work still holds it.
+    pub(crate) fn disarm(&mut self) -> bool {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                if let Some(r) = inner.release.as_mut() {
+                    r.disarm();
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn base_to(&self) -> u64 {
+        self.inner.base_to
+    }
+
     /// The STag, used locally (lkey) and given to peers (rkey).
     pub fn stag(&self) -> u32 {
         self.inner.lkey

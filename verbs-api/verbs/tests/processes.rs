@@ -283,6 +283,13 @@ fn a_waiter_sleeps_in_the_kernel_until_the_daemon_writes_its_completion() {
     );
     let ma = pa.reg_mr(&ba, 0, 4096, access::LOCAL_WRITE).unwrap();
     let mb = pb.reg_mr(&bb, 0, 4096, access::LOCAL_WRITE).unwrap();
+    // Re-registration gives the region a new STag; the receive below uses it.
+    let old = mb.stag();
+    let mb = pb
+        .rereg_mr(mb, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    assert_ne!(mb.stag(), old, "a new key");
     cb.listen(7300, &ConnSettings::default()).unwrap();
     let conn = ca
         .connect(
