@@ -55,6 +55,20 @@ pub enum WrOpcode {
     Immediate {
         imm: u64,
     },
+    /// Bind Memory Window (Verbs section 7.3.3): window `mw` (from
+    /// [`crate::ProtectionDomain::alloc_mw`]) covers `len` octets at tagged offset `to` of
+    /// region `mr` (its STag; the region needs the bind right) with `access` rights.
+    BindMw {
+        mw: u32,
+        mr: u32,
+        to: u64,
+        len: u64,
+        access: u32,
+    },
+    /// Local Invalidate (Verbs section 7.3.5) of a window or fast-registered STag.
+    LocalInvalidate {
+        stag: u32,
+    },
 }
 
 /// One local scatter/gather element: `len` octets at `offset` of `mr`.
@@ -190,6 +204,8 @@ impl QueuePair {
             WrOpcode::FetchAdd { .. } => SendOpcode::FetchAdd,
             WrOpcode::CmpSwap { .. } => SendOpcode::CmpSwap,
             WrOpcode::Immediate { .. } => SendOpcode::Immediate,
+            WrOpcode::BindMw { .. } => SendOpcode::BindMw,
+            WrOpcode::LocalInvalidate { .. } => SendOpcode::LocalInv,
         };
         let mut w = SendWqe::new(wr.wr_id, op, &sgl)?;
         match wr.opcode {
@@ -197,6 +213,20 @@ impl QueuePair {
             WrOpcode::SendWithInvalidate { stag } => w.invalidate_stag = stag,
             WrOpcode::SendWithImm { imm } => w.imm = imm as u64,
             WrOpcode::Immediate { imm } => w.imm = imm,
+            WrOpcode::BindMw {
+                mw,
+                mr,
+                to,
+                len,
+                access,
+            } => {
+                w.local_stag = mw;
+                w.mr_stag = mr;
+                w.mr_to = to;
+                w.mr_len = len;
+                w.access = access;
+            }
+            WrOpcode::LocalInvalidate { stag } => w.local_stag = stag,
             WrOpcode::RdmaWrite { rkey, remote_addr }
             | WrOpcode::RdmaRead { rkey, remote_addr } => {
                 w.remote_stag = rkey;

@@ -267,7 +267,7 @@ fn thread_state(tid: i32) -> char {
 }
 
 #[test]
-fn a_waiter_sleeps_in_the_kernel_until_the_daemon_writes_its_completion() {
+fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let a = endpoint(dir.path(), "a", 1);
     let b = endpoint(dir.path(), "b", 2);
@@ -286,7 +286,10 @@ fn a_waiter_sleeps_in_the_kernel_until_the_daemon_writes_its_completion() {
     // Re-registration gives the region a new STag; the receive below uses it.
     let old = mb.stag();
     let mb = pb
-        .rereg_mr(mb, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .rereg_mr(
+            mb,
+            access::LOCAL_WRITE | access::REMOTE_WRITE | access::BIND,
+        )
         .map_err(|(_, e)| e)
         .unwrap();
     assert_ne!(mb.stag(), old, "a new key");
@@ -345,4 +348,40 @@ fn a_waiter_sleeps_in_the_kernel_until_the_daemon_writes_its_completion() {
         (77, WcStatus::Success, 7)
     );
     assert_eq!(bb.to_vec(0, 7).unwrap(), b"wake up");
+    let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+
+    // A memory window on B's region, bound by B, written by A through the window's STag.
+    let mw = pb.alloc_mw().unwrap();
+    let bind = WrOpcode::BindMw {
+        mw,
+        mr: mb.stag(),
+        to: 1024,
+        len: 512,
+        access: access::REMOTE_WRITE,
+    };
+    qb.post_send(&SendWr::new(9, bind, &[])).unwrap();
+    let wc = qb_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
+    ba.write(100, b"through the window").unwrap();
+    let wsg = [Sg {
+        mr: &ma,
+        offset: 100,
+        len: 18,
+    }];
+    let write = WrOpcode::RdmaWrite {
+        rkey: mw,
+        remote_addr: 1024 + 8,
+    };
+    qa.post_send(&SendWr::new(2, write, &wsg)).unwrap();
+    let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    let t = Instant::now();
+    while bb.to_vec(1032, 18).unwrap() != b"through the window" {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the Write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
