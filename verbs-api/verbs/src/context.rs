@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::link::{lock, Link, Release, Shared};
 use crate::mr::MemoryRegion;
 use crate::qp::QueuePair;
+use crate::srq::SharedReceiveQueue;
 use iwarp_abi::command::ShmPath;
 use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
@@ -110,6 +111,8 @@ pub struct QpInitAttr {
     /// Inbound Read/atomic queue depth offered, and outbound wanted.
     pub ird: u16,
     pub ord: u16,
+    /// Take receives from this S-RQ (of the same PD) instead of an own receive queue.
+    pub srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 impl QpInitAttr {
@@ -124,6 +127,7 @@ impl QpInitAttr {
             max_inline: 64,
             ird: 16,
             ord: 16,
+            srq: None,
         }
     }
 }
@@ -384,7 +388,8 @@ impl ProtectionDomain {
         &self.ctx
     }
 
-    /// Create QP in this PD, with its send and receive queues in shared rings.
+    /// Create QP in this PD, with its send and receive queues in shared rings (no receive
+    /// ring with an S-RQ).
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
         let sq_seg = Arc::new(Segment::create(
             &segment_name("sq"),
@@ -392,19 +397,25 @@ impl ProtectionDomain {
             ring::ring_bytes::<SendWqe>(ring_slots(attr.sq_depth)),
             HugePolicy::Auto,
         )?);
-        let rq_seg = Arc::new(Segment::create(
-            &segment_name("rq"),
-            SegmentKind::RecvQueue,
-            ring::ring_bytes::<RecvWqe>(ring_slots(attr.rq_depth)),
-            HugePolicy::Auto,
-        )?);
         let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, ring_slots(attr.sq_depth))?;
-        let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, ring_slots(attr.rq_depth))?;
+        let rq = match attr.srq {
+            Some(_) => None,
+            None => {
+                let seg = Arc::new(Segment::create(
+                    &segment_name("rq"),
+                    SegmentKind::RecvQueue,
+                    ring::ring_bytes::<RecvWqe>(ring_slots(attr.rq_depth)),
+                    HugePolicy::Auto,
+                )?);
+                let (rq, _) = ring::init_segment::<RecvWqe>(&seg, ring_slots(attr.rq_depth))?;
+                Some((rq, path_of(&seg)?))
+            }
+        };
         let attrs = QpAttrs {
             pd: self.pd,
             send_cq: attr.send_cq.cq_num(),
             recv_cq: attr.recv_cq.cq_num(),
-            srq: None,
+            srq: attr.srq.as_ref().map(|s| s.srq_num()),
             sq_depth: attr.sq_depth,
             rq_depth: attr.rq_depth,
             max_sge: attr.max_sge,
@@ -412,21 +423,52 @@ impl ProtectionDomain {
             ird: attr.ird,
             ord: attr.ord,
         };
+        let sq_path = path_of(&sq_seg)?;
         let qp = id(self.ctx.call(&Request::CreateQp {
             attrs,
-            sq: path_of(&sq_seg)?,
-            rq: path_of(&rq_seg)?,
+            sq: sq_path,
+            // With an S-RQ there is no receive ring; the field is not read.
+            rq: rq.as_ref().map_or(sq_path, |(_, p)| *p),
         })?)?;
-        Ok(QueuePair::from_rings(
-            qp,
-            sq,
-            Some(rq),
-            attr.send_cq.clone(),
-            attr.recv_cq.clone(),
-            attr.max_sge as usize,
-            attr.max_inline as usize,
-        )
-        .with_release(Release::new(self.ctx.link(), Request::DestroyQp { qp })))
+        let release = Release::new(self.ctx.link(), Request::DestroyQp { qp });
+        let (send_cq, recv_cq) = (attr.send_cq.clone(), attr.recv_cq.clone());
+        let (max_sge, max_inline) = (attr.max_sge as usize, attr.max_inline as usize);
+        let q = match (&attr.srq, rq) {
+            (Some(srq), _) => {
+                QueuePair::with_srq(qp, sq, send_cq, recv_cq, max_sge, max_inline, srq)
+            }
+            (None, rq) => QueuePair::from_rings(
+                qp,
+                sq,
+                rq.map(|(r, _)| r),
+                send_cq,
+                recv_cq,
+                max_sge,
+                max_inline,
+            ),
+        };
+        Ok(q.with_release(release).holding_srq(attr.srq.clone()))
+    }
+
+    /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.
+    pub fn create_srq(&self, depth: u32) -> Result<Arc<SharedReceiveQueue>, Error> {
+        let seg = Arc::new(Segment::create(
+            &segment_name("srq"),
+            SegmentKind::SharedRecvQueue,
+            ring::ring_bytes::<RecvWqe>(ring_slots(depth)),
+            HugePolicy::Auto,
+        )?);
+        let (producer, _) = ring::init_segment::<RecvWqe>(&seg, ring_slots(depth))?;
+        let srq = id(self.ctx.call(&Request::CreateSrq {
+            pd: self.pd,
+            depth,
+            ring: path_of(&seg)?,
+        })?)?;
+        Ok(Arc::new(SharedReceiveQueue::new(
+            srq,
+            producer,
+            Release::new(self.ctx.link(), Request::DestroySrq { srq }),
+        )))
     }
 
     /// Register Memory Region (Verbs section 7.2.3): `len` octets at `offset` of `buf` with

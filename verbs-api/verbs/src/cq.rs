@@ -77,7 +77,8 @@ impl Outstanding {
 #[derive(Debug, Default)]
 pub(crate) struct QpTracker {
     pub(crate) sq: Outstanding,
-    pub(crate) rq: Outstanding,
+    /// The QP's own receive queue, or the S-RQ's (shared by its QPs).
+    pub(crate) rq: Arc<Outstanding>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -21,6 +21,7 @@ pub mod error;
 mod link;
 pub mod mr;
 pub mod qp;
+pub mod srq;
 
 pub use buffer::SharedBuffer;
 pub use context::{
@@ -33,3 +34,4 @@ pub use iwarp_abi::wqe::access;
 pub use iwarp_control::resources::QpState;
 pub use mr::MemoryRegion;
 pub use qp::{PostBatch, QueuePair, RecvWr, SendWr, Sg, WrOpcode};
+pub use srq::SharedReceiveQueue;

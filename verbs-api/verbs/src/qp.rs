@@ -6,6 +6,7 @@ use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
 use crate::link::Release;
 use crate::mr::{MemoryRegion, MrInner};
+use crate::srq::SharedReceiveQueue;
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
 use std::sync::{Arc, Mutex};
@@ -113,11 +114,30 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sg<'a>],
 }
 
+/// The SGEs of a work request, bounds-checked, and the regions they use.
+pub(crate) fn sgl(sgs: &[Sg<'_>], max_sge: usize) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
+    if sgs.len() > max_sge {
+        return Err(Error::InvalidSgeCount {
+            count: sgs.len(),
+            max: max_sge,
+        });
+    }
+    let mut sgl = Vec::with_capacity(sgs.len());
+    let mut mrs = Vec::with_capacity(sgs.len());
+    for s in sgs {
+        sgl.push(s.mr.sge(s.offset, s.len)?);
+        mrs.push(s.mr.inner.clone());
+    }
+    Ok((sgl, mrs))
+}
+
 /// A queue pair (Verbs section 7.3). Keeps its completion queues alive.
 pub struct QueuePair {
     /// Destroys the QP in control when dropped (before its rings are unmapped and its CQs
     /// released).
     release: Option<Release>,
+    /// The S-RQ it takes receives from, kept alive (destroyed after the QP).
+    srq: Option<Arc<SharedReceiveQueue>>,
     qp_num: u32,
     sq: Mutex<Producer<SendWqe>>,
     rq: Option<Mutex<Producer<RecvWqe>>>,
@@ -143,11 +163,54 @@ impl QueuePair {
         max_sge: usize,
         max_inline: usize,
     ) -> QueuePair {
-        let tracker = Arc::new(QpTracker::default());
+        QueuePair::with_tracker(
+            qp_num,
+            sq,
+            rq,
+            send_cq,
+            recv_cq,
+            max_sge,
+            max_inline,
+            Arc::new(QpTracker::default()),
+        )
+    }
+
+    /// A QP whose receives come from `srq` (its outstanding receives are the S-RQ's).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_srq(
+        qp_num: u32,
+        sq: Producer<SendWqe>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        max_sge: usize,
+        max_inline: usize,
+        srq: &SharedReceiveQueue,
+    ) -> QueuePair {
+        let tracker = Arc::new(QpTracker {
+            sq: Default::default(),
+            rq: srq.outstanding().clone(),
+        });
+        QueuePair::with_tracker(
+            qp_num, sq, None, send_cq, recv_cq, max_sge, max_inline, tracker,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_tracker(
+        qp_num: u32,
+        sq: Producer<SendWqe>,
+        rq: Option<Producer<RecvWqe>>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        max_sge: usize,
+        max_inline: usize,
+        tracker: Arc<QpTracker>,
+    ) -> QueuePair {
         send_cq.attach_qp(qp_num, tracker.clone());
         recv_cq.attach_qp(qp_num, tracker.clone());
         QueuePair {
             release: None,
+            srq: None,
             qp_num,
             sq: Mutex::new(sq),
             rq: rq.map(Mutex::new),
@@ -157,6 +220,11 @@ impl QueuePair {
             max_inline: max_inline.min(MAX_INLINE),
             tracker,
         }
+    }
+
+    pub(crate) fn holding_srq(mut self, srq: Option<Arc<SharedReceiveQueue>>) -> QueuePair {
+        self.srq = srq;
+        self
     }
 
     pub(crate) fn with_release(mut self, r: Release) -> QueuePair {
@@ -177,19 +245,7 @@ impl QueuePair {
     }
 
     fn sgl(&self, sgs: &[Sg<'_>]) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
-        if sgs.len() > self.max_sge {
-            return Err(Error::InvalidSgeCount {
-                count: sgs.len(),
-                max: self.max_sge,
-            });
-        }
-        let mut sgl = Vec::with_capacity(sgs.len());
-        let mut mrs = Vec::with_capacity(sgs.len());
-        for s in sgs {
-            sgl.push(s.mr.sge(s.offset, s.len)?);
-            mrs.push(s.mr.inner.clone());
-        }
-        Ok((sgl, mrs))
+        sgl(sgs, self.max_sge)
     }
 
     fn encode(&self, wr: &SendWr<'_>) -> Result<(SendWqe, Vec<Arc<MrInner>>), Error> {
@@ -329,7 +385,10 @@ impl Drop for QueuePair {
         self.send_cq.detach_qp(self.qp_num);
         self.recv_cq.detach_qp(self.qp_num);
         self.tracker.sq.retire_all();
-        self.tracker.rq.retire_all();
+        // An S-RQ's receives belong to the S-RQ, not to this QP.
+        if self.rq.is_some() {
+            self.tracker.rq.retire_all();
+        }
     }
 }
 

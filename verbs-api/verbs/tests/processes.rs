@@ -385,3 +385,85 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+#[test]
+fn two_qps_take_their_receives_from_one_shared_receive_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = endpoint(dir.path(), "a", 1);
+    let b = endpoint(dir.path(), "b", 2);
+    let ca = Context::open(&a.runtime).unwrap();
+    let cb = Context::open(&b.runtime).unwrap();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (cqa, cqb) = (ca.create_cq(32).unwrap(), cb.create_cq(32).unwrap());
+    let srq = pb.create_srq(16).unwrap();
+    let (ba, bb) = (
+        ca.alloc_buffer(8192).unwrap(),
+        cb.alloc_buffer(8192).unwrap(),
+    );
+    let ma = pa.reg_mr(&ba, 0, 8192, access::LOCAL_WRITE).unwrap();
+    let mb = pb.reg_mr(&bb, 0, 8192, access::LOCAL_WRITE).unwrap();
+    cb.listen(7400, &ConnSettings::default()).unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let qa = pa.create_qp(&QpInitAttr::new(&cqa, 8)).unwrap();
+        let mut attr = QpInitAttr::new(&cqb, 8);
+        attr.srq = Some(srq.clone());
+        let qb = pb.create_qp(&attr).unwrap();
+        let conn = ca
+            .connect(
+                &qa,
+                "10.55.0.2:7400".parse().unwrap(),
+                &ConnSettings::default(),
+            )
+            .unwrap();
+        let req = cb.get_request(Duration::from_secs(20)).unwrap();
+        cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
+            .unwrap();
+        ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+        pairs.push((qa, qb));
+    }
+    // A QP on an S-RQ has no receive queue of its own.
+    let sg0 = [Sg {
+        mr: &mb,
+        offset: 0,
+        len: 1024,
+    }];
+    assert!(pairs[0]
+        .1
+        .post_recv(&RecvWr {
+            wr_id: 0,
+            sg_list: &sg0
+        })
+        .is_err());
+    for i in 0..2u64 {
+        let sg = [Sg {
+            mr: &mb,
+            offset: i * 1024,
+            len: 1024,
+        }];
+        srq.post_recv(&RecvWr {
+            wr_id: 40 + i,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    for (i, (qa, _)) in pairs.iter().enumerate() {
+        let text = format!("from qp {i}");
+        ba.write(4096 + i * 64, text.as_bytes()).unwrap();
+        let sg = [Sg {
+            mr: &ma,
+            offset: 4096 + i as u64 * 64,
+            len: text.len() as u32,
+        }];
+        qa.post_send(&SendWr::new(i as u64, WrOpcode::Send, &sg))
+            .unwrap();
+        let wc = cqb.wait(Duration::from_secs(20)).unwrap().unwrap();
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        // S-RQ entries are taken in posting order, each by the QP the message came to.
+        assert_eq!(wc.wr_id, 40 + i as u64);
+        assert_eq!(wc.qp_num, pairs[i].1.qp_num());
+        assert_eq!(bb.to_vec(i * 1024, text.len()).unwrap(), text.as_bytes());
+    }
+    // Both receives are retired: the region can go.
+    assert_eq!(mb.posted(), 0);
+}

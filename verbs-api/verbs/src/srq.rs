@@ -1,0 +1,50 @@
+//! Shared receive queues (Verbs section 6.3): one ring of receives that several QPs of a PD
+//! take from, in posting order. The receives' regions stay in use until their completions
+//! (which name the QP that consumed them) are polled.
+
+use crate::cq::Outstanding;
+use crate::error::Error;
+use crate::link::Release;
+use crate::qp::{sgl, RecvWr};
+use iwarp_abi::ring::Producer;
+use iwarp_abi::wqe::{RecvWqe, MAX_SGE};
+use std::sync::{Arc, Mutex};
+
+/// A shared receive queue; create it with [`crate::ProtectionDomain::create_srq`] and name it
+/// in [`crate::QpInitAttr::srq`].
+pub struct SharedReceiveQueue {
+    /// Destroys the S-RQ in control when dropped (its QPs hold it alive until then).
+    _release: Release,
+    srq_num: u32,
+    ring: Mutex<Producer<RecvWqe>>,
+    outstanding: Arc<Outstanding>,
+}
+
+impl SharedReceiveQueue {
+    pub(crate) fn new(srq_num: u32, ring: Producer<RecvWqe>, release: Release) -> Self {
+        SharedReceiveQueue {
+            _release: release,
+            srq_num,
+            ring: Mutex::new(ring),
+            outstanding: Arc::new(Outstanding::default()),
+        }
+    }
+
+    pub fn srq_num(&self) -> u32 {
+        self.srq_num
+    }
+
+    pub(crate) fn outstanding(&self) -> &Arc<Outstanding> {
+        &self.outstanding
+    }
+
+    /// Post Receive to the S-RQ (Verbs section 8.2.4): one entry, one doorbell.
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let (sgl, mrs) = sgl(wr.sg_list, MAX_SGE)?;
+        let w = RecvWqe::new(wr.wr_id, &sgl)?;
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.push(w).map_err(|_| Error::QueueFull)?;
+        self.outstanding.push(wr.wr_id, mrs);
+        Ok(())
+    }
+}
