@@ -941,3 +941,69 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
     assert_eq!(mem_read(&sb.mem, 8192, 3000), payload);
     assert_eq!(mem_read(&sa.mem, 16384, 3000), payload);
 }
+
+#[test]
+fn a_corrupted_ring_entry_completes_in_error_and_the_daemon_keeps_serving() {
+    let mut p = pair(7009, Settings::default(), Settings::default());
+    // A second QP of A's application whose SQ ring this test writes by hand.
+    let e = &mut p.a;
+    let pd = e.id(&Request::AllocPd);
+    let cq_seg = segment(
+        "raw-cq",
+        SegmentKind::CompletionQueue,
+        ring::ring_bytes::<Cqe>(16),
+    );
+    let (_, cq_ring) = ring::init_segment::<Cqe>(&cq_seg, 16).unwrap();
+    let cq = e.id(&Request::CreateCq {
+        depth: 16,
+        ring: path(&cq_seg),
+    });
+    let cq = CompletionQueue::from_ring(cq, cq_ring);
+    let sq_seg = segment(
+        "raw-sq",
+        SegmentKind::SendQueue,
+        ring::ring_bytes::<SendWqe>(16),
+    );
+    let rq_seg = segment(
+        "raw-rq",
+        SegmentKind::RecvQueue,
+        ring::ring_bytes::<RecvWqe>(16),
+    );
+    let (mut sq, _) = ring::init_segment::<SendWqe>(&sq_seg, 16).unwrap();
+    let _rq = ring::init_segment::<RecvWqe>(&rq_seg, 16).unwrap();
+    let attrs = QpAttrs {
+        pd,
+        send_cq: cq.cq_num(),
+        recv_cq: cq.cq_num(),
+        srq: None,
+        sq_depth: 16,
+        rq_depth: 16,
+        max_sge: 4,
+        max_inline: 64,
+        ird: 8,
+        ord: 8,
+    };
+    e.id(&Request::CreateQp {
+        attrs,
+        sq: path(&sq_seg),
+        rq: path(&rq_seg),
+    });
+    // An entry no library would write: an unknown opcode and an impossible SGE count.
+    let mut bad = SendWqe::new(66, iwarp_abi::wqe::SendOpcode::Send, &[]).unwrap();
+    bad.opcode = 0xee;
+    bad.num_sge = 200;
+    sq.push(bad).unwrap();
+    let wc = wait_cqe(&cq);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (66, WcStatus::LocalQpOperationError),
+        "{wc:?}"
+    );
+    // The connected pair of the same daemons still moves data.
+    recv(&p.sb.qp, 1, &p.sb.mr, 0);
+    mem_write(&p.sa.mem, 0, b"after the bad entry");
+    post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 19);
+    ok(&p.sa.cq, 2);
+    ok(&p.sb.cq, 1);
+    assert_eq!(mem_read(&p.sb.mem, 0, 19), b"after the bad entry");
+}
