@@ -18,6 +18,15 @@ pub struct SharedBuffer {
     attached: OnceLock<u32>,
 }
 
+impl core::fmt::Debug for SharedBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedBuffer")
+            .field("len", &self.len)
+            .field("path", &self.seg.path())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SharedBuffer {
     pub(crate) fn new(_ctx: &Context, len: usize) -> Result<SharedBuffer, Error> {
         if len == 0 {

@@ -139,6 +139,22 @@ pub struct ProtectionDomain {
     _release: Release,
 }
 
+impl core::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("pd", &self.pd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for Context {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Context")
+            .field("runtime_dir", &self.runtime_dir)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Context {
     /// Opens the RNIC served by the `iwarp-control` whose runtime directory is `runtime_dir`.
     pub fn open(runtime_dir: &Path) -> Result<Context, Error> {
@@ -324,6 +340,12 @@ impl Context {
     pub fn next_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
         let deadline = Instant::now() + timeout;
         Ok(lock(&self.link).event(Some(deadline))?.map(Event::from))
+    }
+
+    /// The next connection or asynchronous event if one is queued or already readable,
+    /// without waiting.
+    pub fn poll_event(&self) -> Result<Option<Event>, Error> {
+        Ok(lock(&self.link).event(None)?.map(Event::from))
     }
 
     /// Waits for the next connection request (events of other kinds are kept for

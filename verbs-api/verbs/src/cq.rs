@@ -97,6 +97,14 @@ pub struct CompletionQueue {
     qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
 }
 
+impl core::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cq_num", &self.cq_num)
+            .finish_non_exhaustive()
+    }
+}
+
 impl CompletionQueue {
     /// A CQ over the reading end of its ring (created by iwarp-control, attached here).
     pub fn from_ring(cq_num: u32, ring: Consumer<Cqe>) -> CompletionQueue {

@@ -152,6 +152,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl core::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp_num", &self.qp_num)
+            .field("send_cq", &self.send_cq.cq_num())
+            .field("recv_cq", &self.recv_cq.cq_num())
+            .field("srq", &self.srq.as_ref().map(|s| s.srq_num()))
+            .finish_non_exhaustive()
+    }
+}
+
 impl QueuePair {
     /// A QP over the writing ends of its SQ and RQ rings (`rq` is `None` with an S-RQ).
     pub fn from_rings(
