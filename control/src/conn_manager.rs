@@ -121,6 +121,11 @@ impl ConnManager {
         })])
     }
 
+    /// Forgets the listener on `port` (the daemon could not listen there).
+    pub fn unlisten(&mut self, port: u16) {
+        self.listeners.remove(&port);
+    }
+
     /// Active open for `qp` to `remote` (the initiator sends the MPA Request).
     pub fn connect(
         &mut self,

@@ -159,9 +159,6 @@ fn serve_cm(
     now: u64,
 ) -> Reply {
     let r = match req {
-        Request::Listen { port, settings } => cm
-            .listen(app, port, settings)
-            .map_err(|e| cm_error(e, port as u32)),
         Request::Connect {
             qp,
             remote,
@@ -233,6 +230,35 @@ fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
         _ => return None,
     };
     Some(Action::App { app, event })
+}
+
+/// Listen on `port`: the connection manager's listener, and the daemon's, before the reply.
+fn listen(
+    cm: &mut ConnManager,
+    daemon: &mut Daemon,
+    app: u32,
+    port: u16,
+    settings: iwarp_wire::mpa::negotiation::Settings,
+) -> Reply {
+    let acts = match cm.listen(app, port, settings) {
+        Ok(a) => a,
+        Err(e) => return cm_error(e, port as u32),
+    };
+    for a in acts {
+        let Action::Daemon(c) = a else { continue };
+        match daemon.call(&c) {
+            Ok(reply_status::OK) => {}
+            Ok(_) | Err(_) => {
+                cm.unlisten(port);
+                return Reply::Failed(Error::InUse {
+                    what: Resource::Connection,
+                    id: port as u32,
+                    users: 1,
+                });
+            }
+        }
+    }
+    Reply::Done
 }
 
 /// Runs connection-manager actions and feeds it daemon upcalls and timers until quiet.
@@ -500,9 +526,13 @@ fn main() -> ExitCode {
                 };
                 let body: Vec<u8> = app.buf.drain(..n).skip(4).collect();
                 let reply = match decode_request(&body) {
+                    // Listening is done in the daemon before the application hears so: a
+                    // peer it then tells to connect must find the port open.
+                    Ok(Request::Listen { port, settings }) => {
+                        listen(&mut cm, &mut daemon, app.id, port, settings)
+                    }
                     Ok(
-                        req @ (Request::Listen { .. }
-                        | Request::Connect { .. }
+                        req @ (Request::Connect { .. }
                         | Request::Accept { .. }
                         | Request::Reject { .. }
                         | Request::Disconnect { .. }),

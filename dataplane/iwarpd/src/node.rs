@@ -94,6 +94,9 @@ pub enum NodeEvent {
 /// meet the control plane's ids for active opens (which count from 1).
 pub const INCOMING_ID_BASE: u32 = 1 << 31;
 
+/// How long an ended relay connection's socket may linger to finish (send its RST or FIN).
+const RECLAIM_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 struct Listener {
     port: u16,
     sockets: Vec<SocketHandle>,
@@ -120,6 +123,8 @@ struct Conn {
     closing: bool,
     /// The socket was removed from the set (relay connections, once closed).
     socket_gone: bool,
+    /// When the connection was first seen over (for reclaiming its socket).
+    over_since: Option<std::time::Instant>,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -159,6 +164,7 @@ impl Conn {
             ever_established: false,
             closing: false,
             socket_gone: false,
+            over_since: None,
         }
     }
 
@@ -337,8 +343,10 @@ impl<P: Port> Node<P> {
                 return;
             }
             self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+            // As in `ended`: a QP whose relay connection never reached RTS stays Idle.
+            let had_stream = c.settings.is_some() || c.state == ConnState::Rts;
             c.state = ConnState::Closed;
-            if let Some(qp) = c.qp {
+            if let (Some(qp), true) = (c.qp, had_stream) {
                 self.rnic.connection_lost(qp, false);
             }
         }
@@ -640,9 +648,12 @@ impl<P: Port> Node<P> {
     /// The connection is over: tell the engine and, in relay mode, the control plane.
     fn ended(&mut self, i: usize, reason: CloseReason) {
         let c = &mut self.conns[i];
+        // A relay connection that ended during setup never gave its QP a stream: the QP
+        // stays Idle and can be connected again (control reports the failure).
+        let had_stream = c.settings.is_some() || c.state == ConnState::Rts;
         c.state = ConnState::Closed;
         self.conns_lost += 1;
-        if let Some(qp) = c.qp {
+        if let (Some(qp), true) = (c.qp, had_stream) {
             self.rnic
                 .connection_lost(qp, reason == CloseReason::Graceful);
         }
@@ -653,13 +664,26 @@ impl<P: Port> Node<P> {
     }
 
     /// A relay connection that is over and whose socket has finished: free the socket and
-    /// its buffers.
+    /// its buffers. An aborted socket is Closed at once but still owes its peer the RST
+    /// (smoltcp sends it on a later poll, after ARP if the neighbour entry expired); it is
+    /// freed once that went out (no remote endpoint left), or after [`RECLAIM_AFTER`].
     fn reclaim(&mut self, i: usize, tcp_state: tcp::State) {
         let c = &mut self.conns[i];
-        if c.settings.is_none()
-            && !c.socket_gone
-            && matches!(tcp_state, tcp::State::Closed | tcp::State::TimeWait)
-        {
+        if c.settings.is_some() || c.socket_gone {
+            return;
+        }
+        let since = *c.over_since.get_or_insert_with(std::time::Instant::now);
+        let rst_sent = self
+            .sockets
+            .get::<tcp::Socket>(c.handle)
+            .remote_endpoint()
+            .is_none();
+        let done = match tcp_state {
+            tcp::State::TimeWait => true,
+            tcp::State::Closed => rst_sent,
+            _ => false,
+        };
+        if done || since.elapsed() >= RECLAIM_AFTER {
             self.sockets.remove(c.handle);
             c.socket_gone = true;
             c.inbuf = Vec::new();

@@ -743,8 +743,7 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = start(dir.path(), "a", 1);
     let mut b = start(dir.path(), "b", 2);
-    // A's CQ holds 8 completions (and the engine's 8 more); nobody polls it.
-    let sa = resources_with(&mut a, "a", 8);
+    let sa = resources(&mut a, "a");
     let other_pd = resources(&mut a, "a-other");
     let sb = resources(&mut b, "b");
     connect(
@@ -760,17 +759,23 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
     post(&sa.qp, 1, WrOpcode::Send, &other_pd.mr, 0, 8);
     let wc = wait_cqe(&sa.cq);
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocalProtectionError));
-    // The QP is in Error now (Verbs: a local error ends it); its flushed work and the
-    // completions of 40 more requests overflow the unpolled CQ: the owner hears of it.
+    // A QP whose CQ holds 8 completions (and the engine's 8 more) that nobody polls: 40
+    // receives, then Modify QP to Error flushes them all into it, and the CQ overflows; the
+    // owner hears of it.
+    let small = resources_with(&mut a, "a-small", 8);
     for i in 0..40 {
-        let sg = [Sg {
-            mr: &sa.mr,
-            offset: 0,
-            len: 8,
-        }];
-        let _ = sa.qp.post_send(&SendWr::new(100 + i, WrOpcode::Send, &sg));
+        recv(&small.qp, 100 + i, &small.mr, 0);
     }
-    let cq_num = sa.cq.cq_num();
+    // The receives reach the daemon before the modify (each turn pumps the rings first).
+    std::thread::sleep(Duration::from_millis(50));
+    match a.call(&Request::ModifyQp {
+        qp: small.qp_num,
+        state: iwarp_control::resources::QpState::Error,
+    }) {
+        ClientReply::Qp { .. } | ClientReply::Done => {}
+        other => panic!("{other:?}"),
+    }
+    let cq_num = small.cq.cq_num();
     a.event_matching(
         "CQ overflow",
         |e| matches!(e, ClientEvent::CqOverflow { cq } if *cq == cq_num),
@@ -1006,4 +1011,35 @@ fn a_corrupted_ring_entry_completes_in_error_and_the_daemon_keeps_serving() {
     ok(&p.sa.cq, 2);
     ok(&p.sb.cq, 1);
     assert_eq!(mem_read(&p.sb.mem, 0, 19), b"after the bad entry");
+}
+
+#[test]
+fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    let mut b = start(dir.path(), "b", 2);
+    let sa = resources(&mut a, "a");
+    let sb = resources(&mut b, "b");
+    // Nobody listens on 7010 yet: refused, with a reason.
+    a.id(&Request::Connect {
+        qp: sa.qp_num,
+        remote: "10.99.0.2:7010".parse().unwrap(),
+        settings: Settings::default(),
+    });
+    let e = a.event_matching("failure", |e| matches!(e, ClientEvent::Failed { .. }));
+    assert!(matches!(e, ClientEvent::Failed { .. }), "{e:?}");
+    // The same QP connects once the peer listens, and carries data.
+    connect(
+        &mut a,
+        &mut b,
+        &sa,
+        &sb,
+        7010,
+        Settings::default(),
+        Settings::default(),
+    );
+    recv(&sb.qp, 1, &sb.mr, 0);
+    post(&sa.qp, 2, WrOpcode::Send, &sa.mr, 0, 8);
+    ok(&sa.cq, 2);
+    ok(&sb.cq, 1);
 }

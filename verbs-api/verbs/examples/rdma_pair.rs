@@ -249,9 +249,20 @@ fn check(buf: &SharedBuffer, at: usize, want: &[u8]) -> std::result::Result<(), 
 fn client(dir: PathBuf, remote: std::net::SocketAddr) -> Result<()> {
     let mut s = Side::open(&dir)?;
     let t = Instant::now();
-    let est = s
-        .ctx
-        .connect_blocking(&s.qp, remote, &settings(s.token()), TIMEOUT)?;
+    // The server may not be listening yet: a refused connection is retried for a while.
+    let est = loop {
+        match s
+            .ctx
+            .connect_blocking(&s.qp, remote, &settings(s.token()), TIMEOUT)
+        {
+            Ok(e) => break e,
+            Err(iwarp_verbs::Error::ConnectionFailed { reason }) if t.elapsed() < TIMEOUT => {
+                let _ = reason;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let (rkey, rlen) = peer_token(&est.private_data)?;
     println!(
         "client: connected to {remote} in {:.1} ms (IRD {}, ORD {}, RDMAP v{}); peer buffer \
