@@ -12,6 +12,7 @@ use iwarp_control::app_proto::{decode_reply, encode_request, message_len};
 use iwarp_control::app_proto::{ClientEvent, ClientReply};
 use iwarp_control::app_server::Request;
 use iwarp_control::resources::QpAttrs;
+use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
     CompletionQueue, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
 };
@@ -19,77 +20,27 @@ use iwarp_wire::mpa::negotiation::Settings;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Kill(Child);
-impl Drop for Kill {
-    /// SIGTERM first, so the process removes its segments and runtime files; SIGKILL if
-    /// it does not exit within seconds.
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// iwarp-control, built beside iwarpd in the same target directory.
-fn control_bin() -> PathBuf {
-    let d = Path::new(env!("CARGO_BIN_EXE_iwarpd")).parent().unwrap();
-    let p = d.join("iwarp-control");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "iwarp-control", "--bin", "iwarp-control"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    p
-}
-
 struct Endpoint {
     runtime: PathBuf,
-    _daemon: Kill,
-    control: Kill,
+    _daemon: Proc,
+    control: Proc,
     sock: UnixStream,
     /// Bytes read from control beyond the last whole message.
     inbuf: Vec<u8>,
     events: Vec<ClientEvent>,
 }
 
-/// Tests run in parallel in one process: names of daemons and segments carry a sequence.
-fn unique(tag: &str) -> String {
-    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("iw3p-{tag}-{}-{n}", std::process::id())
-}
-
 /// iwarp-control on runtime directory `rt`, and an application connection to it.
-fn start_control(rt: &Path) -> (Kill, UnixStream) {
+fn start_control(rt: &Path) -> (Proc, UnixStream) {
+    let control = testkit::start_control(rt);
     let t = Instant::now();
-    let _ = std::fs::remove_file(rt.join("control.sock"));
-    let control = Kill(
-        Command::new(control_bin())
-            .arg("--runtime-dir")
-            .arg(rt)
-            .spawn()
-            .unwrap(),
-    );
     let sock = loop {
         match UnixStream::connect(rt.join("control.sock")) {
             Ok(s) => break s,
-            Err(_) if t.elapsed() < Duration::from_secs(20) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
+            Err(_) if t.elapsed() < testkit::START => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => panic!("iwarp-control never listened at {}: {e}", rt.display()),
         }
     };
@@ -98,27 +49,7 @@ fn start_control(rt: &Path) -> (Kill, UnixStream) {
 
 fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
     let rt = dir.join(name);
-    let daemon = Kill(
-        Command::new(env!("CARGO_BIN_EXE_iwarpd"))
-            .args(["--name", &unique(name)])
-            .args(["--port", "unix", "--polling", "adaptive", "--stage-timing"])
-            .arg("--segment")
-            .arg(dir.join("eth"))
-            .args(["--mac", &format!("02:00:00:00:99:0{n}")])
-            .args(["--ip", &format!("10.99.0.{n}/24")])
-            .arg("--runtime-dir")
-            .arg(&rt)
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !rt.join("daemon.shm").exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "iwarpd {name} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let daemon = testkit::start_daemon(dir, name, n, 99, &["--stage-timing"]);
     let (control, sock) = start_control(&rt);
     Endpoint {
         runtime: rt,
@@ -203,7 +134,7 @@ impl Endpoint {
 }
 
 fn segment(tag: &str, kind: SegmentKind, bytes: usize) -> Arc<Segment> {
-    let name = unique(tag);
+    let name = testkit::unique(tag);
     Arc::new(Segment::create(&name, kind, bytes, HugePolicy::Off).unwrap())
 }
 

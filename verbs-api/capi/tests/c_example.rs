@@ -2,87 +2,19 @@
 //! `include/iwarp_verbs.h` and `libiwarpverbs.so`, and two copies of it (server and client,
 //! separate processes) run every operation over two real endpoints.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn binary(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "building {name}");
-    }
-    p
-}
-
-fn wait_for(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use iwarp_testkit::{self as testkit, Proc};
+use std::path::Path;
+use std::process::Command;
 
 fn endpoint(dir: &Path, name: &str, n: u8) -> (Proc, Proc) {
-    let runtime = dir.join(name);
-    let daemon = Proc(
-        Command::new(binary("iwarpd"))
-            .args(["--name", &format!("capi-{name}-{}", std::process::id())])
-            .args(["--port", "unix", "--polling", "adaptive"])
-            .arg("--segment")
-            .arg(dir.join("eth"))
-            .args(["--mac", &format!("02:00:00:00:c0:0{n}")])
-            .args(["--ip", &format!("10.66.0.{n}/24")])
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&runtime.join("daemon.shm"));
-    let control = Proc(
-        Command::new(binary("iwarp-control"))
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&runtime.join("control.sock"));
-    (control, daemon)
+    let daemon = testkit::start_daemon(dir, name, n, 66, &[]);
+    (testkit::start_control(&dir.join(name)), daemon)
 }
 
 #[test]
 fn the_c_example_runs_every_operation_between_two_processes() {
     // `cargo test` builds the cdylib among the test's dependencies (target/<profile>/deps).
-    let lib_dir = target_dir().join("deps");
+    let lib_dir = testkit::target_dir().join("deps");
     assert!(
         lib_dir.join("libiwarpverbs.so").exists(),
         "cargo builds the cdylib next to the tests"

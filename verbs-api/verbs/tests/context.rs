@@ -17,42 +17,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Once};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// `target/<profile>`, where cargo puts the workspace's binaries.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-/// The `iwarp-control` binary. `cargo test --workspace` builds every binary before the tests
-/// run; `cargo test -p iwarp-verbs` alone does not, so it is built here when missing (an
-/// existing one is used as it is: rebuilding under tests that run it would race them).
-fn control_binary() -> PathBuf {
-    static BUILD: Once = Once::new();
-    let dir = target_dir();
-    let p = dir.join("iwarp-control");
-    BUILD.call_once(|| {
-        if p.exists() {
-            return;
-        }
-        let mut cmd = Proc::new(env!("CARGO"));
-        cmd.args(["build", "-p", "iwarp-control", "--bin", "iwarp-control"])
-            .arg("--target-dir")
-            .arg(dir.parent().unwrap());
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("running cargo build");
-        assert!(st.success(), "building iwarp-control");
-    });
-    assert!(p.exists(), "{} was not built", p.display());
-    p
-}
 
 /// Answers every command OK, forwards it to the test, and plays TCP on loopback: a connect
 /// to a listened port becomes an incoming connection there, bytes sent on one end arrive at
@@ -156,7 +125,7 @@ impl Endpoint {
         let (tx, commands) = mpsc::channel();
         let (stop, stop_rx) = mpsc::channel();
         let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
-        let control = Proc::new(control_binary())
+        let control = Proc::new(iwarp_testkit::binary("iwarp-control"))
             .arg("--runtime-dir")
             .arg(dir.path())
             .spawn()

@@ -2,66 +2,13 @@
 //! `iwarp-control` each, on the embedded Unix-socket Ethernet), the example application
 //! `rdma_pair` as one application and this test as the other.
 
+use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
     access, ConnSettings, Context, Error, Event, QpInitAttr, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
 };
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `target/<profile>`, where cargo puts the workspace's binaries and examples.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn binary(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "building {name}");
-    }
-    p
-}
-
-fn wait_for(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Tests run in parallel in one process: daemon names carry a sequence.
-fn unique(name: &str) -> String {
-    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("vt-{name}-{}-{n}", std::process::id())
-}
 
 struct Endpoint {
     runtime: PathBuf,
@@ -70,32 +17,11 @@ struct Endpoint {
 }
 
 fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
+    let daemon = testkit::start_daemon(dir, name, n, 55, &[]);
     let runtime = dir.join(name);
-    let daemon = Proc(
-        Command::new(binary("iwarpd"))
-            .args(["--name", &unique(name)])
-            .args(["--port", "unix", "--polling", "adaptive"])
-            .arg("--segment")
-            .arg(dir.join("eth"))
-            .args(["--mac", &format!("02:00:00:00:5e:0{n}")])
-            .args(["--ip", &format!("10.55.0.{n}/24")])
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&runtime.join("daemon.shm"));
-    let control = Proc(
-        Command::new(binary("iwarp-control"))
-            .arg("--runtime-dir")
-            .arg(&runtime)
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&runtime.join("control.sock"));
     Endpoint {
+        _control: testkit::start_control(&runtime),
         runtime,
-        _control: control,
         _daemon: daemon,
     }
 }
@@ -118,7 +44,7 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
     let dir = tempfile::tempdir().unwrap();
     let _a = endpoint(dir.path(), "a", 1);
     let b = endpoint(dir.path(), "b", 2);
-    let example = target_dir().join("examples").join("rdma_pair");
+    let example = testkit::target_dir().join("examples").join("rdma_pair");
     assert!(example.exists(), "cargo test builds the examples");
     let mut server = Proc(
         Command::new(&example)

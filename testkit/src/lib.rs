@@ -1,0 +1,124 @@
+//! What the process-level tests share: starting `iwarpd` and `iwarp-control` from the
+//! workspace's target directory as child processes, and stopping them so that they clean up.
+//! A dev-dependency only; nothing here ships.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// How long a process may take to show its runtime files.
+pub const START: Duration = Duration::from_secs(20);
+
+/// A child process stopped on drop: SIGTERM first, so it removes its segments and runtime
+/// files, SIGKILL if it has not exited within seconds.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `target/<profile>`, where cargo puts the workspace's binaries and examples (the running
+/// test is `target/<profile>/deps/<name>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A workspace binary (`iwarpd`, `iwarp-control`). `cargo test --workspace` builds every
+/// binary before the tests run; a lone `cargo test -p` may not, so both are built here, once
+/// per test process, into this target directory and profile when one is missing (an existing
+/// one is used as it is: rebuilding under tests that run it would race them).
+pub fn binary(name: &str) -> PathBuf {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    let dir = target_dir();
+    let p = dir.join(name);
+    BUILD.call_once(|| {
+        if ["iwarpd", "iwarp-control"]
+            .iter()
+            .all(|b| dir.join(b).exists())
+        {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
+            .arg("--target-dir")
+            .arg(dir.parent().expect("target/<profile>"));
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("running cargo build");
+        assert!(st.success(), "building iwarpd and iwarp-control");
+    });
+    assert!(p.exists(), "{} was not built", p.display());
+    p
+}
+
+/// Waits until `path` exists, or panics naming it.
+pub fn wait_for(path: &Path) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < START, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Tests run in parallel in one process: daemon and segment names carry a sequence.
+pub fn unique(tag: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("t-{tag}-{}-{n}", std::process::id())
+}
+
+/// `iwarpd` number `n` on the embedded Unix-socket Ethernet of `dir` (segment `dir/eth`),
+/// MAC 02:00:00:00:`subnet`:0`n`, IPv4 10.`subnet`.0.`n`/24, runtime directory
+/// `dir/<name>`; started once its daemon segment exists.
+pub fn start_daemon(dir: &Path, name: &str, n: u8, subnet: u8, extra: &[&str]) -> Proc {
+    let runtime = dir.join(name);
+    let daemon = Proc(
+        Command::new(binary("iwarpd"))
+            .args(["--name", &unique(name)])
+            .args(["--port", "unix", "--polling", "adaptive"])
+            .args(extra)
+            .arg("--segment")
+            .arg(dir.join("eth"))
+            .args(["--mac", &format!("02:00:00:00:{subnet:02x}:0{n}")])
+            .args(["--ip", &format!("10.{subnet}.0.{n}/24")])
+            .arg("--runtime-dir")
+            .arg(&runtime)
+            .spawn()
+            .expect("spawn iwarpd"),
+    );
+    wait_for(&runtime.join("daemon.shm"));
+    daemon
+}
+
+/// `iwarp-control` on `runtime`, started once its socket exists (a stale one is removed
+/// first).
+pub fn start_control(runtime: &Path) -> Proc {
+    let _ = std::fs::remove_file(runtime.join("control.sock"));
+    let control = Proc(
+        Command::new(binary("iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(runtime)
+            .spawn()
+            .expect("spawn iwarp-control"),
+    );
+    wait_for(&runtime.join("control.sock"));
+    control
+}
