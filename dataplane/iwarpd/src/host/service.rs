@@ -70,6 +70,8 @@ pub struct Host {
     control_generation: u64,
     /// Nanoseconds spent on the rings in busy turns, when timed.
     ring_ns: Option<u64>,
+    /// `post_receives` moved entries since the last turn.
+    rx_work: bool,
 }
 
 impl Host {
@@ -90,6 +92,7 @@ impl Host {
             max_fpdu,
             control_generation: 0,
             ring_ns: None,
+            rx_work: false,
         }
     }
 
@@ -142,7 +145,7 @@ impl Host {
             }
             self.control_generation = generation;
         }
-        let mut worked = self.flush();
+        let mut worked = self.flush() | std::mem::take(&mut self.rx_work);
         for _ in 0..COMMANDS_PER_TURN {
             match self.side.recv_command() {
                 Some(Ok((req_id, c))) => {
@@ -224,18 +227,23 @@ impl Host {
     }
 
     /// Every QP's RQ and every S-RQ into the engine: run before received bytes reach it.
+    /// This is the only place receive rings are read; what it did counts as the next turn's
+    /// work.
     pub fn post_receives(&mut self, rnic: &mut Rnic) {
         for qp in self.qps.values_mut() {
             if !qp.host.is_corrupt() {
-                qp.host.pump_rq(rnic);
+                let r = qp.host.pump_rq(rnic);
+                self.rx_work |= r.posted + r.rejected > 0;
             }
         }
         for srq in self.srqs.values_mut() {
-            srq.pump(rnic);
+            let r = srq.pump(rnic);
+            self.rx_work |= r.posted + r.rejected > 0;
         }
     }
 
-    /// Every QP's SQ and RQ into the engine, every S-RQ, then every CQ's completions out.
+    /// Every QP's SQ into the engine (receives were posted by [`Host::post_receives`]),
+    /// error completions to their CQs, then every CQ's completions out.
     fn fast_path(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
         for (num, qp) in self.qps.iter_mut() {
@@ -247,9 +255,8 @@ impl Host {
                 }
                 continue;
             }
-            let r = qp.host.pump_rq(rnic);
             let s = qp.host.pump_sq(rnic);
-            worked |= r.posted + r.rejected + s.posted + s.rejected > 0;
+            worked |= s.posted + s.rejected > 0;
             for (cqes, cq) in [
                 (&mut qp.host.pending_send_cqes, qp.send_cq),
                 (&mut qp.host.pending_recv_cqes, qp.recv_cq),
@@ -260,9 +267,6 @@ impl Host {
                     }
                 }
             }
-        }
-        for srq in self.srqs.values_mut() {
-            worked |= srq.pump(rnic).posted > 0;
         }
         let qp_num = &self.qp_num;
         for cq in self.cqs.values_mut() {
