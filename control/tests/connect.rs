@@ -2,8 +2,8 @@
 //! control, a fake iwarpd that joins TcpConnect to a TcpListen on loopback and carries the
 //! MPA bytes between the two ends.
 
-use iwarp_abi::command::{reply_status, CloseReason, Command, ShmPath, Upcall};
-use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
+use iwarp_abi::command::{Command, ShmPath};
+use iwarp_abi::daemon_shm::DaemonShm;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_control::app_proto::{
     decode_reply, encode_request, message_len, ClientEvent, ClientReply,
@@ -11,7 +11,7 @@ use iwarp_control::app_proto::{
 use iwarp_control::app_server::Request;
 use iwarp_control::resources::QpAttrs;
 use iwarp_wire::mpa::negotiation::Settings;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command as Proc};
@@ -23,77 +23,6 @@ impl Drop for Kill {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receiver<()>) {
-    let mut listening = Vec::new();
-    let mut link: BTreeMap<u32, u32> = BTreeMap::new();
-    let send = |d: &mut DaemonSide, u: Upcall| {
-        while d.send_upcall(&u).is_err() {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    };
-    while stop.try_recv().is_err() {
-        d.beat();
-        let Some(Ok((req_id, c))) = d.recv_command() else {
-            std::thread::sleep(Duration::from_micros(100));
-            continue;
-        };
-        let _ = tx.send(c);
-        send(
-            &mut d,
-            Upcall::Reply {
-                req_id,
-                status: reply_status::OK,
-                value: 0,
-            },
-        );
-        match c {
-            Command::TcpListen { port, .. } => listening.push(port),
-            Command::TcpConnect { conn, remote, .. } => {
-                if listening.contains(&remote.port()) {
-                    // Incoming ids are disjoint from control's (high bit set).
-                    let inc = conn | 0x8000_0000;
-                    link.insert(conn, inc);
-                    link.insert(inc, conn);
-                    send(
-                        &mut d,
-                        Upcall::TcpIncoming {
-                            conn: inc,
-                            local_port: remote.port(),
-                            peer: "127.0.0.1:40000".parse().unwrap(),
-                        },
-                    );
-                    send(&mut d, Upcall::TcpEstablished { conn });
-                } else {
-                    send(
-                        &mut d,
-                        Upcall::TcpClosed {
-                            conn,
-                            reason: CloseReason::Refused,
-                        },
-                    );
-                }
-            }
-            Command::TcpSend { conn, bytes } => {
-                if let Some(&o) = link.get(&conn) {
-                    send(&mut d, Upcall::TcpBytes { conn: o, bytes });
-                }
-            }
-            Command::TcpClose { conn } | Command::TcpAbort { conn } => {
-                let reason = if matches!(c, Command::TcpClose { .. }) {
-                    CloseReason::Graceful
-                } else {
-                    CloseReason::Reset
-                };
-                if let Some(o) = link.remove(&conn) {
-                    link.remove(&o);
-                    send(&mut d, Upcall::TcpClosed { conn: o, reason });
-                }
-            }
-            _ => {}
-        }
     }
 }
 
@@ -206,7 +135,7 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     .unwrap();
     let (tx, rx) = mpsc::channel();
     let (stop_tx, stop_rx) = mpsc::channel();
-    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+    let daemon = std::thread::spawn(move || iwarp_testkit::fake_daemon(d, tx, stop_rx));
     let _ctl = Kill(
         Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
             .arg("--runtime-dir")

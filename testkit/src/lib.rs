@@ -1,9 +1,14 @@
 //! What the process-level tests share: starting `iwarpd` and `iwarp-control` from the
 //! workspace's target directory as child processes, and stopping them so that they clean up.
-//! A dev-dependency only; nothing here ships.
+//! A dev-dependency only; nothing here ships. For tests of `iwarp-control` alone,
+//! [`fake_daemon`] plays `iwarpd` on the command ring.
 
+use iwarp_abi::command::{reply_status, CloseReason, Command, Upcall};
+use iwarp_abi::daemon_shm::DaemonSide;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command as Process};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a process may take to show its runtime files.
@@ -55,7 +60,7 @@ pub fn binary(name: &str) -> PathBuf {
             return;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        let mut cmd = Process::new(cargo);
         cmd.args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
             .arg("--target-dir")
             .arg(dir.parent().expect("target/<profile>"));
@@ -91,7 +96,7 @@ pub fn unique(tag: &str) -> String {
 pub fn start_daemon(dir: &Path, name: &str, n: u8, subnet: u8, extra: &[&str]) -> Proc {
     let runtime = dir.join(name);
     let daemon = Proc(
-        Command::new(binary("iwarpd"))
+        Process::new(binary("iwarpd"))
             .args(["--name", &unique(name)])
             .args(["--port", "unix", "--polling", "adaptive"])
             .args(extra)
@@ -113,7 +118,7 @@ pub fn start_daemon(dir: &Path, name: &str, n: u8, subnet: u8, extra: &[&str]) -
 pub fn start_control(runtime: &Path) -> Proc {
     let _ = std::fs::remove_file(runtime.join("control.sock"));
     let control = Proc(
-        Command::new(binary("iwarp-control"))
+        Process::new(binary("iwarp-control"))
             .arg("--runtime-dir")
             .arg(runtime)
             .spawn()
@@ -121,4 +126,76 @@ pub fn start_control(runtime: &Path) -> Proc {
     );
     wait_for(&runtime.join("control.sock"));
     control
+}
+
+/// Answers every command OK, forwards it to the test, and plays TCP on loopback: a connect
+/// to a listened port becomes an incoming connection there, bytes sent on one end arrive at
+/// the other, a connect to any other port is refused.
+pub fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receiver<()>) {
+    let mut listening = Vec::new();
+    let mut link: BTreeMap<u32, u32> = BTreeMap::new();
+    let send = |d: &mut DaemonSide, u: Upcall| {
+        while d.send_upcall(&u).is_err() {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    };
+    while stop.try_recv().is_err() {
+        d.beat();
+        let Some(Ok((req_id, c))) = d.recv_command() else {
+            std::thread::sleep(Duration::from_micros(100));
+            continue;
+        };
+        let _ = tx.send(c);
+        send(
+            &mut d,
+            Upcall::Reply {
+                req_id,
+                status: reply_status::OK,
+                value: 0,
+            },
+        );
+        match c {
+            Command::TcpListen { port, .. } => listening.push(port),
+            Command::TcpUnlisten { port } => listening.retain(|p| *p != port),
+            Command::TcpConnect { conn, remote, .. } if listening.contains(&remote.port()) => {
+                // Incoming ids are disjoint from control's (high bit set).
+                let inc = conn | 0x8000_0000;
+                link.insert(conn, inc);
+                link.insert(inc, conn);
+                send(
+                    &mut d,
+                    Upcall::TcpIncoming {
+                        conn: inc,
+                        local_port: remote.port(),
+                        peer: "127.0.0.1:40000".parse().unwrap(),
+                    },
+                );
+                send(&mut d, Upcall::TcpEstablished { conn });
+            }
+            Command::TcpConnect { conn, .. } => send(
+                &mut d,
+                Upcall::TcpClosed {
+                    conn,
+                    reason: CloseReason::Refused,
+                },
+            ),
+            Command::TcpSend { conn, bytes } => {
+                if let Some(&o) = link.get(&conn) {
+                    send(&mut d, Upcall::TcpBytes { conn: o, bytes });
+                }
+            }
+            Command::TcpClose { conn } | Command::TcpAbort { conn } => {
+                let reason = if matches!(c, Command::TcpClose { .. }) {
+                    CloseReason::Graceful
+                } else {
+                    CloseReason::Reset
+                };
+                if let Some(o) = link.remove(&conn) {
+                    link.remove(&o);
+                    send(&mut d, Upcall::TcpClosed { conn: o, reason });
+                }
+            }
+            _ => {}
+        }
+    }
 }

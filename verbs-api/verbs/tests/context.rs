@@ -6,13 +6,12 @@
 //! What the library sends is checked where it ends up: in the commands control gives the
 //! daemon (ids, ring segment paths that exist, region offsets and lengths, addresses).
 
-use iwarp_abi::command::{reply_status, CloseReason, Command, ShmPath, Upcall, NO_ID};
-use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
+use iwarp_abi::command::{Command, ShmPath, NO_ID};
+use iwarp_abi::daemon_shm::DaemonShm;
 use iwarp_abi::segment::HugePolicy;
 use iwarp_verbs::{
     access, ConnSettings, Context, Error, Event, QpInitAttr, QpState, QueuePair, RnicAttr,
 };
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc};
@@ -22,78 +21,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Answers every command OK, forwards it to the test, and plays TCP on loopback: a connect
-/// to a listened port becomes an incoming connection there, bytes sent on one end arrive at
-/// the other, a connect to any other port is refused.
-fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receiver<()>) {
-    let mut listening = Vec::new();
-    let mut link: BTreeMap<u32, u32> = BTreeMap::new();
-    let send = |d: &mut DaemonSide, u: Upcall| {
-        while d.send_upcall(&u).is_err() {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    };
-    while stop.try_recv().is_err() {
-        d.beat();
-        let Some(Ok((req_id, c))) = d.recv_command() else {
-            std::thread::sleep(Duration::from_micros(100));
-            continue;
-        };
-        let _ = tx.send(c);
-        send(
-            &mut d,
-            Upcall::Reply {
-                req_id,
-                status: reply_status::OK,
-                value: 0,
-            },
-        );
-        match c {
-            Command::TcpListen { port, .. } => listening.push(port),
-            Command::TcpUnlisten { port } => listening.retain(|p| *p != port),
-            Command::TcpConnect { conn, remote, .. } if listening.contains(&remote.port()) => {
-                // Incoming ids are disjoint from control's (high bit set).
-                let inc = conn | 0x8000_0000;
-                link.insert(conn, inc);
-                link.insert(inc, conn);
-                send(
-                    &mut d,
-                    Upcall::TcpIncoming {
-                        conn: inc,
-                        local_port: remote.port(),
-                        peer: "127.0.0.1:40000".parse().unwrap(),
-                    },
-                );
-                send(&mut d, Upcall::TcpEstablished { conn });
-            }
-            Command::TcpConnect { conn, .. } => send(
-                &mut d,
-                Upcall::TcpClosed {
-                    conn,
-                    reason: CloseReason::Refused,
-                },
-            ),
-            Command::TcpSend { conn, bytes } => {
-                if let Some(&o) = link.get(&conn) {
-                    send(&mut d, Upcall::TcpBytes { conn: o, bytes });
-                }
-            }
-            Command::TcpClose { conn } | Command::TcpAbort { conn } => {
-                let reason = if matches!(c, Command::TcpClose { .. }) {
-                    CloseReason::Graceful
-                } else {
-                    CloseReason::Reset
-                };
-                if let Some(o) = link.remove(&conn) {
-                    link.remove(&o);
-                    send(&mut d, Upcall::TcpClosed { conn: o, reason });
-                }
-            }
-            _ => {}
-        }
-    }
-}
 
 /// An endpoint whose `iwarpd` is this test: a runtime directory, the fake daemon's thread and
 /// a real `iwarp-control` process.
@@ -124,7 +51,7 @@ impl Endpoint {
         .unwrap();
         let (tx, commands) = mpsc::channel();
         let (stop, stop_rx) = mpsc::channel();
-        let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+        let daemon = std::thread::spawn(move || iwarp_testkit::fake_daemon(d, tx, stop_rx));
         let control = Proc::new(iwarp_testkit::binary("iwarp-control"))
             .arg("--runtime-dir")
             .arg(dir.path())
