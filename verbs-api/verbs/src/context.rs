@@ -48,6 +48,29 @@ fn ring_slots(depth: u32) -> usize {
     (depth.max(1) as usize).next_power_of_two()
 }
 
+/// A ring's segment and its two ends.
+type RingSegment<T> = (Arc<Segment>, ring::Producer<T>, ring::Consumer<T>);
+
+/// A new ring of `depth` `T` slots (rounded up to a power of two) in a segment of this
+/// process, of `bytes(slots)` octets (the ring, and for a CQ its notification word after it),
+/// initialised: the segment and both ends (keep the one used, drop the other).
+fn ring_segment<T: ring::Slot>(
+    what: &str,
+    kind: SegmentKind,
+    depth: u32,
+    bytes: impl FnOnce(usize) -> usize,
+) -> Result<RingSegment<T>, Error> {
+    let slots = ring_slots(depth);
+    let seg = Arc::new(Segment::create(
+        &segment_name(what),
+        kind,
+        bytes(slots),
+        HugePolicy::Auto,
+    )?);
+    let (p, c) = ring::init_segment::<T>(&seg, slots)?;
+    Ok((seg, p, c))
+}
+
 fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
     let p = seg
         .path()
@@ -204,14 +227,13 @@ impl Context {
     /// Create Completion Queue with room for `depth` completions.
     pub fn create_cq(&self, depth: u32) -> Result<Arc<CompletionQueue>, Error> {
         // The ring, then the notification word the daemon wakes waiters on.
-        let seg = Arc::new(Segment::create(
-            &segment_name("cq"),
+        let (seg, _, consumer) = ring_segment::<Cqe>(
+            "cq",
             SegmentKind::CompletionQueue,
-            iwarp_abi::notify::cq_segment_bytes(ring_slots(depth)),
-            HugePolicy::Auto,
-        )?);
-        let (_, consumer) = ring::init_segment::<Cqe>(&seg, ring_slots(depth))?;
-        let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, ring_slots(depth));
+            depth,
+            iwarp_abi::notify::cq_segment_bytes,
+        )?;
+        let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, consumer.capacity());
         let cq = id(self.call(&Request::CreateCq {
             depth,
             ring: path_of(&seg)?,
@@ -413,23 +435,21 @@ impl ProtectionDomain {
     /// Create QP in this PD, with its send and receive queues in shared rings (no receive
     /// ring with an S-RQ).
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
-        let sq_seg = Arc::new(Segment::create(
-            &segment_name("sq"),
+        let (sq_seg, sq, _) = ring_segment::<SendWqe>(
+            "sq",
             SegmentKind::SendQueue,
-            ring::ring_bytes::<SendWqe>(ring_slots(attr.sq_depth)),
-            HugePolicy::Auto,
-        )?);
-        let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, ring_slots(attr.sq_depth))?;
+            attr.sq_depth,
+            ring::ring_bytes::<SendWqe>,
+        )?;
         let rq = match attr.srq {
             Some(_) => None,
             None => {
-                let seg = Arc::new(Segment::create(
-                    &segment_name("rq"),
+                let (seg, rq, _) = ring_segment::<RecvWqe>(
+                    "rq",
                     SegmentKind::RecvQueue,
-                    ring::ring_bytes::<RecvWqe>(ring_slots(attr.rq_depth)),
-                    HugePolicy::Auto,
-                )?);
-                let (rq, _) = ring::init_segment::<RecvWqe>(&seg, ring_slots(attr.rq_depth))?;
+                    attr.rq_depth,
+                    ring::ring_bytes::<RecvWqe>,
+                )?;
                 Some((rq, path_of(&seg)?))
             }
         };
@@ -474,13 +494,12 @@ impl ProtectionDomain {
 
     /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.
     pub fn create_srq(&self, depth: u32) -> Result<Arc<SharedReceiveQueue>, Error> {
-        let seg = Arc::new(Segment::create(
-            &segment_name("srq"),
+        let (seg, producer, _) = ring_segment::<RecvWqe>(
+            "srq",
             SegmentKind::SharedRecvQueue,
-            ring::ring_bytes::<RecvWqe>(ring_slots(depth)),
-            HugePolicy::Auto,
-        )?);
-        let (producer, _) = ring::init_segment::<RecvWqe>(&seg, ring_slots(depth))?;
+            depth,
+            ring::ring_bytes::<RecvWqe>,
+        )?;
         let srq = id(self.ctx.call(&Request::CreateSrq {
             pd: self.pd,
             depth,

@@ -4,7 +4,8 @@
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
-    access, ConnSettings, Context, Error, Event, QpInitAttr, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
+    access, ConnSettings, Context, Error, Event, QpInitAttr, QueuePair, RecvWr, SendWr, Sg,
+    WcStatus, WrOpcode,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -182,6 +183,16 @@ fn an_endpoint_that_is_not_running_is_named_in_the_error() {
     }
 }
 
+/// Connects `qa` (on `ca`, endpoint a) to `qb` (on `cb`, which listens on `port`).
+fn connect(ca: &Context, qa: &QueuePair, cb: &Context, qb: &QueuePair, port: u16) {
+    let remote = format!("10.55.0.2:{port}").parse().unwrap();
+    let conn = ca.connect(qa, remote, &ConnSettings::default()).unwrap();
+    let req = cb.get_request(Duration::from_secs(20)).unwrap();
+    cb.accept_blocking(&req, qb, &ConnSettings::default(), Duration::from_secs(20))
+        .unwrap();
+    ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+}
+
 /// The thread's scheduler state letter from /proc (R running, S sleeping, ...).
 fn thread_state(tid: i32) -> char {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
@@ -220,17 +231,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         .unwrap();
     assert_ne!(mb.stag(), old, "a new key");
     cb.listen(7300, &ConnSettings::default()).unwrap();
-    let conn = ca
-        .connect(
-            &qa,
-            "10.55.0.2:7300".parse().unwrap(),
-            &ConnSettings::default(),
-        )
-        .unwrap();
-    let req = cb.get_request(Duration::from_secs(20)).unwrap();
-    cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
-        .unwrap();
-    ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+    connect(&ca, &qa, &cb, &qb, 7300);
     let sg = [Sg {
         mr: &mb,
         offset: 0,
@@ -335,17 +336,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
         let mut attr = QpInitAttr::new(&cqb, 8);
         attr.srq = Some(srq.clone());
         let qb = pb.create_qp(&attr).unwrap();
-        let conn = ca
-            .connect(
-                &qa,
-                "10.55.0.2:7400".parse().unwrap(),
-                &ConnSettings::default(),
-            )
-            .unwrap();
-        let req = cb.get_request(Duration::from_secs(20)).unwrap();
-        cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
-            .unwrap();
-        ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+        connect(&ca, &qa, &cb, &qb, 7400);
         pairs.push((qa, qb));
     }
     // A QP on an S-RQ has no receive queue of its own.
