@@ -229,22 +229,19 @@ pub unsafe extern "C" fn iwv_create_qp(
     recv_cq: *mut IwvCq,
     depth: u32,
 ) -> *mut QueuePair {
-    // SAFETY: forwarded contract.
-    let r = unsafe {
-        (
-            handle(pd, "pd"),
-            handle(send_cq, "send_cq"),
-            handle(recv_cq, "recv_cq"),
-        )
-    };
-    boxed(match r {
-        (Ok(pd), Ok(s), Ok(r)) => {
-            let mut attr = QpInitAttr::new(&s.0, depth);
-            attr.recv_cq = r.0.clone();
-            pd.create_qp(&attr).map_err(|e| e.to_string())
-        }
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
-    })
+    boxed((|| {
+        // SAFETY: forwarded contract.
+        let (pd, s, r) = unsafe {
+            (
+                handle(pd, "pd")?,
+                handle(send_cq, "send_cq")?,
+                handle(recv_cq, "recv_cq")?,
+            )
+        };
+        let mut attr = QpInitAttr::new(&s.0, depth);
+        attr.recv_cq = r.0.clone();
+        pd.create_qp(&attr).map_err(|e| e.to_string())
+    })())
 }
 
 /// # Safety
@@ -354,21 +351,17 @@ fn opcode(wr: &CSendWr) -> Result<WrOpcode, String> {
 /// `qp` is a live QP; `wr` points to a `struct iwv_send_wr` whose list is valid.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_post_send(qp: *mut QueuePair, wr: *const CSendWr) -> c_int {
-    // SAFETY: forwarded contract.
-    let r = unsafe { (handle(qp, "qp"), handle(wr, "wr")) };
-    status(match r {
-        (Ok(qp), Ok(wr)) => {
-            // SAFETY: forwarded contract.
-            unsafe {
-                with_sgl(wr.sg_list, wr.num_sge, |sgl| {
-                    let mut w = SendWr::new(wr.wr_id, opcode(wr)?, sgl);
-                    w.signaled = wr.signaled != 0;
-                    qp.post_send(&w).map_err(|e| e.to_string())
-                })
-            }
+    status((|| {
+        // SAFETY: forwarded contract (the handles, then the work request's list).
+        unsafe {
+            let (qp, wr) = (handle(qp, "qp")?, handle(wr, "wr")?);
+            with_sgl(wr.sg_list, wr.num_sge, |sgl| {
+                let mut w = SendWr::new(wr.wr_id, opcode(wr)?, sgl);
+                w.signaled = wr.signaled != 0;
+                qp.post_send(&w).map_err(|e| e.to_string())
+            })
         }
-        (Err(e), _) | (_, Err(e)) => Err(e),
-    })
+    })())
 }
 
 /// # Safety
@@ -432,14 +425,12 @@ pub unsafe extern "C" fn iwv_reg_mr(
     len: u64,
     access: u32,
 ) -> *mut MemoryRegion {
-    // SAFETY: forwarded contract.
-    let r = unsafe { (handle(pd, "pd"), handle(buf, "buffer")) };
-    boxed(match r {
-        (Ok(pd), Ok(buf)) => pd
-            .reg_mr(buf, offset, len, access)
-            .map_err(|e| e.to_string()),
-        (Err(e), _) | (_, Err(e)) => Err(e),
-    })
+    boxed((|| {
+        // SAFETY: forwarded contract.
+        let (pd, buf) = unsafe { (handle(pd, "pd")?, handle(buf, "buffer")?) };
+        pd.reg_mr(buf, offset, len, access)
+            .map_err(|e| e.to_string())
+    })())
 }
 
 /// # Safety
@@ -545,33 +536,22 @@ pub unsafe extern "C" fn iwv_connect(
     timeout_ms: c_int,
     info: *mut CConnInfo,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let r = unsafe { (handle(ctx, "context"), handle(qp, "qp")) };
-    let (ctx, qp) = match r {
-        (Ok(c), Ok(q)) => (c, q),
-        (Err(e), _) | (_, Err(e)) => {
-            fail(e);
-            return -1;
+    status((|| {
+        // SAFETY: forwarded contract.
+        let (ctx, qp) = unsafe { (handle(ctx, "context")?, handle(qp, "qp")?) };
+        if ipv4.is_null() {
+            return Err("ipv4 is NULL".to_string());
         }
-    };
-    if ipv4.is_null() {
-        fail("ipv4 is NULL");
-        return -1;
-    }
-    // SAFETY: NUL-terminated, per the contract.
-    let ip = unsafe { CStr::from_ptr(ipv4) }.to_string_lossy();
-    let addr: SocketAddr = match format!("{ip}:{port}").parse() {
-        Ok(a) => a,
-        Err(e) => {
-            fail(format!("{ip}: {e}"));
-            return -1;
-        }
-    };
-    status(settings(private_data, private_data_len).and_then(|s| {
+        // SAFETY: NUL-terminated, per the contract.
+        let ip = unsafe { CStr::from_ptr(ipv4) }.to_string_lossy();
+        let addr: SocketAddr = format!("{ip}:{port}")
+            .parse()
+            .map_err(|e| format!("{ip}: {e}"))?;
+        let s = settings(private_data, private_data_len)?;
         ctx.connect_blocking(qp, addr, &s, timeout(timeout_ms))
             .map(|e| fill(info, &e))
             .map_err(|e| e.to_string())
-    }))
+    })())
 }
 
 /// # Safety
@@ -585,22 +565,16 @@ pub unsafe extern "C" fn iwv_accept(
     timeout_ms: c_int,
     info: *mut CConnInfo,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let r = unsafe { (handle(ctx, "context"), handle(qp, "qp")) };
-    let (ctx, qp) = match r {
-        (Ok(c), Ok(q)) => (c, q),
-        (Err(e), _) | (_, Err(e)) => {
-            fail(e);
-            return -1;
-        }
-    };
-    let t = timeout(timeout_ms);
-    status(settings(private_data, private_data_len).and_then(|s| {
+    status((|| {
+        // SAFETY: forwarded contract.
+        let (ctx, qp) = unsafe { (handle(ctx, "context")?, handle(qp, "qp")?) };
+        let t = timeout(timeout_ms);
+        let s = settings(private_data, private_data_len)?;
         let req = ctx.get_request(t).map_err(|e| e.to_string())?;
         ctx.accept_blocking(&req, qp, &s, t)
             .map(|e| fill(info, &e))
             .map_err(|e| e.to_string())
-    }))
+    })())
 }
 
 /// # Safety
