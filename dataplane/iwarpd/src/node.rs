@@ -168,6 +168,13 @@ impl Conn {
         }
     }
 
+    /// Whether the QP owns (or, node-run MPA, will own) this connection's stream, so that
+    /// its end is the QP's too. A relay connection that ends during setup never gave its QP
+    /// a stream: the QP stays Idle and can be connected again (control reports the failure).
+    fn has_stream(&self) -> bool {
+        self.settings.is_some() || self.state == ConnState::Rts
+    }
+
     fn is_over(&self) -> bool {
         matches!(self.state, ConnState::Failed(_) | ConnState::Closed)
     }
@@ -343,8 +350,7 @@ impl<P: Port> Node<P> {
                 return;
             }
             self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
-            // As in `ended`: a QP whose relay connection never reached RTS stays Idle.
-            let had_stream = c.settings.is_some() || c.state == ConnState::Rts;
+            let had_stream = c.has_stream();
             c.state = ConnState::Closed;
             if let (Some(qp), true) = (c.qp, had_stream) {
                 self.rnic.connection_lost(qp, false);
@@ -648,9 +654,7 @@ impl<P: Port> Node<P> {
     /// The connection is over: tell the engine and, in relay mode, the control plane.
     fn ended(&mut self, i: usize, reason: CloseReason) {
         let c = &mut self.conns[i];
-        // A relay connection that ended during setup never gave its QP a stream: the QP
-        // stays Idle and can be connected again (control reports the failure).
-        let had_stream = c.settings.is_some() || c.state == ConnState::Rts;
+        let had_stream = c.has_stream();
         c.state = ConnState::Closed;
         self.conns_lost += 1;
         if let (Some(qp), true) = (c.qp, had_stream) {
