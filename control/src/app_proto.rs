@@ -277,6 +277,11 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
         Request::Accept { conn, qp, settings } => w.u8(20).u32(*conn).u32(*qp).settings(settings),
         Request::Reject { conn, private_data } => w.u8(21).u32(*conn).bytes(private_data),
         Request::Disconnect { conn, abort } => w.u8(22).u32(*conn).u8(*abort as u8),
+        Request::QueryCq { cq } => w.u8(23).u32(*cq),
+        Request::ModifyCq { cq, depth, ring } => w.u8(24).u32(*cq).u32(*depth).path(ring),
+        Request::ModifySrq { srq, limit } => w.u8(25).u32(*srq).u32(*limit),
+        Request::AllocStag { pd } => w.u8(26).u32(*pd),
+        Request::DeallocStag { stag } => w.u8(27).u32(*stag),
     };
     framed(w)
 }
@@ -362,6 +367,18 @@ pub fn decode_request(body: &[u8]) -> Result<Request, Error> {
             conn: r.u32()?,
             abort: r.flag()?,
         },
+        23 => Request::QueryCq { cq: r.u32()? },
+        24 => Request::ModifyCq {
+            cq: r.u32()?,
+            depth: r.u32()?,
+            ring: r.path()?,
+        },
+        25 => Request::ModifySrq {
+            srq: r.u32()?,
+            limit: r.u32()?,
+        },
+        26 => Request::AllocStag { pd: r.u32()? },
+        27 => Request::DeallocStag { stag: r.u32()? },
         _ => {
             return Err(Error::Protocol {
                 what: "unknown request tag",
@@ -398,6 +415,7 @@ pub fn encode_reply(rep: &Reply) -> Vec<u8> {
         Reply::Done => w.u8(2),
         Reply::Id(id) => w.u8(3).u32(*id),
         Reply::Qp { state } => w.u8(4).u8(state_u8(*state)),
+        Reply::Cq { depth } => w.u8(7).u32(*depth),
         Reply::Failed(e) => {
             let msg = e.to_string();
             let msg = &msg.as_bytes()[..msg.len().min(1024)];
@@ -515,6 +533,7 @@ pub enum ClientReply {
     Done,
     Id(u32),
     Qp { state: QpState },
+    Cq { depth: u32 },
     Failed { code: u16, message: String },
     Event(ClientEvent),
 }
@@ -546,6 +565,7 @@ pub fn decode_reply(body: &[u8]) -> Result<ClientReply, Error> {
         2 => ClientReply::Done,
         3 => ClientReply::Id(r.u32()?),
         4 => ClientReply::Qp { state: r.state()? },
+        7 => ClientReply::Cq { depth: r.u32()? },
         5 => ClientReply::Failed {
             code: r.u16()?,
             message: String::from_utf8_lossy(r.bytes()?).into_owned(),
@@ -702,6 +722,15 @@ mod tests {
                 conn: 9,
                 abort: true,
             },
+            Request::QueryCq { cq: 2 },
+            Request::ModifyCq {
+                cq: 2,
+                depth: 512,
+                ring: p("/dev/shm/iw-1-cq9"),
+            },
+            Request::ModifySrq { srq: 1, limit: 4 },
+            Request::AllocStag { pd: 1 },
+            Request::DeallocStag { stag: 0x301 },
         ]
     }
 
@@ -718,6 +747,10 @@ mod tests {
         assert_eq!(
             decode_reply(body(&encode_reply(&Reply::Id(42)))).unwrap(),
             ClientReply::Id(42)
+        );
+        assert_eq!(
+            decode_reply(body(&encode_reply(&Reply::Cq { depth: 300 }))).unwrap(),
+            ClientReply::Cq { depth: 300 }
         );
         let e = Error::InvalidStag { stag: 5 };
         assert_eq!(

@@ -5,9 +5,10 @@
 
 use crate::daemon_link::teardown_commands;
 use crate::error::Error;
-use crate::resources::{AppId, QpAttrs, QpState, Resources};
+use crate::error::Resource;
+use crate::resources::{check_access, AppId, QpAttrs, QpState, Resources};
 use crate::stag::Stag;
-use iwarp_abi::command::{Command, QpState as AbiQpState, ShmPath, NO_ID};
+use iwarp_abi::command::{reply_status, Command, QpState as AbiQpState, ShmPath, NO_ID};
 use iwarp_config::Limits;
 use iwarp_wire::mpa::negotiation::Settings;
 use std::collections::BTreeMap;
@@ -57,6 +58,18 @@ pub enum Request {
     DestroyCq {
         cq: u32,
     },
+    /// Query CQ (Verbs section 9.2.3.2): answered with [`Reply::Cq`].
+    QueryCq {
+        cq: u32,
+    },
+    /// Modify CQ (Verbs section 9.2.3.3): resize to `depth` onto the new ring segment `ring`
+    /// the application made; answered with [`Reply::Cq`], or refused (nothing changes) when
+    /// more completions are present than `depth` holds.
+    ModifyCq {
+        cq: u32,
+        depth: u32,
+        ring: ShmPath,
+    },
     CreateSrq {
         pd: u32,
         depth: u32,
@@ -64,6 +77,12 @@ pub enum Request {
     },
     DestroySrq {
         srq: u32,
+    },
+    /// Modify S-RQ (Verbs section 9.2.4.3): set and arm the S-RQ limit (the asynchronous
+    /// event when fewer than `limit` receives remain). The depth cannot change.
+    ModifySrq {
+        srq: u32,
+        limit: u32,
     },
     CreateQp {
         attrs: QpAttrs,
@@ -99,6 +118,15 @@ pub enum Request {
         pd: u32,
     },
     DeallocMw {
+        stag: u32,
+    },
+    /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1): an STag a Fast-Register
+    /// work request gives memory later (here: part of a region of the same PD).
+    AllocStag {
+        pd: u32,
+    },
+    /// Deallocate STag (section 9.2.6.4) of one from [`Request::AllocStag`].
+    DeallocStag {
         stag: u32,
     },
     /// Offer a shared segment (allocated through iwarp-verbs) for registration; the process
@@ -144,7 +172,32 @@ pub enum Reply {
     Qp {
         state: QpState,
     },
+    /// A CQ's size (Query CQ, Modify CQ).
+    Cq {
+        depth: u32,
+    },
     Failed(Error),
+}
+
+/// iwarpd's reply status as control's error: `IN_USE` is the verb's "still in use"
+/// immediate error, anything else a refusal with its status.
+fn refused(status: u32, what: Resource, id: u32) -> Result<(), Error> {
+    match status {
+        reply_status::OK => Ok(()),
+        reply_status::IN_USE => Err(Error::Refused {
+            what,
+            id,
+            reason: match what {
+                Resource::Cq => "more completions are on the CQ than the new size holds",
+                _ => "memory windows or fast-registered STags still point into it",
+            },
+        }),
+        _ => Err(Error::Refused {
+            what,
+            id,
+            reason: "iwarpd refused the command (see its log)",
+        }),
+    }
 }
 
 /// The control plane's state for every application.
@@ -204,6 +257,12 @@ impl Core {
                 r.destroy_cq(app, cq)?;
                 (Reply::Done, vec![Command::DestroyCq { cq }])
             }
+            Request::QueryCq { cq } => (
+                Reply::Cq {
+                    depth: r.cq(app, cq)?.depth,
+                },
+                vec![],
+            ),
             Request::CreateSrq { pd, depth, ring } => {
                 let srq = r.create_srq(app, pd, depth)?;
                 let c = Command::CreateSrq {
@@ -217,6 +276,10 @@ impl Core {
             Request::DestroySrq { srq } => {
                 r.destroy_srq(app, srq)?;
                 (Reply::Done, vec![Command::DestroySrq { srq }])
+            }
+            Request::ModifySrq { srq, limit } => {
+                r.check_srq_limit(app, srq, limit)?;
+                (Reply::Done, vec![Command::ArmSrq { srq, limit }])
             }
             Request::CreateQp { attrs, sq, rq } => {
                 let a = attrs.clone();
@@ -286,33 +349,6 @@ impl Core {
                 };
                 (Reply::Id(stag.0), vec![c])
             }
-            Request::ReregMr { stag, access } => {
-                let old = r.mr(app, Stag(stag))?.clone();
-                let new = r.rereg_mr(app, Stag(stag), access)?;
-                let seg = self
-                    .segments
-                    .get(&(app, old.segment))
-                    .map(|s| s.path)
-                    .ok_or(Error::InvalidStag { stag })?;
-                let cmds = vec![
-                    Command::DeregisterMr { stag },
-                    Command::RegisterMr {
-                        stag: new.0,
-                        pd: old.pd,
-                        access,
-                        zero_based: true,
-                        offset: old.offset,
-                        len: old.len,
-                        va: 0,
-                        segment: seg,
-                    },
-                ];
-                (Reply::Id(new.0), cmds)
-            }
-            Request::DeregMr { stag } => {
-                r.dereg_mr(app, Stag(stag))?;
-                (Reply::Done, vec![Command::DeregisterMr { stag }])
-            }
             Request::AllocMw { pd } => {
                 let stag = r.alloc_mw(app, pd)?;
                 (
@@ -323,6 +359,23 @@ impl Core {
             Request::DeallocMw { stag } => {
                 r.dealloc_mw(app, Stag(stag))?;
                 (Reply::Done, vec![Command::DeallocMw { stag }])
+            }
+            Request::AllocStag { pd } => {
+                let stag = r.alloc_fastreg(app, pd)?;
+                (
+                    Reply::Id(stag.0),
+                    vec![Command::AllocFastRegStag { stag: stag.0, pd }],
+                )
+            }
+            Request::DeallocStag { stag } => {
+                r.dealloc_fastreg(app, Stag(stag))?;
+                (Reply::Done, vec![Command::DeregisterMr { stag }])
+            }
+            // The daemon decides these (see `serve`).
+            Request::ModifyCq { .. } | Request::DeregMr { .. } | Request::ReregMr { .. } => {
+                return Err(Error::Protocol {
+                    what: "request needs the daemon's answer first (Core::serve)",
+                })
             }
             // Need IO (open, map, check the creator) or the connection manager: the process
             // layer answers these.
@@ -337,6 +390,88 @@ impl Core {
                 })
             }
         })
+    }
+
+    /// Handles one request of `app`, running its daemon commands in order through `daemon`
+    /// (which returns iwarpd's reply status), and returns the reply. Requests iwarpd may
+    /// refuse for a reason only it knows (a region that windows still point into, a CQ
+    /// holding more completions than its new size) change control's tables only once
+    /// iwarpd agreed, so a refusal leaves both sides as they were.
+    pub fn serve(
+        &mut self,
+        app: AppId,
+        req: Request,
+        mut daemon: impl FnMut(&Command) -> u32,
+    ) -> Reply {
+        if matches!(
+            req,
+            Request::DeregMr { .. } | Request::ReregMr { .. } | Request::ModifyCq { .. }
+        ) {
+            return self
+                .decided_by_daemon(app, req, &mut daemon)
+                .unwrap_or_else(Reply::Failed);
+        }
+        let (reply, cmds) = self.handle(app, req);
+        for c in &cmds {
+            daemon(c);
+        }
+        reply
+    }
+
+    fn decided_by_daemon(
+        &mut self,
+        app: AppId,
+        req: Request,
+        daemon: &mut impl FnMut(&Command) -> u32,
+    ) -> Result<Reply, Error> {
+        let r = &mut self.res;
+        match req {
+            Request::DeregMr { stag } => {
+                r.mr(app, Stag(stag))?;
+                refused(daemon(&Command::DeregisterMr { stag }), Resource::Mr, stag)?;
+                r.dereg_mr(app, Stag(stag))?;
+                Ok(Reply::Done)
+            }
+            Request::ReregMr { stag, access } => {
+                check_access(access)?;
+                let old = r.mr(app, Stag(stag))?.clone();
+                let seg = self
+                    .segments
+                    .get(&(app, old.segment))
+                    .map(|s| s.path)
+                    .ok_or(Error::InvalidStag { stag })?;
+                // The old registration goes first: iwarpd refuses while windows point
+                // into it, and then nothing changed.
+                refused(daemon(&Command::DeregisterMr { stag }), Resource::Mr, stag)?;
+                let new = r.rereg_mr(app, Stag(stag), access)?;
+                let status = daemon(&Command::RegisterMr {
+                    stag: new.0,
+                    pd: old.pd,
+                    access,
+                    zero_based: true,
+                    offset: old.offset,
+                    len: old.len,
+                    va: 0,
+                    segment: seg,
+                });
+                if let Err(e) = refused(status, Resource::Mr, new.0) {
+                    // The region is gone in iwarpd: forget it here too.
+                    let _ = r.dereg_mr(app, new);
+                    return Err(e);
+                }
+                Ok(Reply::Id(new.0))
+            }
+            Request::ModifyCq { cq, depth, ring } => {
+                r.check_cq_resize(app, cq, depth)?;
+                let status = daemon(&Command::ResizeCq { cq, depth, ring });
+                refused(status, Resource::Cq, cq)?;
+                r.resize_cq(app, cq, depth)?;
+                Ok(Reply::Cq { depth })
+            }
+            _ => Err(Error::Protocol {
+                what: "request is answered without asking iwarpd first",
+            }),
+        }
     }
 
     /// Checks that `qp` is one of `app`'s QPs (before connecting or accepting on it).
@@ -442,6 +577,144 @@ mod tests {
         );
         assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
         assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
+    }
+
+    #[test]
+    fn what_iwarpd_refuses_changes_nothing_in_control() {
+        let mut c = Core::new(Limits::default());
+        let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let seg = c.add_segment(
+            1,
+            VerifiedSegment {
+                path: path("/dev/shm/iw-1-buf"),
+                data_len: 4096,
+            },
+        );
+        let reg = Request::RegMr {
+            pd,
+            access: access::LOCAL_WRITE | access::BIND,
+            segment: seg,
+            offset: 0,
+            len: 4096,
+        };
+        let (stag, _) = id(c.handle(1, reg));
+        // A window is bound into the region: iwarpd says IN_USE, the region stays.
+        let mut sent = Vec::new();
+        let mut busy = |cmd: &Command| {
+            sent.push(*cmd);
+            reply_status::IN_USE
+        };
+        let reply = c.serve(1, Request::DeregMr { stag }, &mut busy);
+        assert!(
+            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Mr, id, .. }) if id == stag),
+            "{reply:?}"
+        );
+        let reply = c.serve(
+            1,
+            Request::ReregMr {
+                stag,
+                access: access::LOCAL_WRITE,
+            },
+            &mut busy,
+        );
+        assert!(matches!(reply, Reply::Failed(Error::Refused { .. })));
+        assert_eq!(sent, vec![Command::DeregisterMr { stag }; 2]);
+        assert!(c.resources().mr(1, Stag(stag)).is_ok(), "still registered");
+        // Once iwarpd agrees, re-registration gives a new key and deregistration works.
+        let mut ok = |_: &Command| reply_status::OK;
+        let Reply::Id(new) = c.serve(
+            1,
+            Request::ReregMr {
+                stag,
+                access: access::LOCAL_WRITE,
+            },
+            &mut ok,
+        ) else {
+            panic!()
+        };
+        assert_ne!(new, stag);
+        assert_eq!(
+            c.serve(1, Request::DeregMr { stag: new }, &mut ok),
+            Reply::Done
+        );
+        assert_eq!(c.resources().counts().4, 0);
+
+        // A CQ with more completions present than the new size: its size stays.
+        let (cq, _) = id(c.handle(
+            1,
+            Request::CreateCq {
+                depth: 64,
+                ring: path("/dev/shm/iw-1-cq1"),
+            },
+        ));
+        let resize = |depth| Request::ModifyCq {
+            cq,
+            depth,
+            ring: path("/dev/shm/iw-1-cq2"),
+        };
+        let reply = c.serve(1, resize(8), |_| reply_status::IN_USE);
+        assert!(matches!(
+            reply,
+            Reply::Failed(Error::Refused {
+                what: Resource::Cq,
+                ..
+            })
+        ));
+        assert_eq!(
+            c.handle(1, Request::QueryCq { cq }).0,
+            Reply::Cq { depth: 64 }
+        );
+        assert_eq!(c.serve(1, resize(256), &mut ok), Reply::Cq { depth: 256 });
+        assert_eq!(
+            c.handle(1, Request::QueryCq { cq }).0,
+            Reply::Cq { depth: 256 }
+        );
+        // Past the RNIC's limit, or another application's CQ: refused before iwarpd.
+        let too_big = c.serve(1, resize(u32::MAX), |_| panic!("asked iwarpd"));
+        assert!(matches!(
+            too_big,
+            Reply::Failed(Error::InvalidAttribute { .. })
+        ));
+        let theirs = c.serve(2, resize(128), |_| panic!("asked iwarpd"));
+        assert!(matches!(theirs, Reply::Failed(Error::InvalidHandle { .. })));
+    }
+
+    #[test]
+    fn srq_limits_and_fast_register_stags() {
+        let mut c = Core::new(Limits::default());
+        let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let (srq, _) = id(c.handle(
+            1,
+            Request::CreateSrq {
+                pd,
+                depth: 16,
+                ring: path("/dev/shm/iw-1-srq1"),
+            },
+        ));
+        let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 4 });
+        assert_eq!(reply, Reply::Done);
+        assert_eq!(cmds, vec![Command::ArmSrq { srq, limit: 4 }]);
+        let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 17 });
+        assert!(matches!(
+            reply,
+            Reply::Failed(Error::InvalidAttribute { max: 16, .. })
+        ));
+        assert!(cmds.is_empty());
+        let (stag, cmds) = id(c.handle(1, Request::AllocStag { pd }));
+        assert_eq!(cmds, vec![Command::AllocFastRegStag { stag, pd }]);
+        // Not a region: Deregister MR and Deallocate MW do not take it.
+        assert!(matches!(
+            c.handle(1, Request::DeallocMw { stag }).0,
+            Reply::Failed(_)
+        ));
+        assert!(matches!(
+            c.handle(2, Request::DeallocStag { stag }).0,
+            Reply::Failed(_)
+        ));
+        let (reply, cmds) = c.handle(1, Request::DeallocStag { stag });
+        assert_eq!(reply, Reply::Done);
+        assert_eq!(cmds, vec![Command::DeregisterMr { stag }]);
+        assert_eq!(c.resources().counts().4, 0);
     }
 
     #[test]

@@ -65,6 +65,13 @@ pub enum Error {
     InvalidModify { from: QpStateName, to: QpStateName },
     /// An application message that does not decode (unknown tag, short, bad field).
     Protocol { what: &'static str },
+    /// iwarpd refused, for a reason only it can see (windows bound into a region, more
+    /// completions on a CQ than its new size): nothing changed.
+    Refused {
+        what: Resource,
+        id: u32,
+        reason: &'static str,
+    },
 }
 
 impl Error {
@@ -81,6 +88,7 @@ impl Error {
             Error::InvalidRegion { .. } => 8,
             Error::InvalidModify { .. } => 9,
             Error::Protocol { .. } => 10,
+            Error::Refused { .. } => 11,
         }
     }
 }
@@ -122,6 +130,7 @@ impl fmt::Display for Error {
                 write!(f, "a QP cannot go from {from} to {to}")
             }
             Error::Protocol { what } => write!(f, "malformed application message: {what}"),
+            Error::Refused { what, id, reason } => write!(f, "{what} {id}: {reason}"),
         }
     }
 }

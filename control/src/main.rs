@@ -117,7 +117,9 @@ impl Daemon {
 /// The ring segments a request names, with the kind each must be.
 fn rings_of(req: &Request) -> Vec<(ShmPath, SegmentKind)> {
     match req {
-        Request::CreateCq { ring, .. } => vec![(*ring, SegmentKind::CompletionQueue)],
+        Request::CreateCq { ring, .. } | Request::ModifyCq { ring, .. } => {
+            vec![(*ring, SegmentKind::CompletionQueue)]
+        }
         Request::CreateSrq { ring, .. } => vec![(*ring, SegmentKind::SharedRecvQueue)],
         Request::CreateQp { attrs, sq, rq } => {
             let mut v = vec![(*sq, SegmentKind::SendQueue)];
@@ -350,16 +352,19 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
         }
     }
     let ring_files: Vec<std::path::PathBuf> = ring_paths(&req);
-    let (reply, cmds) = core.handle(app.id, req);
+    let reply = core.serve(app.id, req, |c| match daemon.call(c) {
+        Ok(reply_status::OK) => reply_status::OK,
+        Ok(st) => {
+            eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}");
+            st
+        }
+        Err(e) => {
+            eprintln!("iwarp-control: {e}");
+            reply_status::BAD_COMMAND
+        }
+    });
     if !matches!(reply, Reply::Failed(_)) {
         app.files.extend(ring_files);
-    }
-    for c in &cmds {
-        match daemon.call(c) {
-            Ok(reply_status::OK) => {}
-            Ok(st) => eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}"),
-            Err(e) => eprintln!("iwarp-control: {e}"),
-        }
     }
     reply
 }

@@ -115,8 +115,6 @@ pub struct Mr {
     pub segment: u32,
     pub offset: u64,
     pub len: u64,
-    /// Memory windows bound to it (an MR with bound windows cannot be deregistered).
-    pub bound_mws: u32,
 }
 
 /// What the daemon must tear down for an application that went away, in destroy order:
@@ -188,6 +186,8 @@ pub struct Resources {
     srqs: Table<Srq>,
     qps: Table<Qp>,
     mrs: BTreeMap<Stag, Mr>,
+    /// Fast-register STags allocated (they count against `max_mr` with the regions).
+    fastregs: u32,
     stags: StagTable,
 }
 
@@ -199,6 +199,7 @@ impl Resources {
             srqs: Table::new(Resource::Srq, limits.max_srq),
             qps: Table::new(Resource::Qp, limits.max_qp),
             mrs: BTreeMap::new(),
+            fastregs: 0,
             stags: StagTable::new(limits.max_mr.saturating_add(limits.max_mw)),
             limits,
         }
@@ -244,6 +245,40 @@ impl Resources {
     pub fn create_cq(&mut self, app: AppId, depth: u32) -> Result<u32, Error> {
         check_range("cq depth", depth as u64, self.limits.max_cqe as u64)?;
         self.cqs.insert(Cq { app, depth })
+    }
+
+    pub fn cq(&self, app: AppId, cq: u32) -> Result<&Cq, Error> {
+        self.cqs.owned(cq, app, |c| c.app)?;
+        Ok(&self.cqs.items[&cq])
+    }
+
+    /// Whether `app` may resize `cq` to `depth` (ownership, the `max_cqe` limit); whether the
+    /// completions present fit is iwarpd's to say.
+    pub fn check_cq_resize(&self, app: AppId, cq: u32, depth: u32) -> Result<(), Error> {
+        self.cq(app, cq)?;
+        check_range("cq depth", depth as u64, self.limits.max_cqe as u64)
+    }
+
+    /// Records the size iwarpd accepted.
+    pub fn resize_cq(&mut self, app: AppId, cq: u32, depth: u32) -> Result<(), Error> {
+        self.check_cq_resize(app, cq, depth)?;
+        if let Some(c) = self.cqs.items.get_mut(&cq) {
+            c.depth = depth;
+        }
+        Ok(())
+    }
+
+    /// Modify S-RQ: the limit must lie within the S-RQ's depth (Verbs section 6.3.8).
+    pub fn check_srq_limit(&self, app: AppId, srq: u32, limit: u32) -> Result<(), Error> {
+        let depth = self.srqs.owned(srq, app, |s| s.app)?.depth;
+        if limit > depth {
+            return Err(Error::InvalidAttribute {
+                name: "srq limit",
+                value: limit as u64,
+                max: depth as u64,
+            });
+        }
+        Ok(())
     }
 
     pub fn destroy_cq(&mut self, app: AppId, cq: u32) -> Result<(), Error> {
@@ -407,7 +442,6 @@ impl Resources {
                 segment,
                 offset,
                 len,
-                bound_mws: 0,
             },
         );
         Ok(stag)
@@ -432,22 +466,17 @@ impl Resources {
         Ok(new)
     }
 
+    /// Deregister (Verbs section 7.2.6). Whether windows still point into the region only
+    /// iwarpd knows (they are bound by work requests): it is asked first (`Core::serve`).
     pub fn dereg_mr(&mut self, app: AppId, stag: Stag) -> Result<Mr, Error> {
-        let mr = self.mr(app, stag)?;
-        if mr.bound_mws > 0 {
-            return Err(Error::InUse {
-                what: Resource::Mr,
-                id: stag.0,
-                users: mr.bound_mws,
-            });
-        }
+        self.mr(app, stag)?;
         self.stags.free(stag)?;
         Ok(self.mrs.remove(&stag).expect("checked above"))
     }
 
     pub fn alloc_mw(&mut self, app: AppId, pd: u32) -> Result<Stag, Error> {
         self.pds.owned(pd, app, |p| p.app)?;
-        let mws = self.stags.live() - self.mrs.len() as u32;
+        let mws = self.stags.live() - self.mrs.len() as u32 - self.fastregs;
         if mws >= self.limits.max_mw {
             return Err(Error::InsufficientResources {
                 what: Resource::Mw,
@@ -467,6 +496,33 @@ impl Resources {
         Ok(())
     }
 
+    /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1), for Fast-Register work
+    /// requests; counted with the regions against `max_mr`.
+    pub fn alloc_fastreg(&mut self, app: AppId, pd: u32) -> Result<Stag, Error> {
+        self.pds.owned(pd, app, |p| p.app)?;
+        if self.mrs.len() as u32 + self.fastregs >= self.limits.max_mr {
+            return Err(Error::InsufficientResources {
+                what: Resource::Mr,
+                limit: self.limits.max_mr,
+            });
+        }
+        let stag = self.stags.alloc(StagEntry {
+            kind: StagKind::FastReg,
+            pd,
+            app,
+        })?;
+        self.fastregs += 1;
+        Ok(stag)
+    }
+
+    /// Deallocate STag (Verbs section 9.2.6.4) of a fast-register STag.
+    pub fn dealloc_fastreg(&mut self, app: AppId, stag: Stag) -> Result<(), Error> {
+        self.stags.check(stag, StagKind::FastReg, app)?;
+        self.stags.free(stag)?;
+        self.fastregs -= 1;
+        Ok(())
+    }
+
     /// Removes everything `app` owned; returns what the daemon must destroy, in order.
     pub fn cleanup_app(&mut self, app: AppId) -> Teardown {
         let mut t = Teardown {
@@ -479,8 +535,14 @@ impl Resources {
         for (stag, e) in self.stags.owned_by(app) {
             let _ = self.stags.free(stag);
             self.mrs.remove(&stag);
+            if e.kind == StagKind::FastReg {
+                self.fastregs -= 1;
+            }
             t.stags.push((stag, e.kind));
         }
+        // Windows and fast-register STags before the regions they may point into (iwarpd
+        // refuses a region with valid ones).
+        t.stags.sort_by_key(|&(_, kind)| kind == StagKind::Mr);
         t.srqs = ids_of(&self.srqs, |s| s.app == app);
         for s in &t.srqs {
             self.srqs.items.remove(s);
@@ -517,7 +579,7 @@ fn ids_of<T>(t: &Table<T>, pred: impl Fn(&T) -> bool) -> Vec<u32> {
 }
 
 /// Verbs section 7.2.3: remote write and remote atomic access need local write.
-fn check_access(a: u32) -> Result<(), Error> {
+pub(crate) fn check_access(a: u32) -> Result<(), Error> {
     let needs_local = access::REMOTE_WRITE | access::REMOTE_ATOMIC;
     if a & !access::ALL != 0 || (a & needs_local != 0 && a & access::LOCAL_WRITE == 0) {
         return Err(Error::InvalidAccess { access: a });
@@ -742,15 +804,24 @@ mod tests {
             let qp = r.create_qp(app, attrs(pd, cq)).unwrap();
             let mr = r.reg_mr(app, pd, 0, 1, 64, 0, 64).unwrap();
             let mw = r.alloc_mw(app, pd).unwrap();
-            mine.push((pd, cq, srq, qp, mr, mw));
+            let fr = r.alloc_fastreg(app, pd).unwrap();
+            mine.push((pd, cq, srq, qp, mr, mw, fr));
         }
         let t = r.cleanup_app(1);
-        let (pd, cq, srq, qp, mr, mw) = mine[0];
+        let (pd, cq, srq, qp, mr, mw, fr) = mine[0];
         assert_eq!(t.qps, vec![qp]);
-        assert_eq!(t.stags, vec![(mr, StagKind::Mr), (mw, StagKind::Mw)]);
+        // Windows and fast-register STags before the region they may point into.
+        assert_eq!(
+            t.stags,
+            vec![
+                (mw, StagKind::Mw),
+                (fr, StagKind::FastReg),
+                (mr, StagKind::Mr)
+            ]
+        );
         assert_eq!((t.srqs, t.cqs, t.pds), (vec![srq], vec![cq], vec![pd]));
-        assert_eq!(r.counts(), (1, 1, 1, 1, 2));
-        let (pd2, _, _, qp2, mr2, _) = mine[1];
+        assert_eq!(r.counts(), (1, 1, 1, 1, 3));
+        let (pd2, _, _, qp2, mr2, _, _) = mine[1];
         assert!(r.qp(2, qp2).is_ok());
         assert!(r.mr(2, mr2).is_ok());
         assert!(r.mr(1, mr).is_err());

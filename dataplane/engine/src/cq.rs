@@ -67,6 +67,16 @@ impl Cq {
         n
     }
 
+    /// Modify CQ (Verbs section 5.3.3): a new size, refused when more completions are
+    /// waiting than it holds (nothing changes then).
+    pub(crate) fn resize(&mut self, depth: usize) -> bool {
+        if self.entries.len() > depth {
+            return false;
+        }
+        self.depth = depth;
+        true
+    }
+
     pub(crate) fn arm(&mut self, notify: Notify) {
         self.notify = notify;
     }

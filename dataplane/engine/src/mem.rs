@@ -58,6 +58,19 @@ struct Region {
     base_to: u64,
     key: u8,
     valid: bool,
+    /// For a bound window or a fast-registered STag: the region whose memory it names. That
+    /// region cannot be deregistered while this one is valid (Verbs section 7.2.9), so the
+    /// memory it points into stays mapped.
+    parent: Option<u32>,
+}
+
+/// Why [`MemTable::deregister`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeregError {
+    /// No such STag (or a stale key).
+    InvalidStag,
+    /// Valid windows or fast-registered STags still name this region's memory.
+    Bound,
 }
 
 /// The STag table of one RNIC.
@@ -104,6 +117,7 @@ impl MemTable {
             base_to,
             key: 0,
             valid: true,
+            parent: None,
         })
     }
 
@@ -143,6 +157,7 @@ impl MemTable {
                 base_to,
                 key: 0,
                 valid: true,
+                parent: None,
             },
         )
     }
@@ -166,6 +181,7 @@ impl MemTable {
             base_to: 0,
             key: 0,
             valid: false,
+            parent: None,
         }
     }
 
@@ -209,12 +225,23 @@ impl MemTable {
         (r.key == (stag & 0xff) as u8).then_some(r)
     }
 
-    pub fn deregister(&mut self, stag: u32) -> bool {
+    /// Removes an STag. Refused for a region that valid windows or fast-registered STags
+    /// still point into (Verbs section 7.2.9: deregistering a region with bound windows is
+    /// an immediate error): their memory would otherwise be unmapped under them.
+    pub fn deregister(&mut self, stag: u32) -> Result<(), DeregError> {
         if self.entry(stag).is_none() {
-            return false;
+            return Err(DeregError::InvalidStag);
+        }
+        if self
+            .regions
+            .iter()
+            .flatten()
+            .any(|r| r.valid && r.parent == Some(stag))
+        {
+            return Err(DeregError::Bound);
         }
         self.regions[(stag >> 8) as usize - 1] = None;
-        true
+        Ok(())
     }
 
     /// Invalidates an STag (Local Invalidate or Send with Invalidate). Fails for an unknown
@@ -231,6 +258,7 @@ impl MemTable {
             return Err(AccessError::NotAssociated);
         }
         r.valid = false;
+        r.parent = None;
         Ok(())
     }
 
@@ -268,6 +296,7 @@ impl MemTable {
         w.base_to = to;
         w.access = access;
         w.valid = true;
+        w.parent = Some(mr);
         Ok(())
     }
 
@@ -305,6 +334,7 @@ impl MemTable {
         f.access = access;
         f.base_to = base_to;
         f.valid = true;
+        f.parent = Some(source);
         Ok(())
     }
 

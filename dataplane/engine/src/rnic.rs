@@ -127,18 +127,34 @@ impl Rnic {
             .ok_or(VerbsError::InvalidStag)
     }
 
+    /// Deregisters an MR (or frees a window or fast-register STag). Refused with
+    /// [`VerbsError::StagInUse`] while windows or fast-registered STags name its memory.
     pub fn deregister_mr(&mut self, stag: u32) -> Result<(), VerbsError> {
-        if self.mem.deregister(stag) {
-            Ok(())
-        } else {
-            Err(VerbsError::InvalidStag)
-        }
+        self.mem.deregister(stag).map_err(|e| match e {
+            crate::mem::DeregError::InvalidStag => VerbsError::InvalidStag,
+            crate::mem::DeregError::Bound => VerbsError::StagInUse,
+        })
     }
 
     pub fn create_cq(&mut self, depth: usize) -> u32 {
         let id = self.cqs.len() as u32;
         self.cqs.push(Some(Cq::new(depth)));
         id
+    }
+
+    /// Modify CQ: a new size for `cq`, refused with [`VerbsError::CqTooSmall`] while more
+    /// completions wait in it than `depth` holds.
+    pub fn resize_cq(&mut self, cq: u32, depth: usize) -> Result<(), VerbsError> {
+        let c = self
+            .cqs
+            .get_mut(cq as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::InvalidCq)?;
+        if c.resize(depth) {
+            Ok(())
+        } else {
+            Err(VerbsError::CqTooSmall)
+        }
     }
 
     /// Creates a shared receive queue in `pd` (Verbs section 6.3).

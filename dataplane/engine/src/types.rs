@@ -346,6 +346,10 @@ pub enum VerbsError {
     /// Inline data only for Send and Write, up to MAX_INLINE bytes.
     InvalidInline,
     InvalidSrq,
+    /// A region that bound windows or fast-registered STags still point into.
+    StagInUse,
+    /// More completions are on the CQ than the size asked for (Modify CQ).
+    CqTooSmall,
 }
 
 impl fmt::Display for VerbsError {

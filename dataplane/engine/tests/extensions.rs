@@ -273,6 +273,48 @@ fn fast_register_then_remote_read() {
 }
 
 #[test]
+fn a_region_with_a_bound_window_or_fast_registration_stays_registered() {
+    // Verbs section 7.2.9: deregistering a region that windows still name is an immediate
+    // error; here it also keeps the memory they point into mapped.
+    let mut p = Pair::new(false);
+    let region = p.buffer(B, 4096, Access::LOCAL_WRITE | Access::BIND);
+    let (mr, base) = p.remote(B, region, 0);
+    let pd = p.b.pd;
+    let mw = p.b.rnic.alloc_mw(pd);
+    let fr = p.b.rnic.alloc_fastreg_stag(pd);
+    let bind = SendOp::BindMw {
+        mw,
+        mr,
+        to: base,
+        len: 64,
+        access: Access::REMOTE_WRITE,
+    };
+    let fast = SendOp::FastRegister {
+        stag: fr,
+        source: mr,
+        offset: 0,
+        len: 128,
+        access: Access::REMOTE_READ,
+        base_to: 0,
+    };
+    p.post_send(B, SendWr::new(1, bind, &[]));
+    p.post_send(B, SendWr::new(2, fast, &[]));
+    p.drive();
+    assert!(p.wcs(B).iter().all(|w| w.status == Status::Success));
+    assert_eq!(p.b.rnic.deregister_mr(mr), Err(VerbsError::StagInUse));
+    // Invalidating the window leaves the fast-registered STag: still refused.
+    p.post_send(B, SendWr::new(3, SendOp::LocalInvalidate { stag: mw }, &[]));
+    p.drive();
+    assert_eq!(p.one_wc(B).status, Status::Success);
+    assert_eq!(p.b.rnic.deregister_mr(mr), Err(VerbsError::StagInUse));
+    p.post_send(B, SendWr::new(4, SendOp::LocalInvalidate { stag: fr }, &[]));
+    p.drive();
+    assert_eq!(p.one_wc(B).status, Status::Success);
+    assert_eq!(p.b.rnic.deregister_mr(mr), Ok(()));
+    assert_eq!(p.b.rnic.deregister_mr(mr), Err(VerbsError::InvalidStag));
+}
+
+#[test]
 fn send_with_immediate_all_variants_v2() {
     let mut p = Pair::v2(true);
     for (solicited, inv) in [(false, false), (false, true), (true, false), (true, true)] {

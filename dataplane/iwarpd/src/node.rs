@@ -453,9 +453,20 @@ impl<P: Port> Node<P> {
         Ok(())
     }
 
-    /// Graceful close (FIN after what is queued) of a relay connection.
+    /// Graceful close of a relay connection. A QP in RTS goes to Closing first (Verbs
+    /// section 6.2): its send queue and outstanding Reads finish, and the FIN follows its
+    /// last FPDU (see `transmit`). Anything else closes at once (FIN after what is queued).
     pub fn relay_close(&mut self, conn: u32) -> Result<(), String> {
         let i = self.live(conn)?;
+        let c = &self.conns[i];
+        if let (ConnState::Rts, Some(qp)) = (&c.state, c.qp) {
+            if self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Rts) {
+                return self
+                    .rnic
+                    .modify_qp(qp, iwarp_engine::QpState::Closing)
+                    .map_err(|e| format!("QP to Closing: {e:?}"));
+            }
+        }
         self.sockets
             .get_mut::<tcp::Socket>(self.conns[i].handle)
             .close();
@@ -700,9 +711,9 @@ impl<P: Port> Node<P> {
         }
         let handle = self.conns[i].handle;
         let state = self.conns[i].state.clone();
-        let (tcp_state, may_recv, may_send) = {
+        let (tcp_state, may_recv, may_send, unread) = {
             let s = self.sockets.get::<tcp::Socket>(handle);
-            (s.state(), s.may_recv(), s.may_send())
+            (s.state(), s.may_recv(), s.may_send(), s.can_recv())
         };
         if self.conns[i].is_over() {
             self.reclaim(i, tcp_state);
@@ -710,6 +721,19 @@ impl<P: Port> Node<P> {
         }
         if tcp_state == tcp::State::Established {
             self.conns[i].ever_established = true;
+        }
+        // The peer closed its half (FIN) and the engine has read everything before it (a
+        // Terminate, the last messages): a graceful disconnect by the peer. The QP leaves
+        // RTS (flushing what it cannot finish) and ends its own half after its last FPDU.
+        if tcp_state == tcp::State::CloseWait && !unread && self.conns[i].has_stream() {
+            if let Some(qp) = self.conns[i].qp {
+                if matches!(
+                    self.rnic.qp_state(qp),
+                    Some(iwarp_engine::QpState::Rts | iwarp_engine::QpState::Closing)
+                ) {
+                    self.rnic.connection_lost(qp, true);
+                }
+            }
         }
         // The connection ended: the peer closed, reset, or it never came up.
         if self.conns[i].ever_established
@@ -936,14 +960,16 @@ impl<P: Port> Node<P> {
             }
         }
         // A QP in Error has sent its last FPDU (a Terminate, if any, is queued): the stream
-        // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too. In relay mode
-        // the control plane owns the connection and hears of its end.
+        // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too; so does one
+        // that finished Closing (back in Idle after RTS: a graceful disconnect). In relay
+        // mode the control plane owns the connection and hears of its end.
         let c = &mut self.conns[i];
-        if c.settings.is_none()
-            && !c.closing
-            && self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Error)
-            && !self.rnic.wants_transmit(qp)
-        {
+        let done = match self.rnic.qp_state(qp) {
+            Some(iwarp_engine::QpState::Error) => true,
+            Some(iwarp_engine::QpState::Idle) => c.state == ConnState::Rts,
+            _ => false,
+        };
+        if c.settings.is_none() && !c.closing && done && !self.rnic.wants_transmit(qp) {
             c.closing = true;
             self.sockets.get_mut::<tcp::Socket>(handle).close();
             busy = true;

@@ -215,6 +215,14 @@ pub enum Command {
     DestroyCq {
         cq: u32,
     },
+    /// Resize CQ (Verbs Modify CQ, section 5.3.3): completions go to the new ring segment from
+    /// now on; the application drains what the old ring still holds. Refused with
+    /// [`reply_status::IN_USE`] when more completions are present than `depth` holds.
+    ResizeCq {
+        cq: u32,
+        depth: u32,
+        ring: ShmPath,
+    },
     /// Map an S-RQ ring segment (a ring of [`crate::wqe::RecvWqe`]).
     CreateSrq {
         srq: u32,
@@ -361,6 +369,9 @@ pub mod reply_status {
     pub const BAD_COMMAND: u32 = 6;
     /// Socket-level failure (address in use, ...).
     pub const NETWORK: u32 = 7;
+    /// The resource is still in use: a region with bound windows or fast-registered STags,
+    /// a CQ holding more completions than the size asked for.
+    pub const IN_USE: u32 = 8;
 }
 
 /// Replies and events iwarpd sends to iwarp-control.
@@ -439,6 +450,7 @@ const T_TCP_CLOSE: u32 = 21;
 const T_TCP_ABORT: u32 = 22;
 const T_QP_RTS: u32 = 23;
 const T_SHUTDOWN: u32 = 24;
+const T_RESIZE_CQ: u32 = 25;
 
 const U_REPLY: u32 = 0x100;
 const U_ESTABLISHED: u32 = 0x101;
@@ -615,6 +627,9 @@ impl Command {
             DestroyCq { cq } => msg(T_DESTROY_CQ, req_id, |w| {
                 w.u32(cq);
             }),
+            ResizeCq { cq, depth, ring } => msg(T_RESIZE_CQ, req_id, |w| {
+                w.u32(cq).u32(depth).path(&ring);
+            }),
             CreateSrq {
                 srq,
                 pd,
@@ -745,6 +760,11 @@ impl Command {
                 ring: r.path()?,
             },
             T_DESTROY_CQ => DestroyCq { cq: r.u32()? },
+            T_RESIZE_CQ => ResizeCq {
+                cq: r.u32()?,
+                depth: r.u32()?,
+                ring: r.path()?,
+            },
             T_CREATE_SRQ => CreateSrq {
                 srq: r.u32()?,
                 pd: r.u32()?,
@@ -954,6 +974,11 @@ mod tests {
                 ring: path("/dev/shm/cq3"),
             },
             DestroyCq { cq: 3 },
+            ResizeCq {
+                cq: 3,
+                depth: 256,
+                ring: path("/dev/shm/cq3b"),
+            },
             CreateSrq {
                 srq: 4,
                 pd: 1,

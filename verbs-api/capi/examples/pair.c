@@ -47,7 +47,9 @@ static void post_recv(struct side *s, int slot) {
 static void open_side(struct side *s, const char *dir) {
     if (!(s->ctx = iwv_open(dir))) die("open");
     if (!(s->pd = iwv_alloc_pd(s->ctx))) die("alloc_pd");
-    if (!(s->cq = iwv_create_cq(s->ctx, 64))) die("create_cq");
+    if (!(s->cq = iwv_create_cq(s->ctx, 32))) die("create_cq");
+    /* Modify CQ before use: twice the size, and Query CQ says so. */
+    if (iwv_resize_cq(s->cq, 64) != 0 || iwv_query_cq(s->cq) != 64) die("resize_cq");
     if (!(s->qp = iwv_create_qp(s->pd, s->cq, s->cq, 32))) die("create_qp");
     if (!(s->buf = iwv_alloc_buffer(s->ctx, BUF))) die("alloc_buffer");
     s->mem = iwv_buffer_ptr(s->buf);

@@ -127,6 +127,11 @@ void iwv_dealloc_pd(iwv_pd *pd);
 
 iwv_cq *iwv_create_cq(iwv_context *ctx, uint32_t depth);
 void iwv_destroy_cq(iwv_cq *cq);
+/* Query CQ: the CQ's size, or -1. */
+int64_t iwv_query_cq(iwv_cq *cq);
+/* Modify CQ: resizes to `depth` with work outstanding; no completion is lost or reordered.
+ * Fails (nothing changes) when more completions are present than `depth` holds. */
+int iwv_resize_cq(iwv_cq *cq, uint32_t depth);
 /* Polls up to `n` completions into `wc`; returns how many, or -1. */
 int iwv_poll_cq(iwv_cq *cq, int n, struct iwv_wc *wc);
 /* Waits up to `timeout_ms` for one completion, asleep in the kernel (the daemon wakes the CQ
@@ -148,7 +153,8 @@ void iwv_free_buffer(iwv_buffer *buf);
 /* Registers `len` octets at `offset` of `buf` (zero-based: the peer addresses them from 0). */
 iwv_mr *iwv_reg_mr(iwv_pd *pd, iwv_buffer *buf, uint64_t offset, uint64_t len, uint32_t access);
 uint32_t iwv_mr_stag(const iwv_mr *mr);
-/* Fails (and keeps the region) while posted work requests still use it. */
+/* Fails (and keeps the region) while posted work requests still use it, or while memory
+ * windows still point into it. */
 int iwv_dereg_mr(iwv_mr *mr);
 
 /* Connection management. Private data goes with the MPA Request/Reply (at most 508 octets).

@@ -132,6 +132,34 @@ pub unsafe extern "C" fn iwv_destroy_cq(cq: *mut IwvCq) {
     unsafe { free(cq) }
 }
 
+/// # Safety
+/// `cq` is a live CQ.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_query_cq(cq: *mut IwvCq) -> i64 {
+    // SAFETY: forwarded contract.
+    match unsafe { handle(cq, "cq") }.and_then(|c| c.0.query().map_err(|e| e.to_string())) {
+        Ok(d) => d as i64,
+        Err(e) => {
+            fail(e);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// `cq` is a live CQ, polled by no other thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_resize_cq(cq: *mut IwvCq, depth: u32) -> c_int {
+    // SAFETY: forwarded contract.
+    match unsafe { handle(cq, "cq") }.and_then(|c| c.0.resize(depth).map_err(|e| e.to_string())) {
+        Ok(_) => 0,
+        Err(e) => {
+            fail(e);
+            -1
+        }
+    }
+}
+
 fn c_wc(wc: &WorkCompletion) -> CWc {
     CWc {
         wr_id: wc.wr_id,
@@ -449,14 +477,20 @@ pub unsafe extern "C" fn iwv_dereg_mr(mr: *mut MemoryRegion) -> c_int {
         fail("mr is NULL");
         return -1;
     }
-    // SAFETY: from Box::into_raw, per the contract.
-    let m = unsafe { Box::from_raw(mr) };
+    // SAFETY: `mr` came from Box::into_raw (the contract); the value is moved out and either
+    // written back in place (refused: the caller's handle stays valid) or its allocation
+    // freed without dropping it again.
+    let m = unsafe { mr.read() };
     match m.deregister() {
-        Ok(()) => 0,
+        Ok(()) => {
+            // SAFETY: as above; MaybeUninit has the same layout and does not drop.
+            drop(unsafe { Box::from_raw(mr as *mut core::mem::MaybeUninit<MemoryRegion>) });
+            0
+        }
         Err((m, e)) => {
             fail(e);
-            // Still registered: the caller keeps the handle.
-            let _ = Box::into_raw(Box::new(m));
+            // SAFETY: as above: the allocation is still ours and holds no value now.
+            unsafe { mr.write(m) };
             -1
         }
     }

@@ -10,7 +10,7 @@ use crate::buffer::SharedBuffer;
 use crate::cq::CompletionQueue;
 use crate::error::Error;
 use crate::link::{lock, Link, Release, Shared};
-use crate::mr::MemoryRegion;
+use crate::mr::{FastRegStag, MemoryRegion};
 use crate::qp::QueuePair;
 use crate::srq::SharedReceiveQueue;
 use iwarp_abi::command::ShmPath;
@@ -54,7 +54,7 @@ type RingSegment<T> = (Arc<Segment>, ring::Producer<T>, ring::Consumer<T>);
 /// A new ring of `depth` `T` slots (rounded up to a power of two) in a segment of this
 /// process, of `bytes(slots)` octets (the ring, and for a CQ its notification word after it),
 /// initialised: the segment and both ends (keep the one used, drop the other).
-fn ring_segment<T: ring::Slot>(
+pub(crate) fn ring_segment<T: ring::Slot>(
     what: &str,
     kind: SegmentKind,
     depth: u32,
@@ -71,7 +71,7 @@ fn ring_segment<T: ring::Slot>(
     Ok((seg, p, c))
 }
 
-fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
+pub(crate) fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
     let p = seg
         .path()
         .ok_or_else(|| Error::Protocol("segment without a path".into()))?;
@@ -240,7 +240,7 @@ impl Context {
         })?)?;
         Ok(Arc::new(
             CompletionQueue::from_ring(cq, consumer)
-                .with_notify(notify)
+                .with_notify(notify, depth)
                 .with_release(Release::new(&self.link, Request::DestroyCq { cq })),
         ))
     }
@@ -582,6 +582,16 @@ impl ProtectionDomain {
     /// Allocate Memory Window (Verbs section 7.2.7): its STag, valid once bound.
     pub fn alloc_mw(&self) -> Result<u32, Error> {
         id(self.ctx.call(&Request::AllocMw { pd: self.pd })?)
+    }
+
+    /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1) for Fast-Register work
+    /// requests in this PD.
+    pub fn alloc_fastreg_stag(&self) -> Result<FastRegStag, Error> {
+        let stag = id(self.ctx.call(&Request::AllocStag { pd: self.pd })?)?;
+        Ok(FastRegStag::new(
+            stag,
+            Release::new(self.ctx.link(), Request::DeallocStag { stag }),
+        ))
     }
 }
 

@@ -8,6 +8,8 @@ use crate::mr::MrInner;
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
 pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
+use iwarp_control::app_proto::ClientReply;
+use iwarp_control::app_server::Request;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -91,10 +93,24 @@ pub struct CompletionQueue {
     /// Destroys the CQ in control when dropped (first, before the ring is unmapped).
     release: Option<Release>,
     cq_num: u32,
-    ring: Mutex<Consumer<Cqe>>,
-    /// The word the daemon wakes us on (see [`CompletionQueue::wait`]).
-    notify: Option<iwarp_abi::notify::Notify>,
+    ring: Mutex<CqRing>,
     qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
+}
+
+/// The ring the daemon writes now, and what a resize carried over from the one before.
+struct CqRing {
+    ring: Consumer<Cqe>,
+    /// Completions the previous ring still held when the CQ was resized: they come first.
+    carried: VecDeque<Cqe>,
+    /// The word the daemon wakes us on (see [`CompletionQueue::wait`]).
+    notify: Option<Arc<iwarp_abi::notify::Notify>>,
+    depth: u32,
+}
+
+impl CqRing {
+    fn pop(&mut self) -> Option<Cqe> {
+        self.carried.pop_front().or_else(|| self.ring.pop())
+    }
 }
 
 impl core::fmt::Debug for CompletionQueue {
@@ -108,18 +124,92 @@ impl core::fmt::Debug for CompletionQueue {
 impl CompletionQueue {
     /// A CQ over the reading end of its ring (created by iwarp-control, attached here).
     pub fn from_ring(cq_num: u32, ring: Consumer<Cqe>) -> CompletionQueue {
+        let depth = ring.capacity() as u32;
         CompletionQueue {
             release: None,
             cq_num,
-            ring: Mutex::new(ring),
-            notify: None,
+            ring: Mutex::new(CqRing {
+                ring,
+                carried: VecDeque::new(),
+                notify: None,
+                depth,
+            }),
             qps: Mutex::new(HashMap::new()),
         }
     }
 
-    pub(crate) fn with_notify(mut self, n: Option<iwarp_abi::notify::Notify>) -> CompletionQueue {
-        self.notify = n;
+    /// The notification word and the size asked for at creation.
+    pub(crate) fn with_notify(self, n: Option<iwarp_abi::notify::Notify>, depth: u32) -> Self {
+        {
+            let mut r = lock(&self.ring);
+            r.notify = n.map(Arc::new);
+            r.depth = depth;
+        }
         self
+    }
+
+    /// The number of entries the CQ holds (as created or last resized; Query CQ without
+    /// asking control).
+    pub fn depth(&self) -> u32 {
+        lock(&self.ring).depth
+    }
+
+    /// Query CQ (Verbs section 9.2.3.2): the size iwarp-control has on record.
+    pub fn query(&self) -> Result<u32, Error> {
+        let link = self.link()?;
+        let reply = crate::link::lock(link).call(&Request::QueryCq { cq: self.cq_num })?;
+        match reply {
+            ClientReply::Cq { depth } => Ok(depth),
+            other => Err(Error::Protocol(format!("Query CQ answered {other:?}"))),
+        }
+    }
+
+    /// Modify CQ (Verbs section 9.2.3.3): resizes the CQ to `depth` entries while work is
+    /// outstanding. No completion is lost and the order stays: the daemon writes to a new
+    /// ring from the moment it agrees, and what the old ring still holds is returned
+    /// first. Refused, with nothing changed, when more completions are present than `depth`
+    /// holds (poll some first) or `depth` is past the RNIC's `max_cqe`. Polls on other
+    /// threads wait while it runs.
+    pub fn resize(&self, depth: u32) -> Result<u32, Error> {
+        let link = self.link()?;
+        let (seg, _, consumer) = crate::context::ring_segment::<Cqe>(
+            "cq",
+            iwarp_abi::segment::SegmentKind::CompletionQueue,
+            depth,
+            iwarp_abi::notify::cq_segment_bytes,
+        )?;
+        let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, consumer.capacity());
+        let ring = crate::context::path_of(&seg)?;
+        // No poll between the daemon's switch and the carry-over below.
+        let mut r = lock(&self.ring);
+        let reply = crate::link::lock(link).call(&Request::ModifyCq {
+            cq: self.cq_num,
+            depth,
+            ring,
+        })?;
+        let ClientReply::Cq { depth } = reply else {
+            return Err(Error::Protocol(format!("Modify CQ answered {reply:?}")));
+        };
+        // The daemon writes only the new ring now: what the old one holds is complete.
+        while let Some(c) = r.ring.pop() {
+            r.carried.push_back(c);
+        }
+        r.ring = consumer;
+        r.depth = depth;
+        let old = std::mem::replace(&mut r.notify, notify.map(Arc::new));
+        drop(r);
+        // A waiter asleep on the old word re-checks and sleeps on the new one.
+        if let Some(n) = old {
+            n.wake_if_armed();
+        }
+        Ok(depth)
+    }
+
+    fn link(&self) -> Result<&crate::link::Shared, Error> {
+        self.release
+            .as_ref()
+            .map(Release::link)
+            .ok_or_else(|| Error::Protocol("a CQ made from a bare ring has no control".into()))
     }
 
     /// Waits up to `timeout` for a completion, sleeping in the kernel rather than spinning
@@ -137,7 +227,8 @@ impl CompletionQueue {
             if left.is_zero() {
                 return Ok(None);
             }
-            match &self.notify {
+            let notify = lock(&self.ring).notify.clone();
+            match notify {
                 Some(n) => {
                     n.arm();
                     // A completion written before the daemon could see the armed word.

@@ -171,6 +171,20 @@ impl Release {
 }
 
 impl Release {
+    pub(crate) fn link(&self) -> &Shared {
+        &self.link
+    }
+
+    /// Releases now and says how it went; on failure the request stays armed (dropping
+    /// tries again).
+    pub(crate) fn now(&mut self) -> Result<(), Error> {
+        if let Some(req) = &self.req {
+            lock(&self.link).call(req)?;
+            self.req = None;
+        }
+        Ok(())
+    }
+
     /// The resource was replaced (re-registration): nothing to release any more.
     pub(crate) fn disarm(&mut self) {
         self.req = None;

@@ -112,14 +112,42 @@ impl MemoryRegion {
         })
     }
 
-    /// Deregister Memory Region (Verbs section 7.2.6). Refused while posted work requests use
-    /// the region: the region comes back with the error so the caller can retry after polling.
-    pub fn deregister(self) -> Result<(), (MemoryRegion, Error)> {
-        let posted = self.posted();
-        if posted > 0 {
-            let stag = self.stag();
+    /// Deregister Memory Region (Verbs section 7.2.6), waiting for iwarp-control's answer.
+    /// Refused while posted work requests use the region, or while memory windows or
+    /// fast-registered STags still point into it (invalidate them first): the region comes
+    /// back with the error so the caller can retry.
+    pub fn deregister(mut self) -> Result<(), (MemoryRegion, Error)> {
+        let (stag, posted) = (self.stag(), self.posted());
+        let Some(inner) = Arc::get_mut(&mut self.inner).filter(|_| posted == 0) else {
             return Err((self, Error::MrInUse { stag, posted }));
+        };
+        match inner.release.as_mut().map(Release::now) {
+            Some(Err(e)) => Err((self, e)),
+            _ => Ok(()),
         }
-        Ok(())
+    }
+}
+
+/// An STag for Fast-Register work requests (Allocate Non-Shared Memory Region STag, Verbs
+/// section 9.2.6.1): invalid until a [`crate::WrOpcode::FastRegister`] gives it part of a
+/// region, invalid again after a Local Invalidate or a peer's Send with Invalidate.
+/// Deallocated when dropped.
+#[derive(Debug)]
+pub struct FastRegStag {
+    stag: u32,
+    _release: Release,
+}
+
+impl FastRegStag {
+    pub(crate) fn new(stag: u32, release: Release) -> FastRegStag {
+        FastRegStag {
+            stag,
+            _release: release,
+        }
+    }
+
+    /// The STag, given to the peer once fast-registered.
+    pub fn stag(&self) -> u32 {
+        self.stag
     }
 }

@@ -70,6 +70,16 @@ pub enum WrOpcode {
     LocalInvalidate {
         stag: u32,
     },
+    /// Fast-Register (Verbs section 7.3.4): `stag` (a [`crate::FastRegStag`]) names `len`
+    /// octets at `offset` of region `mr` (its STag, same PD) with `access` rights, tagged
+    /// offsets from 0 at its first octet. Valid until invalidated.
+    FastRegister {
+        stag: u32,
+        mr: u32,
+        offset: u64,
+        len: u64,
+        access: u32,
+    },
 }
 
 /// One local scatter/gather element: `len` octets at `offset` of `mr`.
@@ -273,6 +283,7 @@ impl QueuePair {
             WrOpcode::Immediate { .. } => SendOpcode::Immediate,
             WrOpcode::BindMw { .. } => SendOpcode::BindMw,
             WrOpcode::LocalInvalidate { .. } => SendOpcode::LocalInv,
+            WrOpcode::FastRegister { .. } => SendOpcode::FastReg,
         };
         let mut w = SendWqe::new(wr.wr_id, op, &sgl)?;
         match wr.opcode {
@@ -294,6 +305,20 @@ impl QueuePair {
                 w.access = access;
             }
             WrOpcode::LocalInvalidate { stag } => w.local_stag = stag,
+            WrOpcode::FastRegister {
+                stag,
+                mr,
+                offset,
+                len,
+                access,
+            } => {
+                w.local_stag = stag;
+                w.mr_stag = mr;
+                w.mr_offset = offset;
+                w.mr_len = len;
+                w.mr_to = 0;
+                w.access = access;
+            }
             WrOpcode::RdmaWrite { rkey, remote_addr }
             | WrOpcode::RdmaRead { rkey, remote_addr } => {
                 w.remote_stag = rkey;

@@ -8,6 +8,8 @@ use crate::link::Release;
 use crate::qp::{sgl, RecvWr};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wqe::{RecvWqe, MAX_SGE};
+use iwarp_control::app_proto::ClientReply;
+use iwarp_control::app_server::Request;
 use std::sync::{Arc, Mutex};
 
 /// A shared receive queue; create it with [`crate::ProtectionDomain::create_srq`] and name it
@@ -32,6 +34,20 @@ impl SharedReceiveQueue {
 
     pub fn srq_num(&self) -> u32 {
         self.srq_num
+    }
+
+    /// Modify S-RQ (Verbs section 9.2.4.3): sets and arms the S-RQ limit. When fewer than
+    /// `limit` posted receives remain, the context gets one [`crate::Event::SrqLimit`]; arm
+    /// again for the next. `limit` may not exceed the S-RQ's depth; 0 disarms.
+    pub fn arm_limit(&self, limit: u32) -> Result<(), Error> {
+        let req = Request::ModifySrq {
+            srq: self.srq_num,
+            limit,
+        };
+        match crate::link::lock(self._release.link()).call(&req)? {
+            ClientReply::Done => Ok(()),
+            other => Err(Error::Protocol(format!("Modify S-RQ answered {other:?}"))),
+        }
     }
 
     pub(crate) fn outstanding(&self) -> &Arc<Outstanding> {

@@ -384,3 +384,123 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
     // Both receives are retired: the region can go.
     assert_eq!(mb.posted(), 0);
 }
+
+#[test]
+fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = endpoint(dir.path(), "a", 1);
+    let b = endpoint(dir.path(), "b", 2);
+    let ca = Context::open(&a.runtime).unwrap();
+    let cb = Context::open(&b.runtime).unwrap();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(4).unwrap());
+    let srq = pb.create_srq(8).unwrap();
+    let (ba, bb) = (
+        ca.alloc_buffer(8192).unwrap(),
+        cb.alloc_buffer(8192).unwrap(),
+    );
+    let ma = pa.reg_mr(&ba, 0, 8192, access::LOCAL_WRITE).unwrap();
+    let mb = pb.reg_mr(&bb, 0, 8192, access::LOCAL_WRITE).unwrap();
+    cb.listen(7500, &ConnSettings::default()).unwrap();
+    let qa = pa.create_qp(&QpInitAttr::new(&cqa, 8)).unwrap();
+    let mut attr = QpInitAttr::new(&cqb, 8);
+    attr.srq = Some(srq.clone());
+    let qb = pb.create_qp(&attr).unwrap();
+    connect(&ca, &qa, &cb, &qb, 7500);
+
+    // Modify S-RQ: a limit above the depth is refused; limit 3 is armed.
+    for i in 0..4u64 {
+        let sg = [Sg {
+            mr: &mb,
+            offset: i * 64,
+            len: 64,
+        }];
+        srq.post_recv(&RecvWr {
+            wr_id: 40 + i,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    assert!(matches!(srq.arm_limit(9), Err(Error::Refused { .. })));
+    srq.arm_limit(3).unwrap();
+    let send = |wr_id: u64| {
+        let sg = [Sg {
+            mr: &ma,
+            offset: wr_id * 64,
+            len: 8,
+        }];
+        qa.post_send(&SendWr::new(wr_id, WrOpcode::Send, &sg))
+            .unwrap();
+        let wc = cqa.wait(Duration::from_secs(20)).unwrap().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+    };
+    send(1);
+    send(2);
+    // Two of four receives taken: fewer than 3 remain, the limit event comes once.
+    match cb.next_event(Duration::from_secs(20)).unwrap() {
+        Some(Event::SrqLimit { srq: s }) => assert_eq!(s, srq.srq_num()),
+        other => panic!("{other:?}"),
+    }
+
+    // Modify CQ with two completions on B's CQ, never polled: shrinking below them is
+    // refused and changes nothing; growing keeps them, first and in order.
+    assert!(matches!(cqb.resize(1), Err(Error::Refused { .. })));
+    assert_eq!((cqb.depth(), cqb.query().unwrap()), (4, 4));
+    assert_eq!(cqb.resize(64).unwrap(), 64);
+    assert_eq!((cqb.depth(), cqb.query().unwrap()), (64, 64));
+    send(3);
+    send(4);
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < 4 {
+        assert!(t.elapsed() < Duration::from_secs(20), "got only {got:?}");
+        if let Some(wc) = cqb.wait(Duration::from_secs(1)).unwrap() {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            got.push(wc.wr_id);
+        }
+    }
+    assert_eq!(got, vec![40, 41, 42, 43]);
+
+    // Fast-Register: B gives part of its region a new STag; A writes through it.
+    let fr = pb.alloc_fastreg_stag().unwrap();
+    let reg = WrOpcode::FastRegister {
+        stag: fr.stag(),
+        mr: mb.stag(),
+        offset: 4096,
+        len: 1024,
+        access: access::REMOTE_WRITE,
+    };
+    qb.post_send(&SendWr::new(9, reg, &[])).unwrap();
+    let wc = cqb.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
+    ba.write(1024, b"fast-registered").unwrap();
+    let sg = [Sg {
+        mr: &ma,
+        offset: 1024,
+        len: 15,
+    }];
+    let write = WrOpcode::RdmaWrite {
+        rkey: fr.stag(),
+        remote_addr: 16,
+    };
+    qa.post_send(&SendWr::new(5, write, &sg)).unwrap();
+    let wc = cqa.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::Success), "{wc:?}");
+    let t = Instant::now();
+    while bb.to_vec(4096 + 16, 15).unwrap() != b"fast-registered" {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the Write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The region cannot go while the fast-registered STag points into it (Verbs 7.2.9)...
+    let (mb, e) = mb.deregister().expect_err("refused while fast-registered");
+    assert!(matches!(e, Error::Refused { .. }), "{e}");
+    // ...and can once it is invalidated.
+    let inv = WrOpcode::LocalInvalidate { stag: fr.stag() };
+    qb.post_send(&SendWr::new(10, inv, &[])).unwrap();
+    let wc = cqb.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::Success), "{wc:?}");
+    mb.deregister().map_err(|(_, e)| e).unwrap();
+}

@@ -57,6 +57,8 @@ pub struct Host {
     srqs: HashMap<u32, HostSrq>,
     qps: HashMap<u32, Qp>,
     mrs: HashMap<u32, HostMr>,
+    /// Window and fast-register STags: they may point into the regions, so they go first.
+    windows: std::collections::HashSet<u32>,
     /// Memory segments mapped for registrations, shared by the regions in them.
     segments: HashMap<PathBuf, Arc<Segment>>,
     /// Engine id → control id, for completions and events.
@@ -84,6 +86,7 @@ impl Host {
             srqs: HashMap::new(),
             qps: HashMap::new(),
             mrs: HashMap::new(),
+            windows: Default::default(),
             segments: HashMap::new(),
             qp_num: HashMap::new(),
             cq_num: HashMap::new(),
@@ -114,12 +117,14 @@ impl Host {
             }
             let _ = node.rnic.destroy_qp(eqp);
         }
-        // The engine stops pointing into a segment before the segment is unmapped.
-        for &stag in self.mrs.keys() {
+        // The engine stops pointing into a segment before the segment is unmapped; windows
+        // first, since a region they point into cannot be deregistered before them.
+        for &stag in self.windows.iter().chain(self.mrs.keys()) {
             let _ = node.rnic.deregister_mr(stag);
         }
         self.qps.clear();
         self.mrs.clear();
+        self.windows.clear();
         self.segments.clear();
         self.cqs.clear();
         self.srqs.clear();
@@ -335,6 +340,7 @@ impl Host {
                     },
                 );
             }
+            Command::ResizeCq { cq, depth, ring } => self.resize_cq(node, cq, depth, ring)?,
             Command::DestroyCq { cq } => {
                 if self
                     .qps
@@ -500,20 +506,26 @@ impl Host {
                 self.mrs.insert(stag, mr);
             }
             Command::DeregisterMr { stag } | Command::DeallocMw { stag } => {
-                node.rnic.deregister_mr(stag).map_err(|_| st::NO_SUCH_ID)?;
+                node.rnic.deregister_mr(stag).map_err(|e| match e {
+                    iwarp_engine::VerbsError::StagInUse => st::IN_USE,
+                    _ => st::NO_SUCH_ID,
+                })?;
                 self.mrs.remove(&stag);
+                self.windows.remove(&stag);
                 // Unmap segments no region uses any more.
                 self.segments.retain(|_, s| Arc::strong_count(s) > 1);
             }
             Command::AllocMw { stag, pd } => {
                 let pd = self.engine_pd(pd)?;
                 node.rnic.alloc_mw_at(stag, pd).map_err(|_| st::EXISTS)?;
+                self.windows.insert(stag);
             }
             Command::AllocFastRegStag { stag, pd } => {
                 let pd = self.engine_pd(pd)?;
                 node.rnic
                     .alloc_fastreg_at(stag, pd)
                     .map_err(|_| st::EXISTS)?;
+                self.windows.insert(stag);
             }
             Command::TcpListen { port, backlog } => {
                 node.relay_listen(port, backlog).map_err(net)?;
@@ -542,6 +554,12 @@ impl Host {
             // Ending a connection that already ended (its QP was destroyed, the peer reset
             // it) is done, not an error: control's teardown may cross the daemon's.
             Command::TcpClose { conn } => {
+                // What the application posted before it asked to disconnect goes out first.
+                for _ in 0..64 {
+                    if !self.fast_path(&mut node.rnic) {
+                        break;
+                    }
+                }
                 if let Err(e) = node.relay_close(conn) {
                     tracing::debug!("close: {e}");
                 }
@@ -563,6 +581,53 @@ impl Host {
             Command::Shutdown => {}
         }
         Ok(0)
+    }
+}
+
+impl Host {
+    /// Modify CQ: completions go to the ring in `ring` from now on. Refused (nothing changes)
+    /// when more completions are present than `depth` holds: those in the old ring the
+    /// application has not taken, those waiting for ring room, those in the engine's CQ. The
+    /// application takes what the old ring holds before it reads the new one, so none is
+    /// lost and the order stays.
+    fn resize_cq<P: Port>(
+        &mut self,
+        node: &mut Node<P>,
+        cq: u32,
+        depth: u32,
+        ring: iwarp_abi::command::ShmPath,
+    ) -> Result<(), u32> {
+        let waiting: usize = self
+            .qps
+            .values()
+            .map(|q| {
+                let mut n = 0;
+                if q.send_cq == cq {
+                    n += q.host.pending_send_cqes.len();
+                }
+                if q.recv_cq == cq {
+                    n += q.host.pending_recv_cqes.len();
+                }
+                n
+            })
+            .sum();
+        let c = self.cqs.get_mut(&cq).ok_or(st::NO_SUCH_ID)?;
+        let in_ring = c.host.ring.capacity() - c.host.ring.free_slots();
+        let in_engine = node.rnic.cq_status(c.host.engine_cq).map_or(0, |s| s.0);
+        if in_ring + c.pending.len() + waiting + in_engine > depth as usize {
+            return Err(st::IN_USE);
+        }
+        let seg = open(&ring.to_path(), SegmentKind::CompletionQueue)?;
+        let (producer, _) = ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
+        if producer.capacity() < depth as usize {
+            return Err(st::BAD_SEGMENT);
+        }
+        node.rnic
+            .resize_cq(c.host.engine_cq, depth as usize)
+            .map_err(|_| st::IN_USE)?;
+        c.host.notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
+        c.host.ring = producer;
+        Ok(())
     }
 }
 
