@@ -282,6 +282,7 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
         Request::ModifySrq { srq, limit } => w.u8(25).u32(*srq).u32(*limit),
         Request::AllocStag { pd } => w.u8(26).u32(*pd),
         Request::DeallocStag { stag } => w.u8(27).u32(*stag),
+        Request::QuerySrq { srq } => w.u8(28).u32(*srq),
     };
     framed(w)
 }
@@ -379,6 +380,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, Error> {
         },
         26 => Request::AllocStag { pd: r.u32()? },
         27 => Request::DeallocStag { stag: r.u32()? },
+        28 => Request::QuerySrq { srq: r.u32()? },
         _ => {
             return Err(Error::Protocol {
                 what: "unknown request tag",
@@ -416,6 +418,7 @@ pub fn encode_reply(rep: &Reply) -> Vec<u8> {
         Reply::Id(id) => w.u8(3).u32(*id),
         Reply::Qp { state } => w.u8(4).u8(state_u8(*state)),
         Reply::Cq { depth } => w.u8(7).u32(*depth),
+        Reply::Srq { depth, limit } => w.u8(8).u32(*depth).u32(*limit),
         Reply::Failed(e) => {
             let msg = e.to_string();
             let msg = &msg.as_bytes()[..msg.len().min(1024)];
@@ -534,6 +537,7 @@ pub enum ClientReply {
     Id(u32),
     Qp { state: QpState },
     Cq { depth: u32 },
+    Srq { depth: u32, limit: u32 },
     Failed { code: u16, message: String },
     Event(ClientEvent),
 }
@@ -566,6 +570,10 @@ pub fn decode_reply(body: &[u8]) -> Result<ClientReply, Error> {
         3 => ClientReply::Id(r.u32()?),
         4 => ClientReply::Qp { state: r.state()? },
         7 => ClientReply::Cq { depth: r.u32()? },
+        8 => ClientReply::Srq {
+            depth: r.u32()?,
+            limit: r.u32()?,
+        },
         5 => ClientReply::Failed {
             code: r.u16()?,
             message: String::from_utf8_lossy(r.bytes()?).into_owned(),
@@ -731,6 +739,7 @@ mod tests {
             Request::ModifySrq { srq: 1, limit: 4 },
             Request::AllocStag { pd: 1 },
             Request::DeallocStag { stag: 0x301 },
+            Request::QuerySrq { srq: 1 },
         ]
     }
 
@@ -751,6 +760,10 @@ mod tests {
         assert_eq!(
             decode_reply(body(&encode_reply(&Reply::Cq { depth: 300 }))).unwrap(),
             ClientReply::Cq { depth: 300 }
+        );
+        assert_eq!(
+            decode_reply(body(&encode_reply(&Reply::Srq { depth: 8, limit: 2 }))).unwrap(),
+            ClientReply::Srq { depth: 8, limit: 2 }
         );
         let e = Error::InvalidStag { stag: 5 };
         assert_eq!(

@@ -78,6 +78,10 @@ pub enum Request {
     DestroySrq {
         srq: u32,
     },
+    /// Query S-RQ (Verbs section 9.2.4.2): answered with [`Reply::Srq`].
+    QuerySrq {
+        srq: u32,
+    },
     /// Modify S-RQ (Verbs section 9.2.4.3): set and arm the S-RQ limit (the asynchronous
     /// event when fewer than `limit` receives remain). The depth cannot change.
     ModifySrq {
@@ -175,6 +179,11 @@ pub enum Reply {
     /// A CQ's size (Query CQ, Modify CQ).
     Cq {
         depth: u32,
+    },
+    /// An S-RQ's depth and its limit (0: none armed since creation).
+    Srq {
+        depth: u32,
+        limit: u32,
     },
     Failed(Error),
 }
@@ -277,8 +286,13 @@ impl Core {
                 r.destroy_srq(app, srq)?;
                 (Reply::Done, vec![Command::DestroySrq { srq }])
             }
+            Request::QuerySrq { srq } => {
+                let s = r.srq(app, srq)?;
+                let (depth, limit) = (s.depth, s.limit);
+                (Reply::Srq { depth, limit }, vec![])
+            }
             Request::ModifySrq { srq, limit } => {
-                r.check_srq_limit(app, srq, limit)?;
+                r.set_srq_limit(app, srq, limit)?;
                 (Reply::Done, vec![Command::ArmSrq { srq, limit }])
             }
             Request::CreateQp { attrs, sq, rq } => {
@@ -694,6 +708,13 @@ mod tests {
         let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 4 });
         assert_eq!(reply, Reply::Done);
         assert_eq!(cmds, vec![Command::ArmSrq { srq, limit: 4 }]);
+        assert_eq!(
+            c.handle(1, Request::QuerySrq { srq }).0,
+            Reply::Srq {
+                depth: 16,
+                limit: 4
+            }
+        );
         let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 17 });
         assert!(matches!(
             reply,

@@ -81,6 +81,8 @@ pub struct Srq {
     pub app: AppId,
     pub pd: u32,
     pub depth: u32,
+    /// The S-RQ limit last set by Modify S-RQ.
+    pub limit: u32,
 }
 
 /// What Create QP asks for (Verbs section 7.3.1).
@@ -268,15 +270,22 @@ impl Resources {
         Ok(())
     }
 
+    pub fn srq(&self, app: AppId, srq: u32) -> Result<&Srq, Error> {
+        self.srqs.owned(srq, app, |s| s.app)
+    }
+
     /// Modify S-RQ: the limit must lie within the S-RQ's depth (Verbs section 6.3.8).
-    pub fn check_srq_limit(&self, app: AppId, srq: u32, limit: u32) -> Result<(), Error> {
-        let depth = self.srqs.owned(srq, app, |s| s.app)?.depth;
+    pub fn set_srq_limit(&mut self, app: AppId, srq: u32, limit: u32) -> Result<(), Error> {
+        let depth = self.srq(app, srq)?.depth;
         if limit > depth {
             return Err(Error::InvalidAttribute {
                 name: "srq limit",
                 value: limit as u64,
                 max: depth as u64,
             });
+        }
+        if let Some(s) = self.srqs.items.get_mut(&srq) {
+            s.limit = limit;
         }
         Ok(())
     }
@@ -303,7 +312,12 @@ impl Resources {
     pub fn create_srq(&mut self, app: AppId, pd: u32, depth: u32) -> Result<u32, Error> {
         self.pds.owned(pd, app, |p| p.app)?;
         check_range("srq depth", depth as u64, self.limits.max_rq_depth as u64)?;
-        self.srqs.insert(Srq { app, pd, depth })
+        self.srqs.insert(Srq {
+            app,
+            pd,
+            depth,
+            limit: 0,
+        })
     }
 
     pub fn destroy_srq(&mut self, app: AppId, srq: u32) -> Result<(), Error> {

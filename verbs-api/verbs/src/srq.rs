@@ -36,6 +36,15 @@ impl SharedReceiveQueue {
         self.srq_num
     }
 
+    /// Query S-RQ (Verbs section 9.2.4.2): its depth and the limit last armed (0: none).
+    pub fn query(&self) -> Result<(u32, u32), Error> {
+        let req = Request::QuerySrq { srq: self.srq_num };
+        match crate::link::lock(self._release.link()).call(&req)? {
+            ClientReply::Srq { depth, limit } => Ok((depth, limit)),
+            other => Err(Error::Protocol(format!("Query S-RQ answered {other:?}"))),
+        }
+    }
+
     /// Modify S-RQ (Verbs section 9.2.4.3): sets and arms the S-RQ limit. When fewer than
     /// `limit` posted receives remain, the context gets one [`crate::Event::SrqLimit`]; arm
     /// again for the next. `limit` may not exceed the S-RQ's depth; 0 disarms.

@@ -422,7 +422,9 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
         .unwrap();
     }
     assert!(matches!(srq.arm_limit(9), Err(Error::Refused { .. })));
+    assert_eq!(srq.query().unwrap(), (8, 0));
     srq.arm_limit(3).unwrap();
+    assert_eq!(srq.query().unwrap(), (8, 3));
     let send = |wr_id: u64| {
         let sg = [Sg {
             mr: &ma,
