@@ -489,6 +489,12 @@ impl<P: Port> Node<P> {
             .map(|c| c.id)
     }
 
+    /// Connections the node still keeps state for (live ones, and ended ones whose socket
+    /// is not reclaimed yet).
+    pub fn tracked_connections(&self) -> usize {
+        self.conns.len()
+    }
+
     /// What relay connections did since the last call.
     pub fn take_events(&mut self) -> impl Iterator<Item = NodeEvent> + '_ {
         self.events.drain(..)
@@ -626,6 +632,7 @@ impl<P: Port> Node<P> {
         for i in 0..self.conns.len() {
             busy |= self.service(i);
         }
+        self.forget_reclaimed();
         t.engine += clock.lap();
         self.iface_poll();
         t.tcp += clock.lap();
@@ -678,6 +685,18 @@ impl<P: Port> Node<P> {
         }
     }
 
+    /// Drops relay connections whose socket was reclaimed, so a daemon that has served a
+    /// million connections holds no trace of the ended ones. Relay connections are found by
+    /// id; connections the node runs itself are addressed by index, so while any exists
+    /// nothing is removed (no index moves).
+    fn forget_reclaimed(&mut self) {
+        if self.conns.iter().any(|c| c.socket_gone)
+            && self.conns.iter().all(|c| c.settings.is_none())
+        {
+            self.conns.retain(|c| !c.socket_gone);
+        }
+    }
+
     /// A relay connection that is over and whose socket has finished: free the socket and
     /// its buffers. An aborted socket is Closed at once but still owes its peer the RST
     /// (smoltcp sends it on a later poll, after ARP if the neighbour entry expired); it is
@@ -725,6 +744,16 @@ impl<P: Port> Node<P> {
         // The peer closed its half (FIN) and the engine has read everything before it (a
         // Terminate, the last messages): a graceful disconnect by the peer. The QP leaves
         // RTS (flushing what it cannot finish) and ends its own half after its last FPDU.
+        // A relay connection still in setup has nothing more coming: its end reaches the
+        // control plane (as the setup's failure) instead of waiting for a timeout.
+        if tcp_state == tcp::State::CloseWait
+            && !unread
+            && !self.conns[i].has_stream()
+            && !self.conns[i].closing
+        {
+            self.sockets.get_mut::<tcp::Socket>(handle).close();
+            self.conns[i].closing = true;
+        }
         if tcp_state == tcp::State::CloseWait && !unread && self.conns[i].has_stream() {
             if let Some(qp) = self.conns[i].qp {
                 if matches!(
