@@ -230,7 +230,9 @@ pub fn run(plan: &Plan, command: Vec<String>) -> Result<Report> {
         ms.push(m);
     }
     pb.finish_and_clear();
+    let mut daemon_memory = Vec::new();
     if let Some(v) = verbs_t {
+        daemon_memory = v.daemon_memory();
         v.shutdown()?;
     }
     attach_ratios(&mut ms);
@@ -264,6 +266,7 @@ pub fn run(plan: &Plan, command: Vec<String>) -> Result<Report> {
             endpoint: plan.endpoint.clone(),
         },
         measurements: ms,
+        daemon_memory,
         hdr_log: None,
         plots: Vec::new(),
     })

@@ -43,6 +43,9 @@ fn main() -> ExitCode {
     let to_stdout_json = plan.output.json.as_deref() == Some(std::path::Path::new("-"));
     if !plan.output.quiet && !to_stdout_json {
         print!("{}", output::table::render(&report.measurements));
+        for m in &report.daemon_memory {
+            println!("{}", m.describe());
+        }
         for f in &report.plots {
             println!("plot: {f}");
         }

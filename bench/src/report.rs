@@ -198,6 +198,9 @@ pub struct Report {
     pub machine: Machine,
     pub settings: Settings,
     pub measurements: Vec<Measurement>,
+    /// The spawned or running daemons' memory, idle and at the end (empty without verbs).
+    #[serde(default)]
+    pub daemon_memory: Vec<crate::stages::DaemonMemory>,
     pub hdr_log: Option<String>,
     pub plots: Vec<String>,
 }

@@ -162,3 +162,95 @@ mod tests {
         assert!(Stages::default().is_empty());
     }
 }
+
+/// A daemon's memory as the kernel counts it, from the `process` line of its stats file
+/// (KiB): resident in all, anonymous (heap, stacks), shared (rings and registered segments
+/// in /dev/shm), and hugetlb pages mapped (hugepage segments, DPDK's mempool; not resident
+/// memory as VmRSS counts it).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonMemory {
+    /// The endpoint (`a` or `b`) and when: `idle` (started, no application yet) or `end`.
+    pub endpoint: String,
+    pub when: String,
+    pub rss_kib: u64,
+    pub anon_kib: u64,
+    pub shmem_kib: u64,
+    pub hugetlb_kib: u64,
+}
+
+impl DaemonMemory {
+    /// The `process` line of iwarpd's stats text, if it has one.
+    pub fn parse(text: &str, endpoint: &str, when: &str) -> Option<DaemonMemory> {
+        let line = text.lines().find(|l| l.starts_with("process "))?;
+        let get = |key: &str| {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+        };
+        Some(DaemonMemory {
+            endpoint: endpoint.into(),
+            when: when.into(),
+            rss_kib: get("rss_kib")?,
+            anon_kib: get("rss_anon_kib")?,
+            shmem_kib: get("rss_shmem_kib")?,
+            hugetlb_kib: get("hugetlb_kib")?,
+        })
+    }
+
+    /// Reads `<runtime dir>/stats` once iwarpd has rewritten it after this call (it does so
+    /// every second), waiting up to three seconds.
+    pub fn read(runtime_dir: &Path, endpoint: &str, when: &str) -> Option<DaemonMemory> {
+        let asked = std::time::SystemTime::now();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let path = runtime_dir.join("stats");
+        loop {
+            let fresh = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= asked);
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if let (true, Some(m)) = (fresh, DaemonMemory::parse(&text, endpoint, when)) {
+                return Some(m);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// One line for the terminal.
+    pub fn describe(&self) -> String {
+        let mib = |k: u64| k as f64 / 1024.0;
+        format!(
+            "iwarpd {} {}: resident {:.1} MiB (anonymous {:.1}, shared {:.1}), hugetlb {:.1} MiB",
+            self.endpoint,
+            self.when,
+            mib(self.rss_kib),
+            mib(self.anon_kib),
+            mib(self.shmem_kib),
+            mib(self.hugetlb_kib)
+        )
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::DaemonMemory;
+
+    #[test]
+    fn the_process_line_of_the_stats_file_is_read_and_other_lines_ignored() {
+        let text = "core=- rx_frames=1 polls=3\n\
+                    process pid=7 rss_kib=9000 rss_anon_kib=2000 rss_shmem_kib=6000 hugetlb_kib=4096\n";
+        let m = DaemonMemory::parse(text, "a", "idle").unwrap();
+        assert_eq!(
+            (m.rss_kib, m.anon_kib, m.shmem_kib, m.hugetlb_kib),
+            (9000, 2000, 6000, 4096)
+        );
+        assert!(m.describe().contains("resident 8.8 MiB"));
+        assert_eq!(DaemonMemory::parse("core=- polls=3\n", "a", "idle"), None);
+        assert_eq!(
+            DaemonMemory::parse("process pid=7 rss_kib=x\n", "a", "idle"),
+            None
+        );
+    }
+}

@@ -276,6 +276,16 @@ fn every_iwarp_operation_over_spawned_endpoints_has_its_histogram() {
             );
         }
     }
+    // Each spawned daemon's memory, idle and at the end, as iwarpd's stats file gave it.
+    let mem = v["daemon_memory"].as_array().expect("daemon_memory");
+    let whens: Vec<(String, String)> = mem
+        .iter()
+        .map(|m| {
+            assert!(m["rss_kib"].as_u64().is_some_and(|k| k > 0), "{m}");
+            (m["endpoint"].to_string(), m["when"].to_string())
+        })
+        .collect();
+    assert_eq!(whens.len(), 4, "{mem:?}");
 }
 
 #[test]

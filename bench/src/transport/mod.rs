@@ -86,6 +86,11 @@ pub trait Transport: Sync {
         None
     }
 
+    /// The daemons' memory: when they were idle (before any application) and now.
+    fn daemon_memory(&self) -> Vec<crate::stages::DaemonMemory> {
+        Vec::new()
+    }
+
     /// Releases what the transport holds (daemons it started); errors say what was left.
     fn shutdown(self: Box<Self>) -> Result<()> {
         Ok(())

@@ -37,7 +37,7 @@ use super::{Backoff, PingPong, Setup, Stream, Transport};
 use crate::cli::EndpointPlan;
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
-use crate::stages::{DaemonStages, StageTimes};
+use crate::stages::{DaemonMemory, DaemonStages, StageTimes};
 use crate::workload::{Exchange, Op, TransportKind};
 use iwarp_verbs::{
     Error as VerbsError, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WorkCompletion,
@@ -712,6 +712,8 @@ pub struct VerbsTransport {
     endpoints: Mutex<Option<Endpoints>>,
     max_size: usize,
     depth: usize,
+    /// Each daemon's memory before any application used it.
+    idle_memory: Vec<DaemonMemory>,
 }
 
 impl VerbsTransport {
@@ -835,6 +837,18 @@ impl Transport for VerbsTransport {
         Some(DaemonStages::read(a).plus(&DaemonStages::read(b)))
     }
 
+    fn daemon_memory(&self) -> Vec<DaemonMemory> {
+        let eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(eps) = eps.as_ref() else {
+            return Vec::new();
+        };
+        let [a, b] = eps.runtime_dirs();
+        let now = [("a", a), ("b", b)]
+            .into_iter()
+            .filter_map(|(n, d)| DaemonMemory::read(d, n, "end"));
+        self.idle_memory.iter().cloned().chain(now).collect()
+    }
+
     fn shutdown(self: Box<Self>) -> Result<()> {
         // Connections and contexts first (the daemons tear down what they served), then the
         // daemons.
@@ -857,6 +871,11 @@ impl Transport for VerbsTransport {
 /// messages in flight at most: starts (or finds) the endpoints and opens a context on each.
 pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<Box<dyn Transport>> {
     let endpoints = Endpoints::start(endpoint)?;
+    let [a, b] = endpoints.runtime_dirs();
+    let idle_memory = [("a", a), ("b", b)]
+        .into_iter()
+        .filter_map(|(n, d)| DaemonMemory::read(d, n, "idle"))
+        .collect();
     let contexts = connect::Contexts::open(&endpoints)?;
     // Room for the window plus the ping-pong's re-posted receives.
     let depth = (window + 16).next_power_of_two().max(64);
@@ -866,6 +885,7 @@ pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<B
         endpoints: Mutex::new(Some(endpoints)),
         max_size,
         depth,
+        idle_memory,
     }))
 }
 
