@@ -437,11 +437,19 @@ fn main() -> ExitCode {
     let mut watch = DaemonWatch::new(daemon.side.generation(), daemon.side.heartbeat(), 0, 3000);
     let mut stalled = false;
     let sock = dir.join("control.sock");
-    let _ = std::fs::remove_file(&sock);
-    let listener = match UnixListener::bind(&sock) {
+    // Bound under a temporary name and renamed into place: control.sock exists only once it
+    // is listening, so an application that sees the file can connect (no refused window
+    // between bind and listen).
+    let staging = dir.join("control.sock.new");
+    let _ = std::fs::remove_file(&staging);
+    let listener = match UnixListener::bind(&staging).and_then(|l| {
+        std::fs::rename(&staging, &sock)?;
+        Ok(l)
+    }) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("iwarp-control: cannot bind {}: {e}", sock.display());
+            let _ = std::fs::remove_file(&staging);
             return ExitCode::from(1);
         }
     };

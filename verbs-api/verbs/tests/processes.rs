@@ -183,6 +183,17 @@ fn an_endpoint_that_is_not_running_is_named_in_the_error() {
     }
 }
 
+/// Two running endpoints (kept alive by the first value, with their directory) and a context
+/// on each.
+fn two_endpoints() -> ((tempfile::TempDir, Endpoint, Endpoint), Context, Context) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = endpoint(dir.path(), "a", 1);
+    let b = endpoint(dir.path(), "b", 2);
+    let ca = Context::open(&a.runtime).unwrap();
+    let cb = Context::open(&b.runtime).unwrap();
+    ((dir, a, b), ca, cb)
+}
+
 /// Connects `qa` (on `ca`, endpoint a) to `qb` (on `cb`, which listens on `port`).
 fn connect(ca: &Context, qa: &QueuePair, cb: &Context, qb: &QueuePair, port: u16) {
     let remote = format!("10.55.0.2:{port}").parse().unwrap();
@@ -205,11 +216,7 @@ fn thread_state(tid: i32) -> char {
 
 #[test]
 fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = endpoint(dir.path(), "a", 1);
-    let b = endpoint(dir.path(), "b", 2);
-    let ca = Context::open(&a.runtime).unwrap();
-    let cb = Context::open(&b.runtime).unwrap();
+    let (_endpoints, ca, cb) = two_endpoints();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (qa_cq, qb_cq) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
     let qa = pa.create_qp(&QpInitAttr::new(&qa_cq, 8)).unwrap();
@@ -315,11 +322,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
 
 #[test]
 fn two_qps_take_their_receives_from_one_shared_receive_queue() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = endpoint(dir.path(), "a", 1);
-    let b = endpoint(dir.path(), "b", 2);
-    let ca = Context::open(&a.runtime).unwrap();
-    let cb = Context::open(&b.runtime).unwrap();
+    let (_endpoints, ca, cb) = two_endpoints();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (cqa, cqb) = (ca.create_cq(32).unwrap(), cb.create_cq(32).unwrap());
     let srq = pb.create_srq(16).unwrap();
@@ -387,11 +390,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
 
 #[test]
 fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = endpoint(dir.path(), "a", 1);
-    let b = endpoint(dir.path(), "b", 2);
-    let ca = Context::open(&a.runtime).unwrap();
-    let cb = Context::open(&b.runtime).unwrap();
+    let (_endpoints, ca, cb) = two_endpoints();
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
     let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(4).unwrap());
     let srq = pb.create_srq(8).unwrap();
