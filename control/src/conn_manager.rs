@@ -189,6 +189,14 @@ impl ConnManager {
         Ok(out)
     }
 
+    /// The QP `app`'s connection `conn` runs on, once it has one.
+    pub fn qp_of(&self, app: AppId, conn: u32) -> Option<u32> {
+        self.conns
+            .get(&conn)
+            .filter(|c| c.app == app)
+            .and_then(|c| c.qp)
+    }
+
     /// Graceful (`abort == false`: TCP FIN after the QP's Closing) or abortive disconnect.
     pub fn disconnect(
         &mut self,

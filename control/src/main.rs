@@ -153,7 +153,7 @@ fn cm_error(e: CmError, id: u32) -> Reply {
 /// Connection-management requests: checked here, run by the connection manager, whose
 /// actions go to `outbox`.
 fn serve_cm(
-    core: &Core,
+    core: &mut Core,
     cm: &mut ConnManager,
     outbox: &mut Vec<Action>,
     app: u32,
@@ -183,9 +183,23 @@ fn serve_cm(
         Request::Reject { conn, private_data } => cm
             .reject(app, conn, &private_data)
             .map_err(|e| cm_error(e, conn)),
-        Request::Disconnect { conn, abort } => cm
-            .disconnect(app, conn, abort)
-            .map_err(|e| cm_error(e, conn)),
+        Request::Disconnect { conn, abort } => {
+            // The QP leaves RTS: Closing (the daemon drains it, then it is Idle there; the
+            // application moves it on with Modify QP) or Error.
+            let qp = cm.qp_of(app, conn);
+            let r = cm
+                .disconnect(app, conn, abort)
+                .map_err(|e| cm_error(e, conn));
+            if let (Ok(_), Some(qp)) = (&r, qp) {
+                let to = if abort {
+                    QpState::Error
+                } else {
+                    QpState::Closing
+                };
+                core.set_qp_state(qp, to);
+            }
+            r
+        }
         _ => {
             return Reply::Failed(Error::Protocol {
                 what: "not a connection request",
@@ -549,7 +563,7 @@ fn main() -> ExitCode {
                         | Request::Accept { .. }
                         | Request::Reject { .. }
                         | Request::Disconnect { .. }),
-                    ) => serve_cm(&core, &mut cm, &mut outbox, app.id, req, now),
+                    ) => serve_cm(&mut core, &mut cm, &mut outbox, app.id, req, now),
                     Ok(req) => serve_one(&mut core, &mut daemon, &mut *app, req),
                     Err(e) => Reply::Failed(e),
                 };

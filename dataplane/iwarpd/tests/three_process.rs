@@ -11,7 +11,7 @@ use iwarp_abi::wqe::{access, Cqe, RecvWqe, SendWqe};
 use iwarp_control::app_proto::{decode_reply, encode_request, message_len};
 use iwarp_control::app_proto::{ClientEvent, ClientReply};
 use iwarp_control::app_server::Request;
-use iwarp_control::resources::QpAttrs;
+use iwarp_control::resources::{QpAttrs, QpState};
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
     CompletionQueue, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
@@ -1007,6 +1007,13 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
         ClientReply::Done
     ));
     ok(&p.sa.cq, 30);
+    let query = Request::QueryQp { qp: p.sa.qp_num };
+    assert!(matches!(
+        p.a.call(&query),
+        ClientReply::Qp {
+            state: QpState::Closing
+        }
+    ));
     assert_eq!(ok(&p.sb.cq, 300).byte_len, 21);
     assert_eq!(mem_read(&p.sb.mem, 0, 21), b"last words before FIN");
     match p.b.event_matching("disconnect", |e| {

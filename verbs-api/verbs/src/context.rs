@@ -10,7 +10,7 @@ use crate::buffer::SharedBuffer;
 use crate::cq::CompletionQueue;
 use crate::error::Error;
 use crate::link::{lock, Link, Release, Shared};
-use crate::mr::{FastRegStag, MemoryRegion};
+use crate::mr::{FastRegStag, MemoryRegion, MemoryWindow};
 use crate::qp::QueuePair;
 use crate::srq::SharedReceiveQueue;
 use iwarp_abi::command::ShmPath;
@@ -579,9 +579,14 @@ impl ProtectionDomain {
         }
     }
 
-    /// Allocate Memory Window (Verbs section 7.2.7): its STag, valid once bound.
-    pub fn alloc_mw(&self) -> Result<u32, Error> {
-        id(self.ctx.call(&Request::AllocMw { pd: self.pd })?)
+    /// Allocate Memory Window (Verbs section 7.2.7): valid once bound with a
+    /// [`crate::WrOpcode::BindMw`]; deallocated when dropped.
+    pub fn alloc_mw(&self) -> Result<MemoryWindow, Error> {
+        let stag = id(self.ctx.call(&Request::AllocMw { pd: self.pd })?)?;
+        Ok(MemoryWindow::new(
+            stag,
+            Release::new(self.ctx.link(), Request::DeallocMw { stag }),
+        ))
     }
 
     /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1) for Fast-Register work

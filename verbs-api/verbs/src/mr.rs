@@ -151,3 +151,26 @@ impl FastRegStag {
         self.stag
     }
 }
+
+/// A memory window (Allocate Memory Window, Verbs section 7.2.7): invalid until a
+/// [`crate::WrOpcode::BindMw`] binds it to part of a region, invalid again after a Local
+/// Invalidate or a peer's Send with Invalidate. Deallocated when dropped.
+#[derive(Debug)]
+pub struct MemoryWindow {
+    stag: u32,
+    _release: Release,
+}
+
+impl MemoryWindow {
+    pub(crate) fn new(stag: u32, release: Release) -> MemoryWindow {
+        MemoryWindow {
+            stag,
+            _release: release,
+        }
+    }
+
+    /// The window's STag, given to the peer once bound.
+    pub fn stag(&self) -> u32 {
+        self.stag
+    }
+}

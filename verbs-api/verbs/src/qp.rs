@@ -56,8 +56,8 @@ pub enum WrOpcode {
     Immediate {
         imm: u64,
     },
-    /// Bind Memory Window (Verbs section 7.3.3): window `mw` (from
-    /// [`crate::ProtectionDomain::alloc_mw`]) covers `len` octets at tagged offset `to` of
+    /// Bind Memory Window (Verbs section 7.3.3): window `mw` (the STag of a
+    /// [`crate::MemoryWindow`]) covers `len` octets at tagged offset `to` of
     /// region `mr` (its STag; the region needs the bind right) with `access` rights.
     BindMw {
         mw: u32,

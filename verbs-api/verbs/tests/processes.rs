@@ -288,7 +288,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     // A memory window on B's region, bound by B, written by A through the window's STag.
     let mw = pb.alloc_mw().unwrap();
     let bind = WrOpcode::BindMw {
-        mw,
+        mw: mw.stag(),
         mr: mb.stag(),
         to: 1024,
         len: 512,
@@ -304,7 +304,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         len: 18,
     }];
     let write = WrOpcode::RdmaWrite {
-        rkey: mw,
+        rkey: mw.stag(),
         remote_addr: 1024 + 8,
     };
     qa.post_send(&SendWr::new(2, write, &wsg)).unwrap();
@@ -318,6 +318,14 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+    // The region cannot be deregistered while the window is bound into it; once the window
+    // is deallocated (dropped), it can.
+    let (mb, e) = mb
+        .deregister()
+        .expect_err("refused while a window is bound");
+    assert!(matches!(e, Error::Refused { .. }), "{e}");
+    drop(mw);
+    mb.deregister().map_err(|(_, e)| e).unwrap();
 }
 
 #[test]
