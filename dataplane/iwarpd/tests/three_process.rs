@@ -1027,3 +1027,32 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
         assert_eq!((wc.wr_id, wc.status), (300 + i, WcStatus::WrFlushed));
     }
 }
+
+#[test]
+fn an_mpa_revision_1_peer_connects_and_moves_data() {
+    // RFC 5044 revision 1: no enhanced connection data; the responder answers in revision 1.
+    let rev1 = Settings {
+        revision: 1,
+        ..Settings::default()
+    };
+    let p = pair(7011, rev1, Settings::default());
+    let ClientEvent::Established { rdmap_version, .. } = p.ea else {
+        unreachable!()
+    };
+    assert_eq!(rdmap_version, 1);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    mem_write(&p.sa.mem, 0, &data);
+    recv(&p.sb.qp, 40, &p.sb.mr, 0);
+    post(&p.sa.qp, 1, WrOpcode::Send, &p.sa.mr, 0, 3000);
+    ok(&p.sa.cq, 1);
+    assert_eq!(ok(&p.sb.cq, 40).byte_len, 3000);
+    assert_eq!(mem_read(&p.sb.mem, 0, 3000), data);
+    // And back: B reads what A holds.
+    let read = WrOpcode::RdmaRead {
+        rkey: p.sa.mr.stag(),
+        remote_addr: 0,
+    };
+    post(&p.sb.qp, 2, read, &p.sb.mr, 8192, 3000);
+    ok(&p.sb.cq, 2);
+    assert_eq!(mem_read(&p.sb.mem, 8192, 3000), data);
+}
