@@ -481,28 +481,40 @@ pub fn encode_event(e: &AppEvent) -> Vec<u8> {
     framed(w)
 }
 
-/// A connection or asynchronous event as the application sees it.
+/// A connection request from a peer (on a port the application listens on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    pub conn: u32,
+    pub port: u16,
+    pub peer: SocketAddr,
+    pub private_data: Vec<u8>,
+}
+
+/// A connection in RTS, with what MPA negotiation settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Established {
+    pub conn: u32,
+    pub qp: u32,
+    /// Inbound Read/atomic requests this side accepts at once.
+    pub ird: u16,
+    /// Outbound Read/atomic requests this side may have outstanding (≤ the peer's IRD).
+    pub ord: u16,
+    pub rdmap_version: u8,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+}
+
+/// A connection or asynchronous event as the application sees it (Verbs section 8.3.3;
+/// RFC 5040 section 7 for the Terminate). `iwarp-verbs` hands these out as its `Event`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientEvent {
-    ConnectRequest {
-        conn: u32,
-        port: u16,
-        peer: SocketAddr,
-        private_data: Vec<u8>,
-    },
-    Established {
-        conn: u32,
-        qp: u32,
-        ird: u16,
-        ord: u16,
-        rdmap_version: u8,
-        private_data: Vec<u8>,
-    },
+    ConnectRequest(ConnectRequest),
+    Established(Established),
     Rejected {
         conn: u32,
         private_data: Vec<u8>,
     },
-    Failed {
+    ConnectFailed {
         conn: u32,
         reason: String,
     },
@@ -579,25 +591,25 @@ pub fn decode_reply(body: &[u8]) -> Result<ClientReply, Error> {
             message: String::from_utf8_lossy(r.bytes()?).into_owned(),
         },
         6 => ClientReply::Event(match r.u8()? {
-            1 => ClientEvent::ConnectRequest {
+            1 => ClientEvent::ConnectRequest(ConnectRequest {
                 conn: r.u32()?,
                 port: r.u16()?,
                 peer: r.addr()?,
                 private_data: r.bytes()?.to_vec(),
-            },
-            2 => ClientEvent::Established {
+            }),
+            2 => ClientEvent::Established(Established {
                 conn: r.u32()?,
                 qp: r.u32()?,
                 ird: r.u16()?,
                 ord: r.u16()?,
                 rdmap_version: r.u8()?,
                 private_data: r.bytes()?.to_vec(),
-            },
+            }),
             3 => ClientEvent::Rejected {
                 conn: r.u32()?,
                 private_data: r.bytes()?.to_vec(),
             },
-            4 => ClientEvent::Failed {
+            4 => ClientEvent::ConnectFailed {
                 conn: r.u32()?,
                 reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
             },

@@ -6,7 +6,8 @@ use iwarp_abi::command::{Command, ShmPath};
 use iwarp_abi::daemon_shm::DaemonShm;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_control::app_proto::{
-    decode_reply, encode_request, message_len, ClientEvent, ClientReply,
+    decode_reply, encode_request, message_len, ClientEvent, ClientReply, ConnectRequest,
+    Established,
 };
 use iwarp_control::app_server::Request;
 use iwarp_control::resources::QpAttrs;
@@ -183,12 +184,12 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
         remote,
         settings: settings(4, 8, b"hello"),
     });
-    let ClientEvent::ConnectRequest {
+    let ClientEvent::ConnectRequest(ConnectRequest {
         conn: cb,
         port: 5000,
         private_data,
         ..
-    } = b.event()
+    }) = b.event()
     else {
         panic!("no connect request")
     };
@@ -212,25 +213,25 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     );
     assert_eq!(
         b.event(),
-        ClientEvent::Established {
+        ClientEvent::Established(Established {
             conn: cb,
             qp: qb,
             ird: 2,
             ord: 4,
             rdmap_version: 1,
             private_data: b"hello".to_vec()
-        }
+        })
     );
     assert_eq!(
         a.event(),
-        ClientEvent::Established {
+        ClientEvent::Established(Established {
             conn: ca,
             qp: qa,
             ird: 4,
             ord: 2,
             rdmap_version: 1,
             private_data: b"welcome".to_vec()
-        }
+        })
     );
     // The daemon was told to hand each stream to its QP with the negotiated values.
     let rts: Vec<(u32, u16, u16)> =
@@ -252,7 +253,7 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
         remote,
         settings: Settings::default(),
     });
-    let ClientEvent::ConnectRequest { conn: cb2, .. } = b.event() else {
+    let ClientEvent::ConnectRequest(ConnectRequest { conn: cb2, .. }) = b.event() else {
         panic!("no second request")
     };
     assert_eq!(

@@ -9,7 +9,7 @@ use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{access, Cqe, RecvWqe, SendWqe};
 use iwarp_control::app_proto::{decode_reply, encode_request, message_len};
-use iwarp_control::app_proto::{ClientEvent, ClientReply};
+use iwarp_control::app_proto::{ClientEvent, ClientReply, ConnectRequest, Established};
 use iwarp_control::app_server::Request;
 use iwarp_control::resources::{QpAttrs, QpState};
 use iwarp_testkit::{self as testkit, Proc};
@@ -296,7 +296,7 @@ fn connect(
         remote: format!("10.99.0.2:{port}").parse().unwrap(),
         settings: set_a,
     });
-    let ClientEvent::ConnectRequest { conn, .. } = b.setup_event() else {
+    let ClientEvent::ConnectRequest(ConnectRequest { conn, .. }) = b.setup_event() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -309,11 +309,14 @@ fn connect(
     ));
     let ea = a.setup_event();
     assert!(
-        matches!(ea, ClientEvent::Established { conn, .. } if conn == conn_a),
+        matches!(ea, ClientEvent::Established(Established { conn, .. }) if conn == conn_a),
         "{ea:?}"
     );
     let eb = b.setup_event();
-    assert!(matches!(eb, ClientEvent::Established { .. }), "{eb:?}");
+    assert!(
+        matches!(eb, ClientEvent::Established(Established { .. })),
+        "{eb:?}"
+    );
     (ea, eb)
 }
 
@@ -460,21 +463,21 @@ fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
     };
     let p = pair(7001, set_a, set_b);
     // Each side's ORD is at most the other's IRD (RFC 6581 section 7).
-    let ClientEvent::Established {
+    let ClientEvent::Established(Established {
         ird: ird_a,
         ord: ord_a,
         rdmap_version: va,
         ..
-    } = p.ea
+    }) = p.ea
     else {
         unreachable!()
     };
-    let ClientEvent::Established {
+    let ClientEvent::Established(Established {
         ird: ird_b,
         ord: ord_b,
         rdmap_version: vb,
         ..
-    } = p.eb
+    }) = p.eb
     else {
         unreachable!()
     };
@@ -548,7 +551,7 @@ fn a_rejected_connection_carries_its_private_data() {
         remote: "10.99.0.2:7002".parse().unwrap(),
         settings: Settings::default(),
     });
-    let ClientEvent::ConnectRequest { conn, .. } = b.event() else {
+    let ClientEvent::ConnectRequest(ConnectRequest { conn, .. }) = b.event() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -782,9 +785,9 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
             ..Settings::default()
         },
     });
-    let ClientEvent::ConnectRequest {
+    let ClientEvent::ConnectRequest(ConnectRequest {
         conn, private_data, ..
-    } = b.event()
+    }) = b.event()
     else {
         panic!("no connect request")
     };
@@ -799,11 +802,14 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
     ));
     let ea = a.event();
     assert!(
-        matches!(ea, ClientEvent::Established { conn, .. } if conn == conn_a),
+        matches!(ea, ClientEvent::Established(Established { conn, .. }) if conn == conn_a),
         "{ea:?}"
     );
     let eb = b.event();
-    assert!(matches!(eb, ClientEvent::Established { .. }), "{eb:?}");
+    assert!(
+        matches!(eb, ClientEvent::Established(Established { .. })),
+        "{eb:?}"
+    );
 
     // Send: B posts a receive, A sends.
     let rsg = [Sg {
@@ -957,8 +963,10 @@ fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
         remote: "10.99.0.2:7010".parse().unwrap(),
         settings: Settings::default(),
     });
-    let e = a.event_matching("failure", |e| matches!(e, ClientEvent::Failed { .. }));
-    assert!(matches!(e, ClientEvent::Failed { .. }), "{e:?}");
+    let e = a.event_matching("failure", |e| {
+        matches!(e, ClientEvent::ConnectFailed { .. })
+    });
+    assert!(matches!(e, ClientEvent::ConnectFailed { .. }), "{e:?}");
     // The same QP connects once the peer listens, and carries data.
     connect(
         &mut a,
@@ -999,7 +1007,7 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
     }
     mem_write(&p.sa.mem, 0, b"last words before FIN");
     post(&p.sa.qp, 30, WrOpcode::Send, &p.sa.mr, 0, 21);
-    let ClientEvent::Established { conn, .. } = p.ea else {
+    let ClientEvent::Established(Established { conn, .. }) = p.ea else {
         unreachable!()
     };
     assert!(matches!(
@@ -1036,7 +1044,7 @@ fn an_mpa_revision_1_peer_connects_and_moves_data() {
         ..Settings::default()
     };
     let p = pair(7011, rev1, Settings::default());
-    let ClientEvent::Established { rdmap_version, .. } = p.ea else {
+    let ClientEvent::Established(Established { rdmap_version, .. }) = p.ea else {
         unreachable!()
     };
     assert_eq!(rdmap_version, 1);

@@ -17,7 +17,10 @@ use iwarp_abi::command::ShmPath;
 use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
-use iwarp_control::app_proto::{ClientEvent, ClientReply};
+use iwarp_control::app_proto::ClientReply;
+/// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
+/// Terminate).
+pub use iwarp_control::app_proto::{ClientEvent as Event, ConnectRequest, Established};
 use iwarp_control::app_server::Request;
 use iwarp_control::resources::{QpAttrs, QpState};
 use std::net::SocketAddr;
@@ -97,29 +100,6 @@ fn done(r: ClientReply) -> Result<(), Error> {
 pub struct Context {
     link: Shared,
     runtime_dir: PathBuf,
-}
-
-/// A connection request from a peer (on a port this context listens on).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectRequest {
-    pub conn: u32,
-    pub port: u16,
-    pub peer: SocketAddr,
-    pub private_data: Vec<u8>,
-}
-
-/// A connection in RTS, with what MPA negotiation settled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Established {
-    pub conn: u32,
-    pub qp: u32,
-    /// Inbound Read/atomic requests this side accepts at once.
-    pub ird: u16,
-    /// Outbound Read/atomic requests this side may have outstanding (≤ the peer's IRD).
-    pub ord: u16,
-    pub rdmap_version: u8,
-    /// The peer's private data.
-    pub private_data: Vec<u8>,
 }
 
 /// What a queue pair is created with (Verbs section 8.2.1).
@@ -361,13 +341,13 @@ impl Context {
     /// none came.
     pub fn next_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
         let deadline = Instant::now() + timeout;
-        Ok(lock(&self.link).event(Some(deadline))?.map(Event::from))
+        lock(&self.link).event(Some(deadline))
     }
 
     /// The next connection or asynchronous event if one is queued or already readable,
     /// without waiting.
     pub fn poll_event(&self) -> Result<Option<Event>, Error> {
-        Ok(lock(&self.link).event(None)?.map(Event::from))
+        lock(&self.link).event(None)
     }
 
     /// Waits for the next connection request (events of other kinds are kept for
@@ -408,9 +388,8 @@ impl Context {
         let result = loop {
             match link.event(Some(deadline)) {
                 Ok(Some(e)) => {
-                    let ev = Event::from(e.clone());
-                    if want(&ev) {
-                        break Ok(ev);
+                    if want(&e) {
+                        break Ok(e);
                     }
                     others.push(e);
                 }
@@ -597,94 +576,5 @@ impl ProtectionDomain {
             stag,
             Release::new(self.ctx.link(), Request::DeallocStag { stag }),
         ))
-    }
-}
-
-/// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
-/// Terminate).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    ConnectRequest(ConnectRequest),
-    Established(Established),
-    Rejected {
-        conn: u32,
-        private_data: Vec<u8>,
-    },
-    ConnectFailed {
-        conn: u32,
-        reason: String,
-    },
-    Disconnected {
-        conn: u32,
-        reason: String,
-    },
-    /// A Terminate was sent or received on the QP: its (layer, type, code).
-    QpTerminated {
-        qp: u32,
-        received: bool,
-        layer: u8,
-        etype: u8,
-        code: u8,
-    },
-    QpError {
-        qp: u32,
-    },
-    CqOverflow {
-        cq: u32,
-    },
-    SrqLimit {
-        srq: u32,
-    },
-}
-
-impl From<ClientEvent> for Event {
-    fn from(e: ClientEvent) -> Event {
-        match e {
-            ClientEvent::ConnectRequest {
-                conn,
-                port,
-                peer,
-                private_data,
-            } => Event::ConnectRequest(ConnectRequest {
-                conn,
-                port,
-                peer,
-                private_data,
-            }),
-            ClientEvent::Established {
-                conn,
-                qp,
-                ird,
-                ord,
-                rdmap_version,
-                private_data,
-            } => Event::Established(Established {
-                conn,
-                qp,
-                ird,
-                ord,
-                rdmap_version,
-                private_data,
-            }),
-            ClientEvent::Rejected { conn, private_data } => Event::Rejected { conn, private_data },
-            ClientEvent::Failed { conn, reason } => Event::ConnectFailed { conn, reason },
-            ClientEvent::Disconnected { conn, reason } => Event::Disconnected { conn, reason },
-            ClientEvent::QpTerminated {
-                qp,
-                received,
-                layer,
-                etype,
-                code,
-            } => Event::QpTerminated {
-                qp,
-                received,
-                layer,
-                etype,
-                code,
-            },
-            ClientEvent::QpError { qp } => Event::QpError { qp },
-            ClientEvent::CqOverflow { cq } => Event::CqOverflow { cq },
-            ClientEvent::SrqLimit { srq } => Event::SrqLimit { srq },
-        }
     }
 }
