@@ -197,16 +197,23 @@ impl DaemonMemory {
         })
     }
 
-    /// Reads `<runtime dir>/stats` once iwarpd has rewritten it after this call (it does so
-    /// every second), waiting up to three seconds.
-    pub fn read(runtime_dir: &Path, endpoint: &str, when: &str) -> Option<DaemonMemory> {
-        let asked = std::time::SystemTime::now();
+    /// Reads `<runtime dir>/stats`, once it has a `process` line written at `written_after`
+    /// or later when that is given (iwarpd rewrites the file every second), waiting up to
+    /// three seconds.
+    pub fn read(
+        runtime_dir: &Path,
+        endpoint: &str,
+        when: &str,
+        written_after: Option<std::time::SystemTime>,
+    ) -> Option<DaemonMemory> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         let path = runtime_dir.join("stats");
         loop {
-            let fresh = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t >= asked);
+            let fresh = written_after.is_none_or(|after| {
+                std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t >= after)
+            });
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             if let (true, Some(m)) = (fresh, DaemonMemory::parse(&text, endpoint, when)) {
                 return Some(m);

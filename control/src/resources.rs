@@ -188,8 +188,6 @@ pub struct Resources {
     srqs: Table<Srq>,
     qps: Table<Qp>,
     mrs: BTreeMap<Stag, Mr>,
-    /// Fast-register STags allocated (they count against `max_mr` with the regions).
-    fastregs: u32,
     stags: StagTable,
 }
 
@@ -201,7 +199,6 @@ impl Resources {
             srqs: Table::new(Resource::Srq, limits.max_srq),
             qps: Table::new(Resource::Qp, limits.max_qp),
             mrs: BTreeMap::new(),
-            fastregs: 0,
             stags: StagTable::new(limits.max_mr.saturating_add(limits.max_mw)),
             limits,
         }
@@ -250,8 +247,7 @@ impl Resources {
     }
 
     pub fn cq(&self, app: AppId, cq: u32) -> Result<&Cq, Error> {
-        self.cqs.owned(cq, app, |c| c.app)?;
-        Ok(&self.cqs.items[&cq])
+        self.cqs.owned(cq, app, |c| c.app)
     }
 
     /// Whether `app` may resize `cq` to `depth` (ownership, the `max_cqe` limit); whether the
@@ -490,7 +486,7 @@ impl Resources {
 
     pub fn alloc_mw(&mut self, app: AppId, pd: u32) -> Result<Stag, Error> {
         self.pds.owned(pd, app, |p| p.app)?;
-        let mws = self.stags.live() - self.mrs.len() as u32 - self.fastregs;
+        let mws = self.stags.live_of(StagKind::Mw);
         if mws >= self.limits.max_mw {
             return Err(Error::InsufficientResources {
                 what: Resource::Mw,
@@ -514,7 +510,7 @@ impl Resources {
     /// requests; counted with the regions against `max_mr`.
     pub fn alloc_fastreg(&mut self, app: AppId, pd: u32) -> Result<Stag, Error> {
         self.pds.owned(pd, app, |p| p.app)?;
-        if self.mrs.len() as u32 + self.fastregs >= self.limits.max_mr {
+        if self.mrs.len() as u32 + self.stags.live_of(StagKind::FastReg) >= self.limits.max_mr {
             return Err(Error::InsufficientResources {
                 what: Resource::Mr,
                 limit: self.limits.max_mr,
@@ -525,7 +521,6 @@ impl Resources {
             pd,
             app,
         })?;
-        self.fastregs += 1;
         Ok(stag)
     }
 
@@ -533,7 +528,6 @@ impl Resources {
     pub fn dealloc_fastreg(&mut self, app: AppId, stag: Stag) -> Result<(), Error> {
         self.stags.check(stag, StagKind::FastReg, app)?;
         self.stags.free(stag)?;
-        self.fastregs -= 1;
         Ok(())
     }
 
@@ -549,9 +543,6 @@ impl Resources {
         for (stag, e) in self.stags.owned_by(app) {
             let _ = self.stags.free(stag);
             self.mrs.remove(&stag);
-            if e.kind == StagKind::FastReg {
-                self.fastregs -= 1;
-            }
             t.stags.push((stag, e.kind));
         }
         // Windows and fast-register STags before the regions they may point into (iwarpd

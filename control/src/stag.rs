@@ -41,6 +41,16 @@ pub enum StagKind {
     FastReg,
 }
 
+impl StagKind {
+    fn slot(self) -> usize {
+        match self {
+            StagKind::Mr => 0,
+            StagKind::Mw => 1,
+            StagKind::FastReg => 2,
+        }
+    }
+}
+
 /// What the table remembers of an allocated STag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagEntry {
@@ -62,7 +72,8 @@ struct Slot {
 pub struct StagTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    live: u32,
+    /// Allocated STags by kind ([`StagKind::slot`]).
+    live: [u32; 3],
     limit: u32,
 }
 
@@ -76,19 +87,24 @@ impl StagTable {
                 entry: None,
             }],
             free: Vec::new(),
-            live: 0,
+            live: [0; 3],
             limit: limit.min(MAX_INDEX),
         }
     }
 
     /// How many STags are allocated now.
     pub fn live(&self) -> u32 {
-        self.live
+        self.live.iter().sum()
+    }
+
+    /// How many STags of `kind` are allocated now.
+    pub fn live_of(&self, kind: StagKind) -> u32 {
+        self.live[kind.slot()]
     }
 
     /// Allocates an STag for `entry`. A reused index gets a key different from the one it had.
     pub fn alloc(&mut self, entry: StagEntry) -> Result<Stag, Error> {
-        if self.live >= self.limit {
+        if self.live() >= self.limit {
             return Err(Error::InsufficientResources {
                 what: match entry.kind {
                     StagKind::Mw => Resource::Mw,
@@ -110,7 +126,7 @@ impl StagTable {
         let slot = &mut self.slots[index as usize];
         slot.key = slot.key.wrapping_add(1);
         slot.entry = Some(entry);
-        self.live += 1;
+        self.live[entry.kind.slot()] += 1;
         Ok(Stag::new(index, slot.key))
     }
 
@@ -148,7 +164,7 @@ impl StagTable {
         let e = *self.get(stag)?;
         self.slots[stag.index() as usize].entry = None;
         self.free.push(stag.index());
-        self.live -= 1;
+        self.live[e.kind.slot()] -= 1;
         Ok(e)
     }
 

@@ -109,16 +109,7 @@ impl MemTable {
     ) -> u32 {
         // SAFETY: forwarded from this function's contract.
         let raw = unsafe { RawRegion::new(base, len) };
-        self.insert(Region {
-            kind: Kind::Mr,
-            raw: Some(raw),
-            pd,
-            access,
-            base_to,
-            key: 0,
-            valid: true,
-            parent: None,
-        })
+        self.insert(Self::mapped(raw, pd, access, base_to))
     }
 
     /// Reserves an STag for a memory window of `pd`; invalid until bound.
@@ -147,19 +138,7 @@ impl MemTable {
     ) -> bool {
         // SAFETY: forwarded from this function's contract.
         let raw = unsafe { RawRegion::new(base, len) };
-        self.insert_at(
-            stag,
-            Region {
-                kind: Kind::Mr,
-                raw: Some(raw),
-                pd,
-                access,
-                base_to,
-                key: 0,
-                valid: true,
-                parent: None,
-            },
-        )
+        self.insert_at(stag, Self::mapped(raw, pd, access, base_to))
     }
 
     /// Reserves a caller-chosen STag for a memory window (see [`MemTable::register_at`]).
@@ -170,6 +149,20 @@ impl MemTable {
     /// Reserves a caller-chosen STag for fast-registration.
     pub fn alloc_fastreg_at(&mut self, stag: u32, pd: u32) -> bool {
         self.insert_at(stag, Self::unbound(Kind::FastReg, pd))
+    }
+
+    /// A memory region over `raw` (its key is set on insertion).
+    fn mapped(raw: RawRegion, pd: u32, access: Access, base_to: u64) -> Region {
+        Region {
+            kind: Kind::Mr,
+            raw: Some(raw),
+            pd,
+            access,
+            base_to,
+            key: 0,
+            valid: true,
+            parent: None,
+        }
     }
 
     fn unbound(kind: Kind, pd: u32) -> Region {

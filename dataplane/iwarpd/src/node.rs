@@ -742,26 +742,25 @@ impl<P: Port> Node<P> {
             self.conns[i].ever_established = true;
         }
         // The peer closed its half (FIN) and the engine has read everything before it (a
-        // Terminate, the last messages): a graceful disconnect by the peer. The QP leaves
-        // RTS (flushing what it cannot finish) and ends its own half after its last FPDU.
-        // A relay connection still in setup has nothing more coming: its end reaches the
-        // control plane (as the setup's failure) instead of waiting for a timeout.
-        if tcp_state == tcp::State::CloseWait
-            && !unread
-            && !self.conns[i].has_stream()
-            && !self.conns[i].closing
-        {
-            self.sockets.get_mut::<tcp::Socket>(handle).close();
-            self.conns[i].closing = true;
-        }
-        if tcp_state == tcp::State::CloseWait && !unread && self.conns[i].has_stream() {
-            if let Some(qp) = self.conns[i].qp {
-                if matches!(
-                    self.rnic.qp_state(qp),
-                    Some(iwarp_engine::QpState::Rts | iwarp_engine::QpState::Closing)
-                ) {
-                    self.rnic.connection_lost(qp, true);
+        // Terminate, the last messages): a graceful disconnect by the peer. A QP with the
+        // stream in RTS or Closing goes to Error (flushing what it cannot finish) and ends its
+        // own half after its last FPDU. A relay connection still in
+        // setup has nothing more coming: it ends now, and the control plane hears of it (as
+        // the setup's failure) instead of waiting for a timeout.
+        if tcp_state == tcp::State::CloseWait && !unread {
+            let c = &mut self.conns[i];
+            match c.qp {
+                Some(qp) if c.has_stream() => {
+                    use iwarp_engine::QpState::{Closing, Rts};
+                    if matches!(self.rnic.qp_state(qp), Some(Rts | Closing)) {
+                        self.rnic.connection_lost(qp, true);
+                    }
                 }
+                _ if !c.has_stream() && !c.closing => {
+                    self.sockets.get_mut::<tcp::Socket>(handle).close();
+                    c.closing = true;
+                }
+                _ => {}
             }
         }
         // The connection ended: the peer closed, reset, or it never came up.

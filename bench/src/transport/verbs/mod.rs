@@ -843,9 +843,11 @@ impl Transport for VerbsTransport {
             return Vec::new();
         };
         let [a, b] = eps.runtime_dirs();
+        // One instant for both: the two waits for a rewrite overlap.
+        let asked = std::time::SystemTime::now();
         let now = [("a", a), ("b", b)]
             .into_iter()
-            .filter_map(|(n, d)| DaemonMemory::read(d, n, "end"));
+            .filter_map(|(n, d)| DaemonMemory::read(d, n, "end", Some(asked)));
         self.idle_memory.iter().cloned().chain(now).collect()
     }
 
@@ -874,7 +876,8 @@ pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<B
     let [a, b] = endpoints.runtime_dirs();
     let idle_memory = [("a", a), ("b", b)]
         .into_iter()
-        .filter_map(|(n, d)| DaemonMemory::read(d, n, "idle"))
+        // Any reading before the first application is an idle one: no wait for a rewrite.
+        .filter_map(|(n, d)| DaemonMemory::read(d, n, "idle", None))
         .collect();
     let contexts = connect::Contexts::open(&endpoints)?;
     // Room for the window plus the ping-pong's re-posted receives.
