@@ -16,6 +16,33 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// What `parse` finds in `<runtime dir>/stats` once the file was written at `written_after`
+/// or later, when that is given: iwarpd rewrites it every second, so a reading taken right
+/// after a short measurement would otherwise miss it. Waits up to three seconds.
+fn read_stats<T>(
+    runtime_dir: &Path,
+    written_after: Option<std::time::SystemTime>,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Option<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let path = runtime_dir.join("stats");
+    loop {
+        let fresh = written_after.is_none_or(|after| {
+            std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= after)
+        });
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if let (true, Some(v)) = (fresh, parse(&text)) {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Nanoseconds accumulated by a transport over `exchanges` exchanges.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StageTimes {
@@ -65,11 +92,13 @@ impl DaemonStages {
         d
     }
 
-    /// Reads `<runtime dir>/stats`; an absent or unreadable file gives all-`None`.
-    pub fn read(runtime_dir: &Path) -> DaemonStages {
-        std::fs::read_to_string(runtime_dir.join("stats"))
-            .map(|t| DaemonStages::parse(&t))
-            .unwrap_or_default()
+    /// Reads `<runtime dir>/stats` as rewritten at `written_after` or later (see
+    /// [`read_stats`]); an absent or unreadable file gives all-`None`.
+    pub fn read(runtime_dir: &Path, written_after: std::time::SystemTime) -> DaemonStages {
+        read_stats(runtime_dir, Some(written_after), |t| {
+            Some(DaemonStages::parse(t))
+        })
+        .unwrap_or_default()
     }
 
     /// Growth from `earlier` to `self`, counter by counter.
@@ -197,32 +226,16 @@ impl DaemonMemory {
         })
     }
 
-    /// Reads `<runtime dir>/stats`, once it has a `process` line written at `written_after`
-    /// or later when that is given (iwarpd rewrites the file every second), waiting up to
-    /// three seconds.
+    /// Reads `<runtime dir>/stats` (see [`read_stats`]) for its `process` line.
     pub fn read(
         runtime_dir: &Path,
         endpoint: &str,
         when: &str,
         written_after: Option<std::time::SystemTime>,
     ) -> Option<DaemonMemory> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-        let path = runtime_dir.join("stats");
-        loop {
-            let fresh = written_after.is_none_or(|after| {
-                std::fs::metadata(&path)
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t >= after)
-            });
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if let (true, Some(m)) = (fresh, DaemonMemory::parse(&text, endpoint, when)) {
-                return Some(m);
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        read_stats(runtime_dir, written_after, |t| {
+            DaemonMemory::parse(t, endpoint, when)
+        })
     }
 
     /// One line for the terminal.

@@ -107,11 +107,15 @@ pub struct Tcp {
 pub struct Cores {
     /// Core ids to pin the poll-mode workers to; empty: one unpinned worker.
     pub list: Vec<usize>,
-    /// "busy" polls without pause; "adaptive" backs off when idle.
+    /// "busy" polls without pause; "adaptive" sleeps when idle, until a frame, a doorbell
+    /// from an application or control, or a TCP timer wakes it.
     pub polling: String,
-    /// Adaptive polling: the longest sleep when idle, in microseconds.
+    /// Adaptive polling on a port without a descriptor to sleep on (DPDK): the longest
+    /// timed sleep when idle, in microseconds.
     pub max_idle_sleep_us: u64,
-    /// Adaptive polling: idle polls spun before the first sleep.
+    /// Adaptive polling: idle polls spun before sleeping. 0 suits machines whose cores are
+    /// shared (a spinning daemon holds the core its peer or the application needs); a few
+    /// hundred save the wake-up where cores are to spare.
     pub idle_spins: u32,
     /// Time each stage of the poll loop (port I/O, TCP, engine, application rings) and
     /// publish the sums in the stats file; costs a clock read per stage per busy turn.
@@ -196,7 +200,7 @@ impl Default for Cores {
             list: Vec::new(),
             polling: "adaptive".into(),
             max_idle_sleep_us: 200,
-            idle_spins: 64,
+            idle_spins: 0,
             stage_timing: false,
         }
     }

@@ -13,6 +13,7 @@
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
 use iwarp_abi::segment::{Segment, SegmentKind};
+use iwarp_abi::wake::Waker;
 use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
@@ -82,6 +83,8 @@ struct Daemon {
     next_req: u64,
     /// Upcalls other than the awaited reply (connection events), for the connection manager.
     pending: std::collections::VecDeque<Upcall>,
+    /// Wakes iwarpd's poll loop when it sleeps (`None`: it polls on a timer).
+    waker: Option<Waker>,
 }
 
 impl Daemon {
@@ -95,6 +98,9 @@ impl Daemon {
                 return Err("iwarpd is not draining its command ring".into());
             }
             std::thread::sleep(Duration::from_micros(100));
+        }
+        if let Some(w) = &self.waker {
+            w.kick();
         }
         loop {
             match self.side.recv_upcall() {
@@ -442,6 +448,16 @@ fn main() -> ExitCode {
         side,
         next_req: 0,
         pending: Default::default(),
+        // iwarpd makes its doorbell before its segment appears.
+        waker: Waker::open(&dir)
+            .map_err(|e| {
+                eprintln!(
+                    "iwarp-control: no doorbell in {} ({e}): commands wait for iwarpd's next \
+                     poll",
+                    dir.display()
+                )
+            })
+            .ok(),
     };
     // MPA setup must finish within this (RFC 5044 section 7.1 leaves the value to us).
     let mut cm = ConnManager::new(10_000, 1460);

@@ -35,6 +35,11 @@ impl<P: Port> PortDevice<P> {
         }
     }
 
+    /// Whether received frames wait for smoltcp.
+    pub fn has_rx(&self) -> bool {
+        !self.rxq.is_empty()
+    }
+
     /// Pulls a burst from the port when the queue is empty. Returns frames taken.
     pub fn fill(&mut self) -> usize {
         if !self.rxq.is_empty() {

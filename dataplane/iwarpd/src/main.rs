@@ -15,6 +15,7 @@
 use clap::Parser;
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
 use iwarp_abi::segment::{HugePolicy, Segment};
+use iwarp_abi::wake::{DaemonWake, DOORBELL, WORD_LINK};
 use iwarp_config::{parse_cidr, parse_mac, Config, PortKind};
 use iwarpd::host::service::Host;
 use iwarpd::node::{Node, TcpSettings};
@@ -169,7 +170,14 @@ struct RuntimeDir(PathBuf);
 
 impl Drop for RuntimeDir {
     fn drop(&mut self) {
-        for f in ["pid", "stats", "stats.tmp", "daemon.shm"] {
+        for f in [
+            "pid",
+            "stats",
+            "stats.tmp",
+            "daemon.shm",
+            WORD_LINK,
+            DOORBELL,
+        ] {
             let _ = std::fs::remove_file(self.0.join(f));
         }
         let _ = std::fs::remove_dir(&self.0);
@@ -197,6 +205,9 @@ fn run(cfg: Config) -> Result<(), String> {
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
 
+    // The doorbell first: control, once it sees the daemon segment, expects it.
+    let bell = DaemonWake::create(&format!("iwarp-{}.wake", cfg.daemon.name), &runtime)
+        .map_err(|e| format!("daemon.runtime_dir {}: doorbell: {e}", runtime.display()))?;
     let shm = daemon_segment(&cfg, &runtime)?;
     tracing::info!(
         "daemon segment {} ({}), linked as {}",
@@ -228,7 +239,7 @@ fn run(cfg: Config) -> Result<(), String> {
         let (cfg, stop, counters) = (cfg.clone(), Arc::clone(&stop), Arc::clone(&counters));
         std::thread::Builder::new()
             .name(format!("iwarpd-core{}", core.map_or(-1, |c| c as i64)))
-            .spawn(move || core_main(&cfg, core, &counters, &stop, ready_tx, shm))
+            .spawn(move || core_main(&cfg, core, &counters, &stop, ready_tx, shm, bell))
             .map_err(|e| format!("worker thread: {e}"))?
     };
     // The port is opened on the worker (its memory local to that core); wait for the verdict.
@@ -356,6 +367,7 @@ fn core_main(
     stop: &AtomicBool,
     ready: mpsc::Sender<Result<(), String>>,
     shm: DaemonSide,
+    bell: DaemonWake,
 ) -> Result<(), String> {
     if let Some(c) = core {
         if worker::pin(core) {
@@ -364,7 +376,7 @@ fn core_main(
             tracing::warn!("poll-mode worker could not be pinned to core {c}; running unpinned");
         }
     }
-    let opened = open_and_run(cfg, counters, stop, &ready, shm);
+    let opened = open_and_run(cfg, counters, stop, &ready, shm, bell);
     if let Err(e) = &opened {
         // Tell main if it still waits; otherwise main reads the error from join.
         let _ = ready.send(Err(e.clone()));
@@ -378,6 +390,7 @@ fn open_and_run(
     stop: &AtomicBool,
     ready: &mpsc::Sender<Result<(), String>>,
     shm: DaemonSide,
+    bell: DaemonWake,
 ) -> Result<(), String> {
     let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
     let (ip, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4: not an address/prefix")?;
@@ -389,6 +402,7 @@ fn open_and_run(
         stop,
         ready,
         shm: std::cell::Cell::new(Some(shm)),
+        bell: std::cell::Cell::new(Some(bell)),
     };
     match cfg.port_kind() {
         PortKind::Unix => {
@@ -415,6 +429,8 @@ struct Ctx<'a> {
     ready: &'a mpsc::Sender<Result<(), String>>,
     /// The daemon segment (command and upcall rings, heartbeat); owned by this core.
     shm: std::cell::Cell<Option<DaemonSide>>,
+    /// What applications and control ring when the core sleeps.
+    bell: std::cell::Cell<Option<DaemonWake>>,
 }
 
 impl Ctx<'_> {
@@ -452,7 +468,8 @@ impl Ctx<'_> {
         let _ = self.ready.send(Ok(()));
         // The command ring and the applications' rings are served on this core between port
         // bursts (one owner, no locks); each turn bumps the heartbeat control watches.
-        let mut host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss);
+        let mut host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss)
+            .with_doorbell(self.bell.take().ok_or("doorbell taken")?);
         node.set_stage_timing(cfg.cores.stage_timing);
         host.set_stage_timing(cfg.cores.stage_timing);
         worker::run_with(&mut node, polling, self.counters, self.stop, host);

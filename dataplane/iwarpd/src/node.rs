@@ -21,7 +21,9 @@ use crate::port::Port;
 use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
-use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{
+    Config as IfaceConfig, Interface, PollIngressSingleResult, SocketHandle, SocketSet,
+};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
 use std::collections::VecDeque;
@@ -596,9 +598,31 @@ impl<P: Port> Node<P> {
         &self.dev.port
     }
 
+    /// What an idle poll loop may sleep on until a frame arrives (see [`Port::wait_fd`]);
+    /// `None` while frames already received wait for the next poll.
+    pub fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        if self.dev.has_rx() {
+            return None;
+        }
+        self.dev.port.wait_fd()
+    }
+
     fn iface_poll(&mut self) {
         let now = self.clock.now();
         self.iface.poll(now, &mut self.dev, &mut self.sockets);
+    }
+
+    /// Received frames into TCP, nothing out yet: the ACK for a request then leaves with the
+    /// engine's answer (a Read Response, a Send) in one segment instead of a pure ACK
+    /// first, which would cost a frame and wake the peer for nothing.
+    fn iface_ingress(&mut self) {
+        let now = self.clock.now();
+        self.iface.poll_maintenance(now);
+        while self
+            .iface
+            .poll_ingress_single(now, &mut self.dev, &mut self.sockets)
+            != PollIngressSingleResult::None
+        {}
     }
 
     /// One turn of the poll loop: receive a burst, run TCP, move every connection's bytes
@@ -619,7 +643,7 @@ impl<P: Port> Node<P> {
             let n = self.dev.fill();
             t.port += clock.lap();
             got += n;
-            self.iface_poll();
+            self.iface_ingress();
             t.tcp += clock.lap();
             if n == 0 {
                 break;

@@ -5,10 +5,14 @@
 //! `<runtime dir>/stats` and logs them on SIGUSR1).
 //!
 //! Polling is busy (spin without pause: lowest latency, one core at 100 %) or adaptive:
-//! after `idle_spins` empty turns the worker sleeps, doubling the sleep on each further empty
-//! turn up to `max_sleep`, never past smoltcp's next timer; any work resets it. On a 2-core
-//! machine adaptive keeps the other core usable at the cost of up to `max_sleep` of added
-//! latency on the first frame after an idle period.
+//! after `idle_spins` empty turns the worker sleeps in the kernel until a frame arrives on
+//! the port, a process that feeds the service rings its doorbell ([`iwarp_abi::wake`]: an
+//! application posted, control sent a command) or smoltcp's next timer is due, whichever
+//! comes first. A port without a descriptor to wait on (DPDK), or work that only polling
+//! moves on, makes it back off on a timer instead: sleeps doubling on each further empty turn
+//! up to `max_sleep`, never past smoltcp's next timer. Any work resets both. On a 2-core
+//! machine adaptive keeps the other core usable; the first frame after an idle period costs
+//! a wake-up (a few microseconds), or up to `max_sleep` on the timer path.
 //!
 //! Steering: one port gives one worker today (the Unix and TAP ports have a single queue).
 //! With DPDK and RSS, each worker would own one RX/TX queue pair and the connections whose
@@ -16,9 +20,15 @@
 
 use crate::node::{Counters, Node};
 use crate::port::Port;
+use iwarp_abi::wake::DaemonWake;
 use iwarp_engine::Rnic;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+/// The longest a sleeping worker stays asleep with nothing to wake it: it looks at the stop
+/// flag and beats the heartbeat control watches at least this often.
+pub const MAX_BLOCK: Duration = Duration::from_millis(50);
 
 /// How a worker waits when there is nothing to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +71,11 @@ pub struct CoreCounters {
     /// Turns of the poll loop, and how many of them ended in a sleep.
     pub polls: AtomicU64,
     pub sleeps: AtomicU64,
+    /// What ended the sleeps on a descriptor: a frame on the port, a doorbell (an
+    /// application or control), a timer (both descriptors can count for one sleep).
+    pub wakes_port: AtomicU64,
+    pub wakes_doorbell: AtomicU64,
+    pub wakes_timer: AtomicU64,
 }
 
 impl CoreCounters {
@@ -115,7 +130,8 @@ impl CoreCounters {
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
              stream_bytes_rx={} drops={} connections={} conns_lost={} crc_errors={} \
-             terminates_sent={} terminates_received={} polls={} sleeps={}",
+             terminates_sent={} terminates_received={} polls={} sleeps={} wakes_port={} \
+             wakes_doorbell={} wakes_timer={}",
             self.core.map_or("-".to_string(), |c| c.to_string()),
             self.rx_frames.load(r),
             self.tx_frames.load(r),
@@ -131,6 +147,9 @@ impl CoreCounters {
             self.terminates_received.load(r),
             self.polls.load(r),
             self.sleeps.load(r),
+            self.wakes_port.load(r),
+            self.wakes_doorbell.load(r),
+            self.wakes_timer.load(r),
         )
     }
 }
@@ -152,6 +171,16 @@ pub trait Service<P: Port> {
     /// Nanoseconds spent on application rings in busy turns, when stage timing is on.
     fn ring_ns(&self) -> Option<u64> {
         None
+    }
+    /// The doorbell of the processes that feed the service (applications' rings, control's
+    /// commands), rung while the core sleeps; `None` when nothing outside the loop feeds it.
+    fn doorbell(&mut self) -> Option<&mut DaemonWake> {
+        None
+    }
+    /// Whether the service may sleep until a frame, a doorbell or a timer: false while it
+    /// holds work only polling moves on (completions waiting for room in a full CQ ring).
+    fn can_sleep(&self, _node: &Node<P>) -> bool {
+        true
     }
 }
 
@@ -221,6 +250,27 @@ pub fn run_with<P: Port, S: Service<P>>(
             std::hint::spin_loop();
             continue;
         }
+        if let Some(port_fd) = node.wait_fd().filter(|_| service.can_sleep(node)) {
+            if let Some(woke) = sleep_until_woken(node, &mut service, port_fd) {
+                sleeps += 1;
+                counters.sleeps.store(sleeps, Ordering::Relaxed);
+                let r = Ordering::Relaxed;
+                for (hit, c) in [
+                    (woke.port, &counters.wakes_port),
+                    (woke.doorbell, &counters.wakes_doorbell),
+                    (!woke.port && !woke.doorbell, &counters.wakes_timer),
+                ] {
+                    if hit {
+                        c.store(c.load(r) + 1, r);
+                    }
+                }
+            }
+            counters.publish(&node.counters());
+            counters.polls.store(polls, Ordering::Relaxed);
+            idle_turns = 0;
+            sleep = Duration::ZERO;
+            continue;
+        }
         sleep = (sleep * 2).clamp(Duration::from_micros(1), max_sleep);
         // Never sleep past smoltcp's next timer (retransmission, keep-alive).
         let wait = node.poll_delay().map_or(sleep, |d| d.min(sleep));
@@ -233,6 +283,64 @@ pub fn run_with<P: Port, S: Service<P>>(
     node.shutdown();
     counters.publish(&node.counters());
     counters.polls.store(polls, Ordering::Relaxed);
+}
+
+/// Which descriptors ended a sleep (neither: a timer, or a signal).
+struct Woken {
+    port: bool,
+    doorbell: bool,
+}
+
+/// Announces sleep on the doorbell, takes one more turn (a post may have landed since the
+/// last one; the announcement's fence makes the producer ring otherwise), and, finding
+/// nothing, sleeps until the port or the doorbell is readable or smoltcp's next timer (at
+/// most [`MAX_BLOCK`]). Returns what woke it, or `None` when that turn found work.
+fn sleep_until_woken<P: Port, S: Service<P>>(
+    node: &mut Node<P>,
+    service: &mut S,
+    port_fd: RawFd,
+) -> Option<Woken> {
+    let bell = service.doorbell().map(|d| {
+        d.sleeping();
+        d.fd()
+    });
+    let worked = node.poll_with(|rnic| service.before_rx(rnic)) | service.turn(node);
+    let woken = (!worked).then(|| {
+        let timeout = node.poll_delay().map_or(MAX_BLOCK, |d| d.min(MAX_BLOCK));
+        let [port, doorbell] = wait_readable([port_fd, bell.unwrap_or(-1)], timeout);
+        Woken { port, doorbell }
+    });
+    if let Some(d) = service.doorbell() {
+        d.awake();
+    }
+    woken
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` passes (a signal ends it early too);
+/// which of them are readable. A negative descriptor is left out.
+fn wait_readable(fds: [RawFd; 2], timeout: Duration) -> [bool; 2] {
+    let mut p = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `p` and `ts` live for the call; ppoll ignores a negative fd; no signal mask.
+    let n = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            &ts,
+            core::ptr::null(),
+        )
+    };
+    if n <= 0 {
+        return [false; 2];
+    }
+    p.map(|q| q.revents & libc::POLLIN != 0)
 }
 
 #[cfg(test)]

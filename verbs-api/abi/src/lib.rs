@@ -14,6 +14,8 @@
 //! - [`command`]: the control <-> daemon messages ([`command::Command`],
 //!   [`command::Upcall`]) in fixed-size [`command::Msg`] slots.
 //! - [`daemon_shm`]: iwarpd's segment: command ring, upcall ring, heartbeat and generation.
+//! - [`wake`]: the daemon's sleep word and doorbell pipe, so an idle daemon sleeps in the
+//!   kernel and a post from another process wakes it (no system call while it runs).
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
 //!
@@ -28,10 +30,12 @@ pub mod notify;
 pub mod ring;
 pub mod segment;
 pub mod sync;
+#[cfg(not(loom))]
+pub mod wake;
 pub mod wqe;
 
 pub use error::Error;
 
 /// The version of everything in this crate that crosses a process boundary. Bump it on any
 /// change of a `#[repr(C)]` layout, a tag or an enum value.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;

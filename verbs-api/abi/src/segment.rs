@@ -79,6 +79,8 @@ pub enum SegmentKind {
     Events = 7,
     /// Anything else (tests, tools).
     Other = 8,
+    /// The word that says whether the daemon sleeps ([`crate::wake`]).
+    Wake = 9,
 }
 
 impl TryFrom<u32> for SegmentKind {
@@ -94,6 +96,7 @@ impl TryFrom<u32> for SegmentKind {
             Memory,
             Events,
             Other,
+            Wake,
         ]
         .into_iter()
         .find(|k| *k as u32 == v)

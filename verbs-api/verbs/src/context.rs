@@ -16,6 +16,7 @@ use crate::srq::SharedReceiveQueue;
 use iwarp_abi::command::ShmPath;
 use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
+use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use iwarp_control::app_proto::ClientReply;
 /// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
@@ -100,6 +101,9 @@ fn done(r: ClientReply) -> Result<(), Error> {
 pub struct Context {
     link: Shared,
     runtime_dir: PathBuf,
+    /// iwarpd's doorbell for an idle poll loop (`iwarp_abi::wake`); `None` when the daemon
+    /// offers none (it then polls on a timer).
+    waker: Option<Arc<Waker>>,
 }
 
 /// What a queue pair is created with (Verbs section 8.2.1).
@@ -165,6 +169,7 @@ impl Context {
         Ok(Context {
             link: Arc::new(Mutex::new(link)),
             runtime_dir: runtime_dir.to_path_buf(),
+            waker: Waker::open(runtime_dir).ok().map(Arc::new),
         })
     }
 
@@ -468,7 +473,9 @@ impl ProtectionDomain {
                 max_inline,
             ),
         };
-        Ok(q.with_release(release).holding_srq(attr.srq.clone()))
+        Ok(q.with_release(release)
+            .holding_srq(attr.srq.clone())
+            .with_waker(self.ctx.waker.clone()))
     }
 
     /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.
@@ -488,6 +495,7 @@ impl ProtectionDomain {
             srq,
             producer,
             Release::new(self.ctx.link(), Request::DestroySrq { srq }),
+            self.ctx.waker.clone(),
         )))
     }
 

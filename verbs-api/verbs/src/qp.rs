@@ -8,6 +8,7 @@ use crate::link::Release;
 use crate::mr::{MemoryRegion, MrInner};
 use crate::srq::SharedReceiveQueue;
 use iwarp_abi::ring::Producer;
+use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
 use std::sync::{Arc, Mutex};
 
@@ -156,6 +157,8 @@ pub struct QueuePair {
     max_sge: usize,
     max_inline: usize,
     tracker: Arc<QpTracker>,
+    /// Rings iwarpd after a post when its poll loop sleeps.
+    waker: Option<Arc<Waker>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -240,6 +243,18 @@ impl QueuePair {
             max_sge: max_sge.min(MAX_SGE),
             max_inline: max_inline.min(MAX_INLINE),
             tracker,
+            waker: None,
+        }
+    }
+
+    pub(crate) fn with_waker(mut self, w: Option<Arc<Waker>>) -> QueuePair {
+        self.waker = w;
+        self
+    }
+
+    fn kick(&self) {
+        if let Some(w) = &self.waker {
+            w.kick();
         }
     }
 
@@ -400,6 +415,8 @@ impl QueuePair {
         let mut ring = lock(rq);
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.tracker.rq.push(wr.wr_id, mrs);
+        drop(ring);
+        self.kick();
         Ok(())
     }
 
@@ -467,6 +484,8 @@ impl PostBatch<'_> {
         }
         let n = ring.push_batch(&self.wqes);
         debug_assert_eq!(n, self.wqes.len());
+        drop(ring);
+        self.qp.kick();
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::link::Release;
 use crate::qp::{sgl, RecvWr};
 use iwarp_abi::ring::Producer;
+use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{RecvWqe, MAX_SGE};
 use iwarp_control::app_proto::ClientReply;
 use iwarp_control::app_server::Request;
@@ -20,15 +21,23 @@ pub struct SharedReceiveQueue {
     srq_num: u32,
     ring: Mutex<Producer<RecvWqe>>,
     outstanding: Arc<Outstanding>,
+    /// Rings iwarpd after a post when its poll loop sleeps.
+    waker: Option<Arc<Waker>>,
 }
 
 impl SharedReceiveQueue {
-    pub(crate) fn new(srq_num: u32, ring: Producer<RecvWqe>, release: Release) -> Self {
+    pub(crate) fn new(
+        srq_num: u32,
+        ring: Producer<RecvWqe>,
+        release: Release,
+        waker: Option<Arc<Waker>>,
+    ) -> Self {
         SharedReceiveQueue {
             _release: release,
             srq_num,
             ring: Mutex::new(ring),
             outstanding: Arc::new(Outstanding::default()),
+            waker,
         }
     }
 
@@ -70,6 +79,10 @@ impl SharedReceiveQueue {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.outstanding.push(wr.wr_id, mrs);
+        drop(ring);
+        if let Some(w) = &self.waker {
+            w.kick();
+        }
         Ok(())
     }
 }

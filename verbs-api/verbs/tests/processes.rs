@@ -513,3 +513,75 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
     assert_eq!((wc.wr_id, wc.status), (10, WcStatus::Success), "{wc:?}");
     mb.deregister().map_err(|(_, e)| e).unwrap();
 }
+
+/// The value of `key` in the endpoint's stats file once iwarpd has rewritten it (so it
+/// counts everything done before the call).
+fn fresh_stat(e: &Endpoint, key: &str) -> u64 {
+    let read = || std::fs::read_to_string(e.runtime.join("stats")).unwrap_or_default();
+    let before = read();
+    let t = Instant::now();
+    let text = loop {
+        let now = read();
+        if now != before && !now.is_empty() {
+            break now;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "stats never rewritten"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+/// An idle iwarpd sleeps in the kernel, and a post reaches it through the doorbell the
+/// library rings (`iwarp_abi::wake`), not through a timer: each Read is posted after A's
+/// daemon has had time to fall asleep, and A's counters show it woken by the doorbell for
+/// (nearly) each. Nothing else rings A's doorbell meanwhile (control sends no command), so a
+/// library that did not ring would leave the count where it was.
+#[test]
+fn an_idle_daemon_is_woken_by_the_application_that_posts() {
+    let ((_dir, a, _b), ca, cb) = two_endpoints();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (qa_cq, qb_cq) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+    let qa = pa.create_qp(&QpInitAttr::new(&qa_cq, 8)).unwrap();
+    let qb = pb.create_qp(&QpInitAttr::new(&qb_cq, 8)).unwrap();
+    let (ba, bb) = (
+        ca.alloc_buffer(4096).unwrap(),
+        cb.alloc_buffer(4096).unwrap(),
+    );
+    // An iWARP Read's sink is written by tagged Read Responses: it needs remote write.
+    let ma = pa
+        .reg_mr(&ba, 0, 4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let mb = pb.reg_mr(&bb, 0, 4096, access::REMOTE_READ).unwrap();
+    bb.write(0, b"read me").unwrap();
+    cb.listen(7310, &ConnSettings::default()).unwrap();
+    connect(&ca, &qa, &cb, &qb, 7310);
+    let before = fresh_stat(&a, "wakes_doorbell");
+    const READS: u64 = 20;
+    let sg = [Sg {
+        mr: &ma,
+        offset: 0,
+        len: 7,
+    }];
+    let read = WrOpcode::RdmaRead {
+        rkey: mb.stag(),
+        remote_addr: 0,
+    };
+    for i in 0..READS {
+        std::thread::sleep(Duration::from_millis(5));
+        qa.post_send(&SendWr::new(i, read, &sg)).unwrap();
+        let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{wc:?}");
+    }
+    assert_eq!(ba.to_vec(0, 7).unwrap(), b"read me");
+    let after = fresh_stat(&a, "wakes_doorbell");
+    assert!(
+        after >= before + READS / 2,
+        "doorbell wake-ups {before} -> {after} over {READS} posts to a sleeping daemon"
+    );
+}

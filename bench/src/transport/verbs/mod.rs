@@ -834,7 +834,9 @@ impl Transport for VerbsTransport {
         let eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         let eps = eps.as_ref()?;
         let [a, b] = eps.runtime_dirs();
-        Some(DaemonStages::read(a).plus(&DaemonStages::read(b)))
+        // Counters as they are now, not up to a second ago; the two waits overlap.
+        let asked = std::time::SystemTime::now();
+        Some(DaemonStages::read(a, asked).plus(&DaemonStages::read(b, asked)))
     }
 
     fn daemon_memory(&self) -> Vec<DaemonMemory> {

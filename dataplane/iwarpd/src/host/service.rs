@@ -23,6 +23,7 @@ use iwarp_abi::command::{
 };
 use iwarp_abi::daemon_shm::DaemonSide;
 use iwarp_abi::segment::{Segment, SegmentKind};
+use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;
 use iwarp_abi::{command::Upcall, ring};
 use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
@@ -74,6 +75,8 @@ pub struct Host {
     ring_ns: Option<u64>,
     /// `post_receives` moved entries since the last turn.
     rx_work: bool,
+    /// What applications and control ring when this core sleeps.
+    doorbell: Option<DaemonWake>,
 }
 
 impl Host {
@@ -96,7 +99,15 @@ impl Host {
             control_generation: 0,
             ring_ns: None,
             rx_work: false,
+            doorbell: None,
         }
+    }
+
+    /// Lets the poll loop sleep until applications or control ring `bell` (see
+    /// [`crate::worker`]); without one it backs off on a timer.
+    pub fn with_doorbell(mut self, bell: DaemonWake) -> Host {
+        self.doorbell = Some(bell);
+        self
     }
 
     /// Times the rings and commands of each busy turn (the bench's per-stage breakdown).
@@ -685,5 +696,16 @@ impl<P: Port> Service<P> for Host {
     }
     fn ring_ns(&self) -> Option<u64> {
         self.ring_ns
+    }
+    fn doorbell(&mut self) -> Option<&mut DaemonWake> {
+        self.doorbell.as_mut()
+    }
+    fn can_sleep(&self, node: &Node<P>) -> bool {
+        // Control draining the upcall ring, or an application its CQ ring, rings no bell.
+        self.backlog.is_empty()
+            && self.cqs.values().all(|c| {
+                c.pending.is_empty()
+                    && matches!(node.rnic.cq_status(c.host.engine_cq), None | Some((0, _)))
+            })
     }
 }

@@ -52,4 +52,7 @@ impl<P: Port> Port for LossyPort<P> {
     fn dropped(&self) -> u64 {
         self.dropped + self.inner.dropped()
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.wait_fd()
+    }
 }

@@ -18,6 +18,7 @@ pub mod tap;
 pub mod unix;
 
 use std::io;
+use std::os::fd::RawFd;
 
 /// An Ethernet port.
 pub trait Port {
@@ -35,5 +36,11 @@ pub trait Port {
     /// cannot lose any.
     fn dropped(&self) -> u64 {
         0
+    }
+    /// A descriptor that becomes readable when a frame arrives, for an idle poll loop to
+    /// sleep on; `None` when the port has none (DPDK) or needs polling now (frames waiting to
+    /// be sent), and the loop backs off on a timer instead.
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
     }
 }

@@ -64,4 +64,7 @@ impl<P: Port> Port for PcapPort<P> {
     fn dropped(&self) -> u64 {
         self.inner.dropped()
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.wait_fd()
+    }
 }

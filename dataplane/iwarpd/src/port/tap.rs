@@ -105,4 +105,7 @@ impl Port for TapPort {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.file.as_raw_fd())
+    }
 }

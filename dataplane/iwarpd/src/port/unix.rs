@@ -142,4 +142,9 @@ impl Port for UnixPort {
     fn dropped(&self) -> u64 {
         self.tx_dropped
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        // Frames held back for a full peer queue are retried by polling, not on a wake-up.
+        self.backlog.is_empty().then(|| self.sock.as_raw_fd())
+    }
 }

@@ -1,0 +1,260 @@
+//! Waking an idle daemon: the "needs wake-up" protocol of io_uring's polling thread, so that
+//! a daemon with nothing to do can sleep in the kernel instead of spinning or backing off on
+//! a timer, and a post from another process still reaches it at once.
+//!
+//! Two objects in the daemon's runtime directory:
+//! - `wake.shm`, a link to a small segment whose first word says whether the daemon sleeps;
+//! - `doorbell`, a named pipe the daemon polls (with its port's descriptor and its timers).
+//!
+//! The daemon, out of work, stores 1 in the word, fences, and looks at every ring once more;
+//! finding nothing, it waits until the pipe or the port is readable or a timer is due, then
+//! stores 0 and drains the pipe. A producer (an application posting work, control sending a
+//! command) publishes its ring's producer index, fences, and loads the word: only when it
+//! reads 1 does it write one octet to the pipe. Both fences are SeqCst, so either the daemon's
+//! last look sees the new index or the producer sees the word set: no post is left asleep.
+//! While the daemon runs, posting costs one fence and one load, no system call.
+
+// The word lives in a shared mapping other processes write: the loom facade (crate::sync)
+// cannot stand in for it (as in `notify`).
+#![allow(clippy::disallowed_types)]
+
+use crate::error::Error;
+use crate::segment::{HugePolicy, Segment, SegmentKind};
+use core::sync::atomic::{fence, AtomicU32, Ordering};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The link to the word's segment, in the runtime directory.
+pub const WORD_LINK: &str = "wake.shm";
+/// The named pipe, in the runtime directory.
+pub const DOORBELL: &str = "doorbell";
+
+fn word_of(seg: &Segment) -> Result<*const AtomicU32, Error> {
+    if seg.data_len() < 4 {
+        return Err(Error::Layout);
+    }
+    Ok(seg.data().as_ptr() as *const AtomicU32)
+}
+
+/// The daemon's end: the word it sets before sleeping and the pipe it waits on.
+pub struct DaemonWake {
+    word: *const AtomicU32,
+    _seg: Segment,
+    pipe: File,
+    links: [PathBuf; 2],
+}
+
+// SAFETY: `word` points into the mapping `_seg` keeps alive and is only used atomically.
+unsafe impl Send for DaemonWake {}
+
+impl DaemonWake {
+    /// Creates the segment `name` (ordinary shared memory: one word needs no hugepage) and
+    /// the pipe, linked into `runtime`, replacing a dead daemon's leftovers and refusing a
+    /// living daemon's.
+    pub fn create(name: &str, runtime: &Path) -> Result<DaemonWake, Error> {
+        if let Some(old) = Segment::find(name) {
+            let pid = Segment::open(&old, None).map_or(0, |s| s.header().creator_pid as i32);
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} belongs to running pid {pid}", old.display()),
+                )
+                .into());
+            }
+            let _ = std::fs::remove_file(old);
+        }
+        let seg = Segment::create(name, SegmentKind::Wake, 64, HugePolicy::Off)?;
+        let word = word_of(&seg)?;
+        let link = runtime.join(WORD_LINK);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(seg.path().ok_or(Error::InvalidName)?, &link)?;
+        let fifo = runtime.join(DOORBELL);
+        let _ = std::fs::remove_file(&fifo);
+        let c = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)?;
+        // SAFETY: mkfifo reads a NUL-terminated path that lives for the call.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o666) } != 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // Read and write: the daemon holds a writer itself, so the pipe never reports end of
+        // file when the last application closes its end, and opening never blocks.
+        let pipe = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)?;
+        Ok(DaemonWake {
+            word,
+            _seg: seg,
+            pipe,
+            links: [link, fifo],
+        })
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: see `create`: in the live mapping, 4-aligned (the data area is page-aligned).
+        unsafe { &*self.word }
+    }
+
+    /// The descriptor to wait on: readable when a producer rang.
+    pub fn fd(&self) -> RawFd {
+        self.pipe.as_raw_fd()
+    }
+
+    /// About to sleep: from now on producers ring. Look at every ring once more after this.
+    pub fn sleeping(&self) {
+        self.word().store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Awake again: producers stop ringing; what they rang is drained.
+    pub fn awake(&mut self) {
+        self.word().store(0, Ordering::Relaxed);
+        let mut buf = [0u8; 256];
+        while matches!(self.pipe.read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+impl Drop for DaemonWake {
+    fn drop(&mut self) {
+        for l in &self.links {
+            let _ = std::fs::remove_file(l);
+        }
+    }
+}
+
+/// A producer's end: rings the daemon only when it sleeps.
+pub struct Waker {
+    word: *const AtomicU32,
+    _seg: Segment,
+    pipe: File,
+}
+
+// SAFETY: as for `DaemonWake`; `kick` takes `&self` and only loads the word and writes the
+// pipe, both safe from any thread.
+unsafe impl Send for Waker {}
+// SAFETY: as above.
+unsafe impl Sync for Waker {}
+
+impl Waker {
+    /// The waker of the daemon whose runtime directory is `runtime`.
+    pub fn open(runtime: &Path) -> Result<Waker, Error> {
+        let seg = Segment::open(&runtime.join(WORD_LINK), Some(SegmentKind::Wake))?;
+        let word = word_of(&seg)?;
+        // Write-only and non-blocking: fails (ENXIO) when no daemon holds the pipe.
+        let pipe = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(runtime.join(DOORBELL))?;
+        Ok(Waker {
+            word,
+            _seg: seg,
+            pipe,
+        })
+    }
+
+    /// After publishing a ring's producer index: wake the daemon if it sleeps.
+    pub fn kick(&self) {
+        fence(Ordering::SeqCst);
+        // SAFETY: see `DaemonWake::word`.
+        if unsafe { &*self.word }.load(Ordering::Relaxed) != 0 {
+            // A full pipe holds rings enough to wake it: nothing to do on EAGAIN.
+            let _ = (&self.pipe).write(&[1]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn wait(fd: RawFd, timeout: Duration) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call.
+        unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) > 0 }
+    }
+
+    /// A producer thread publishes a counter 20 000 times with a kick after each; the daemon
+    /// thread sleeps whenever it has seen everything, with no timeout short enough to hide a
+    /// lost wake-up (a lost one leaves it asleep for the whole 5 s, and the test fails).
+    #[test]
+    fn no_post_is_left_asleep() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("iwarp-wake-test-{}", std::process::id());
+        let mut d = DaemonWake::create(&name, dir.path()).unwrap();
+        let w = Waker::open(dir.path()).unwrap();
+        let head = Arc::new(AtomicU64::new(0));
+        const N: u64 = 20_000;
+        let producer = {
+            let head = head.clone();
+            std::thread::spawn(move || {
+                for i in 1..=N {
+                    head.store(i, Ordering::Release);
+                    w.kick();
+                    if i % 64 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let mut seen = 0;
+        let mut sleeps = 0;
+        while seen < N {
+            let h = head.load(Ordering::Acquire);
+            if h != seen {
+                seen = h;
+                continue;
+            }
+            d.sleeping();
+            if head.load(Ordering::Acquire) != seen {
+                d.awake();
+                continue;
+            }
+            let t = Instant::now();
+            let rang = wait(d.fd(), Duration::from_secs(5));
+            assert!(
+                rang,
+                "asleep {:?} with {seen} of {N} seen: a wake-up was lost",
+                t.elapsed()
+            );
+            d.awake();
+            sleeps += 1;
+        }
+        producer.join().unwrap();
+        assert!(
+            sleeps > 0,
+            "the daemon never slept: the test proved nothing"
+        );
+    }
+
+    #[test]
+    fn a_running_daemon_is_not_rung() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("iwarp-wake-test2-{}", std::process::id());
+        let mut d = DaemonWake::create(&name, dir.path()).unwrap();
+        let w = Waker::open(dir.path()).unwrap();
+        w.kick();
+        assert!(!wait(d.fd(), Duration::ZERO), "rang while awake");
+        d.sleeping();
+        w.kick();
+        assert!(wait(d.fd(), Duration::ZERO), "not rung while asleep");
+        d.awake();
+        assert!(!wait(d.fd(), Duration::ZERO), "the pipe was not drained");
+        drop(d);
+        assert!(!dir.path().join(WORD_LINK).exists());
+        assert!(!dir.path().join(DOORBELL).exists());
+        assert!(Waker::open(dir.path()).is_err(), "no daemon, no waker");
+    }
+}
