@@ -6,8 +6,9 @@
 //! null handle is an error return, and Rust errors become messages for `iwv_last_error`.
 
 use iwarp_verbs::{
-    ConnSettings, Context, Established, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
-    RecvWr, SendWr, Sg, SharedBuffer, WorkCompletion, WrOpcode,
+    ConnSettings, Context, Established, Event, FastRegStag, MemoryRegion, MemoryWindow,
+    ProtectionDomain, QpInitAttr, QueuePair, RecvWr, SendWr, Sg, SharedBuffer, SharedReceiveQueue,
+    WorkCompletion, WrOpcode,
 };
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub struct IwvCq(Arc<iwarp_verbs::CompletionQueue>);
+pub struct IwvSrq(Arc<SharedReceiveQueue>);
 
 /// At most this many SGEs per work request (the QPs this ABI creates allow 4).
 const MAX_SGE: usize = 4;
@@ -160,6 +162,14 @@ pub unsafe extern "C" fn iwv_resize_cq(cq: *mut IwvCq, depth: u32) -> c_int {
     }
 }
 
+/// # Safety
+/// `cq` is a live CQ.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_cq_num(cq: *const IwvCq) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(cq, "cq") }.map_or(0, |c| c.0.cq_num())
+}
+
 fn c_wc(wc: &WorkCompletion) -> CWc {
     CWc {
         wr_id: wc.wr_id,
@@ -273,6 +283,118 @@ pub unsafe extern "C" fn iwv_create_qp(
 }
 
 /// # Safety
+/// `pd`, `send_cq`, `recv_cq` and `srq` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_create_qp_srq(
+    pd: *mut ProtectionDomain,
+    send_cq: *mut IwvCq,
+    recv_cq: *mut IwvCq,
+    srq: *mut IwvSrq,
+    depth: u32,
+) -> *mut QueuePair {
+    boxed((|| {
+        // SAFETY: forwarded contract.
+        let (pd, s, r, q) = unsafe {
+            (
+                handle(pd, "pd")?,
+                handle(send_cq, "send_cq")?,
+                handle(recv_cq, "recv_cq")?,
+                handle(srq, "srq")?,
+            )
+        };
+        let mut attr = QpInitAttr::new(&s.0, depth);
+        attr.recv_cq = r.0.clone();
+        attr.srq = Some(q.0.clone());
+        pd.create_qp(&attr).map_err(|e| e.to_string())
+    })())
+}
+
+/// # Safety
+/// `pd` is a live PD.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_create_srq(pd: *mut ProtectionDomain, depth: u32) -> *mut IwvSrq {
+    // SAFETY: forwarded contract.
+    boxed(
+        unsafe { handle(pd, "pd") }
+            .and_then(|p| p.create_srq(depth).map(IwvSrq).map_err(|e| e.to_string())),
+    )
+}
+
+/// # Safety
+/// `srq` is null or an S-RQ from `iwv_create_srq` (its QPs keep it alive until destroyed).
+#[no_mangle]
+pub unsafe extern "C" fn iwv_destroy_srq(srq: *mut IwvSrq) {
+    // SAFETY: forwarded contract.
+    unsafe { free(srq) }
+}
+
+/// # Safety
+/// `srq` is a live S-RQ.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_srq_num(srq: *const IwvSrq) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(srq, "srq") }.map_or(0, |q| q.0.srq_num())
+}
+
+/// # Safety
+/// `srq` is a live S-RQ; `sg_list` holds `num_sge` valid entries.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_srq_recv(
+    srq: *mut IwvSrq,
+    wr_id: u64,
+    sg_list: *const CSge,
+    num_sge: c_int,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    status(unsafe { handle(srq, "srq") }.and_then(|q| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            with_sgl(sg_list, num_sge, |sgl| {
+                q.0.post_recv(&RecvWr {
+                    wr_id,
+                    sg_list: sgl,
+                })
+                .map_err(|e| e.to_string())
+            })
+        }
+    }))
+}
+
+/// # Safety
+/// `srq` is a live S-RQ.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_arm_srq_limit(srq: *mut IwvSrq, limit: u32) -> c_int {
+    // SAFETY: forwarded contract.
+    status(
+        unsafe { handle(srq, "srq") }.and_then(|q| q.0.arm_limit(limit).map_err(|e| e.to_string())),
+    )
+}
+
+/// # Safety
+/// `srq` is a live S-RQ; `depth` and `limit` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_query_srq(
+    srq: *mut IwvSrq,
+    depth: *mut u32,
+    limit: *mut u32,
+) -> c_int {
+    status((|| {
+        // SAFETY: forwarded contract.
+        let q = unsafe { handle(srq, "srq") }?;
+        if depth.is_null() || limit.is_null() {
+            return Err("depth or limit is NULL".to_string());
+        }
+        let (d, l) = q.0.query().map_err(|e| e.to_string())?;
+        // SAFETY: non-null and writable, per the contract.
+        unsafe {
+            depth.write(d);
+            limit.write(l);
+        }
+        Ok(())
+    })())
+}
+
+/// # Safety
 /// `qp` is null or a QP from `iwv_create_qp`.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_destroy_qp(qp: *mut QueuePair) {
@@ -371,6 +493,8 @@ fn opcode(wr: &CSendWr) -> Result<WrOpcode, String> {
             compare: wr.compare_add,
             swap: wr.swap,
         },
+        7 => WrOpcode::SendWithInvalidate { stag: rkey },
+        8 => WrOpcode::Immediate { imm: wr.imm_data },
         o => return Err(format!("unknown opcode {o}")),
     })
 }
@@ -491,6 +615,226 @@ pub unsafe extern "C" fn iwv_dereg_mr(mr: *mut MemoryRegion) -> c_int {
             fail(e);
             // SAFETY: as above: the allocation is still ours and holds no value now.
             unsafe { mr.write(m) };
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// `pd` is a live PD.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_alloc_mw(pd: *mut ProtectionDomain) -> *mut MemoryWindow {
+    // SAFETY: forwarded contract.
+    boxed(unsafe { handle(pd, "pd") }.and_then(|p| p.alloc_mw().map_err(|e| e.to_string())))
+}
+
+/// # Safety
+/// `mw` is null or a window from `iwv_alloc_mw`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_dealloc_mw(mw: *mut MemoryWindow) {
+    // SAFETY: forwarded contract.
+    unsafe { free(mw) }
+}
+
+/// # Safety
+/// `mw` is a live window.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_mw_stag(mw: *const MemoryWindow) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(mw, "mw") }.map_or(0, |m| m.stag())
+}
+
+/// # Safety
+/// `pd` is a live PD.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_alloc_fastreg_stag(pd: *mut ProtectionDomain) -> *mut FastRegStag {
+    // SAFETY: forwarded contract.
+    boxed(
+        unsafe { handle(pd, "pd") }.and_then(|p| p.alloc_fastreg_stag().map_err(|e| e.to_string())),
+    )
+}
+
+/// # Safety
+/// `f` is null or an STag from `iwv_alloc_fastreg_stag`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_dealloc_fastreg_stag(f: *mut FastRegStag) {
+    // SAFETY: forwarded contract.
+    unsafe { free(f) }
+}
+
+/// # Safety
+/// `f` is a live fast-register STag.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_fastreg_stag(f: *const FastRegStag) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { handle(f, "fastreg") }.map_or(0, |x| x.stag())
+}
+
+/// Posts one send work request without a scatter/gather list.
+///
+/// # Safety
+/// `qp` is null or a live QP.
+unsafe fn post_bare(qp: *mut QueuePair, wr_id: u64, op: WrOpcode) -> c_int {
+    // SAFETY: forwarded contract.
+    status(unsafe { handle(qp, "qp") }.and_then(|q| {
+        q.post_send(&SendWr::new(wr_id, op, &[]))
+            .map_err(|e| e.to_string())
+    }))
+}
+
+/// # Safety
+/// `qp`, `mw` and `mr` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_bind_mw(
+    qp: *mut QueuePair,
+    wr_id: u64,
+    mw: *const MemoryWindow,
+    mr: *const MemoryRegion,
+    offset: u64,
+    len: u64,
+    access: u32,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let (mw, mr) = match unsafe { (handle(mw, "mw"), handle(mr, "mr")) } {
+        (Ok(w), Ok(r)) => (w.stag(), r.stag()),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(e);
+            return -1;
+        }
+    };
+    let op = WrOpcode::BindMw {
+        mw,
+        mr,
+        to: offset,
+        len,
+        access,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { post_bare(qp, wr_id, op) }
+}
+
+/// # Safety
+/// `qp`, `f` and `mr` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_fast_reg(
+    qp: *mut QueuePair,
+    wr_id: u64,
+    f: *const FastRegStag,
+    mr: *const MemoryRegion,
+    offset: u64,
+    len: u64,
+    access: u32,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let (stag, mr) = match unsafe { (handle(f, "fastreg"), handle(mr, "mr")) } {
+        (Ok(f), Ok(r)) => (f.stag(), r.stag()),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(e);
+            return -1;
+        }
+    };
+    let op = WrOpcode::FastRegister {
+        stag,
+        mr,
+        offset,
+        len,
+        access,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { post_bare(qp, wr_id, op) }
+}
+
+/// # Safety
+/// `qp` is a live QP.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_post_local_inv(qp: *mut QueuePair, wr_id: u64, stag: u32) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { post_bare(qp, wr_id, WrOpcode::LocalInvalidate { stag }) }
+}
+
+/// `struct iwv_async_event`.
+#[repr(C)]
+pub struct CAsyncEvent {
+    pub kind: c_int,
+    pub id: u32,
+    pub received: c_int,
+    pub layer: u8,
+    pub etype: u8,
+    pub code: u8,
+    pub reason: [c_char; 128],
+}
+
+fn c_event(e: &Event) -> Option<CAsyncEvent> {
+    let mut c = CAsyncEvent {
+        kind: 0,
+        id: 0,
+        received: 0,
+        layer: 0,
+        etype: 0,
+        code: 0,
+        reason: [0; 128],
+    };
+    match e {
+        Event::Disconnected { conn, reason } => {
+            (c.kind, c.id) = (1, *conn);
+            let n = reason.len().min(127);
+            for (d, s) in c.reason.iter_mut().zip(&reason.as_bytes()[..n]) {
+                *d = *s as c_char;
+            }
+        }
+        Event::QpTerminated {
+            qp,
+            received,
+            layer,
+            etype,
+            code,
+        } => {
+            (c.kind, c.id, c.received) = (2, *qp, *received as c_int);
+            (c.layer, c.etype, c.code) = (*layer, *etype, *code);
+        }
+        Event::QpError { qp } => (c.kind, c.id) = (3, *qp),
+        Event::CqOverflow { cq } => (c.kind, c.id) = (4, *cq),
+        Event::SrqLimit { srq } => (c.kind, c.id) = (5, *srq),
+        _ => return None,
+    }
+    Some(c)
+}
+
+/// # Safety
+/// `ctx` is a live context; `ev` points to a writable `struct iwv_async_event`.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_get_async_event(
+    ctx: *mut Context,
+    timeout_ms: c_int,
+    ev: *mut CAsyncEvent,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let ctx = match unsafe { handle(ctx, "context") } {
+        Ok(c) => c,
+        Err(e) => {
+            fail(e);
+            return -1;
+        }
+    };
+    if ev.is_null() {
+        fail("ev is NULL");
+        return -1;
+    }
+    match ctx.next_async_event(timeout(timeout_ms)) {
+        Ok(Some(e)) => match c_event(&e) {
+            Some(c) => {
+                // SAFETY: non-null and writable, per the contract.
+                unsafe { ev.write(c) };
+                1
+            }
+            None => {
+                fail(format!("not an asynchronous event: {e:?}"));
+                -1
+            }
+        },
+        Ok(None) => 0,
+        Err(e) => {
+            fail(e);
             -1
         }
     }

@@ -349,6 +349,26 @@ impl Context {
         lock(&self.link).event(Some(deadline))
     }
 
+    /// The next asynchronous event (Verbs section 8.3.3: a connection's end, a Terminate, a
+    /// QP error, a CQ overflow, an S-RQ limit), waiting at most `timeout`; connection-setup
+    /// events stay queued for [`Context::get_request`] and the connect/accept calls.
+    pub fn next_async_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
+        match self.wait_for(timeout, "an asynchronous event", |e| {
+            matches!(
+                e,
+                Event::Disconnected { .. }
+                    | Event::QpTerminated { .. }
+                    | Event::QpError { .. }
+                    | Event::CqOverflow { .. }
+                    | Event::SrqLimit { .. }
+            )
+        }) {
+            Ok(e) => Ok(Some(e)),
+            Err(Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The next connection or asynchronous event if one is queued or already readable,
     /// without waiting.
     pub fn poll_event(&self) -> Result<Option<Event>, Error> {

@@ -4,7 +4,7 @@
 
 use crate::cq::Outstanding;
 use crate::error::Error;
-use crate::link::Release;
+use crate::link::{Release, Shared};
 use crate::qp::{sgl, RecvWr};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 /// in [`crate::QpInitAttr::srq`].
 pub struct SharedReceiveQueue {
     /// Destroys the S-RQ in control when dropped (its QPs hold it alive until then).
-    _release: Release,
+    release: Option<Release>,
+    /// The control connection, for Query and Modify S-RQ.
+    link: Shared,
     srq_num: u32,
     ring: Mutex<Producer<RecvWqe>>,
     outstanding: Arc<Outstanding>,
@@ -33,7 +35,8 @@ impl SharedReceiveQueue {
         waker: Option<Arc<Waker>>,
     ) -> Self {
         SharedReceiveQueue {
-            _release: release,
+            link: release.link().clone(),
+            release: Some(release),
             srq_num,
             ring: Mutex::new(ring),
             outstanding: Arc::new(Outstanding::default()),
@@ -48,7 +51,7 @@ impl SharedReceiveQueue {
     /// Query S-RQ (Verbs section 9.2.4.2): its depth and the limit last armed (0: none).
     pub fn query(&self) -> Result<(u32, u32), Error> {
         let req = Request::QuerySrq { srq: self.srq_num };
-        match crate::link::lock(self._release.link()).call(&req)? {
+        match crate::link::lock(&self.link).call(&req)? {
             ClientReply::Srq { depth, limit } => Ok((depth, limit)),
             other => Err(Error::Protocol(format!("Query S-RQ answered {other:?}"))),
         }
@@ -62,7 +65,7 @@ impl SharedReceiveQueue {
             srq: self.srq_num,
             limit,
         };
-        match crate::link::lock(self._release.link()).call(&req)? {
+        match crate::link::lock(&self.link).call(&req)? {
             ClientReply::Done => Ok(()),
             other => Err(Error::Protocol(format!("Modify S-RQ answered {other:?}"))),
         }
@@ -84,5 +87,14 @@ impl SharedReceiveQueue {
             w.kick();
         }
         Ok(())
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // Destroy first (control, then the daemon, stop reading the ring), then discard the
+        // receives still posted (Verbs section 8.2.7), so their regions can be deregistered.
+        drop(self.release.take());
+        self.outstanding.retire_all();
     }
 }

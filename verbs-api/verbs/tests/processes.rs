@@ -394,6 +394,27 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
     }
     // Both receives are retired: the region can go.
     assert_eq!(mb.posted(), 0);
+    // A receive still posted when the S-RQ is destroyed is discarded with it (Verbs 8.2.7),
+    // so it no longer holds the region.
+    let sg = [Sg {
+        mr: &mb,
+        offset: 2048,
+        len: 1024,
+    }];
+    srq.post_recv(&RecvWr {
+        wr_id: 50,
+        sg_list: &sg,
+    })
+    .unwrap();
+    assert_eq!(mb.posted(), 1);
+    drop(pairs);
+    drop(srq);
+    assert_eq!(
+        mb.posted(),
+        0,
+        "the destroyed S-RQ's receive still holds the region"
+    );
+    mb.deregister().map_err(|(_, e)| e).unwrap();
 }
 
 #[test]
