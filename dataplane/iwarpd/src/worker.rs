@@ -10,7 +10,8 @@
 //! application posted, control sent a command) or smoltcp's next timer is due, whichever
 //! comes first. A port without a descriptor to wait on (DPDK), or work that only polling
 //! moves on, makes it back off on a timer instead: sleeps doubling on each further empty turn
-//! up to `max_sleep`, never past smoltcp's next timer. Any work resets both. On a 2-core
+//! up to `max_sleep`, never past smoltcp's next timer, that a doorbell still ends at once.
+//! Any work resets both. On a 2-core
 //! machine adaptive keeps the other core usable; the first frame after an idle period costs
 //! a wake-up (a few microseconds), or up to `max_sleep` on the timer path.
 //!
@@ -250,35 +251,41 @@ pub fn run_with<P: Port, S: Service<P>>(
             std::hint::spin_loop();
             continue;
         }
-        if let Some(port_fd) = node.wait_fd().filter(|_| service.can_sleep(node)) {
-            if let Some(woke) = sleep_until_woken(node, &mut service, port_fd) {
-                sleeps += 1;
-                counters.sleeps.store(sleeps, Ordering::Relaxed);
-                let r = Ordering::Relaxed;
-                for (hit, c) in [
-                    (woke.port, &counters.wakes_port),
-                    (woke.doorbell, &counters.wakes_doorbell),
-                    (!woke.port && !woke.doorbell, &counters.wakes_timer),
-                ] {
-                    if hit {
-                        c.store(c.load(r) + 1, r);
-                    }
-                }
+        // On the port's descriptor when it has one and nothing needs polling (until a frame,
+        // a doorbell or a timer); otherwise a timed back-off, doubling up to `max_sleep`, that
+        // a doorbell still ends at once.
+        let port_fd = node.wait_fd().filter(|_| service.can_sleep(node));
+        let cap = match port_fd {
+            Some(_) => MAX_BLOCK,
+            None => {
+                sleep = (sleep * 2).clamp(Duration::from_micros(1), max_sleep);
+                sleep
             }
-            counters.publish(&node.counters());
-            counters.polls.store(polls, Ordering::Relaxed);
+        };
+        counters.publish(&node.counters());
+        counters.polls.store(polls, Ordering::Relaxed);
+        let Some(woke) = sleep_until_woken(node, &mut service, port_fd, cap) else {
+            // The last look found work.
             idle_turns = 0;
             sleep = Duration::ZERO;
             continue;
-        }
-        sleep = (sleep * 2).clamp(Duration::from_micros(1), max_sleep);
-        // Never sleep past smoltcp's next timer (retransmission, keep-alive).
-        let wait = node.poll_delay().map_or(sleep, |d| d.min(sleep));
-        counters.publish(&node.counters());
-        counters.polls.store(polls, Ordering::Relaxed);
+        };
         sleeps += 1;
         counters.sleeps.store(sleeps, Ordering::Relaxed);
-        std::thread::sleep(wait);
+        let r = Ordering::Relaxed;
+        for (hit, c) in [
+            (woke.port, &counters.wakes_port),
+            (woke.doorbell, &counters.wakes_doorbell),
+            (!woke.port && !woke.doorbell, &counters.wakes_timer),
+        ] {
+            if hit {
+                c.store(c.load(r) + 1, r);
+            }
+        }
+        if port_fd.is_some() || woke.doorbell {
+            idle_turns = 0;
+            sleep = Duration::ZERO;
+        }
     }
     node.shutdown();
     counters.publish(&node.counters());
@@ -293,12 +300,13 @@ struct Woken {
 
 /// Announces sleep on the doorbell, takes one more turn (a post may have landed since the
 /// last one; the announcement's fence makes the producer ring otherwise), and, finding
-/// nothing, sleeps until the port or the doorbell is readable or smoltcp's next timer (at
-/// most [`MAX_BLOCK`]). Returns what woke it, or `None` when that turn found work.
+/// nothing, sleeps until the port (when given) or the doorbell is readable or smoltcp's next
+/// timer, at most `cap`. Returns what woke it, or `None` when that turn found work.
 fn sleep_until_woken<P: Port, S: Service<P>>(
     node: &mut Node<P>,
     service: &mut S,
-    port_fd: RawFd,
+    port_fd: Option<RawFd>,
+    cap: Duration,
 ) -> Option<Woken> {
     let bell = service.doorbell().map(|d| {
         d.sleeping();
@@ -306,8 +314,8 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
     });
     let worked = node.poll_with(|rnic| service.before_rx(rnic)) | service.turn(node);
     let woken = (!worked).then(|| {
-        let timeout = node.poll_delay().map_or(MAX_BLOCK, |d| d.min(MAX_BLOCK));
-        let [port, doorbell] = wait_readable([port_fd, bell.unwrap_or(-1)], timeout);
+        let timeout = node.poll_delay().map_or(cap, |d| d.min(cap));
+        let [port, doorbell] = wait_readable([port_fd.unwrap_or(-1), bell.unwrap_or(-1)], timeout);
         Woken { port, doorbell }
     });
     if let Some(d) = service.doorbell() {
@@ -317,7 +325,8 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
 }
 
 /// Sleeps until one of `fds` is readable or `timeout` passes (a signal ends it early too);
-/// which of them are readable. A negative descriptor is left out.
+/// which of them are readable. A negative descriptor is left out (with both left out, a
+/// plain sleep).
 fn wait_readable(fds: [RawFd; 2], timeout: Duration) -> [bool; 2] {
     let mut p = fds.map(|fd| libc::pollfd {
         fd,
