@@ -518,6 +518,11 @@ impl PingPong for VerbsPingPong {
                 spin_until(a, &mut self.wcs, &mut completed, None, |s| {
                     s.mem.load(last) == t
                 })?;
+                // The answer can come before the wait polled the send CQ at all: reap the
+                // Write's completion now, or completions pile up past the CQ's depth (the
+                // daemon frees SQ slots as it takes the WQEs, so a full SQ never forces a poll)
+                // and the CQ overflows.
+                completed += a.poll_send(&mut self.wcs, |_| {})? as u64;
                 self.completed = completed;
             }
             Op::Send | Op::SendImm | Op::WriteImm => {
