@@ -287,23 +287,13 @@ fn run(cfg: Config) -> Result<(), String> {
 /// creator pid gone) is removed first; one whose creator lives is refused.
 fn daemon_segment(cfg: &Config, runtime: &Path) -> Result<DaemonSide, String> {
     let name = format!("iwarp-{}.daemon", cfg.daemon.name);
-    if let Some(stale) = Segment::find(&name) {
-        let pid = Segment::open(&stale, None)
-            .map(|s| s.header().creator_pid as i32)
-            .unwrap_or(0);
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-            return Err(format!(
-                "daemon.name {}: segment {} belongs to running pid {pid}",
-                cfg.daemon.name,
-                stale.display()
-            ));
-        }
-        tracing::warn!(
+    match Segment::reclaim(&name) {
+        Err(e) => return Err(format!("daemon.name {}: {e}", cfg.daemon.name)),
+        Ok(Some((stale, pid))) => tracing::warn!(
             "removing stale segment {} (pid {pid} is gone)",
             stale.display()
-        );
-        let _ = std::fs::remove_file(&stale);
+        ),
+        Ok(None) => {}
     }
     let policy = match cfg.shm.hugepages.as_str() {
         "on" => HugePolicy::Required,

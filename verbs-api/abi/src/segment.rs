@@ -415,6 +415,26 @@ impl Segment {
             .find(|p| p.exists())
     }
 
+    /// Frees `name` for a new segment of a process that must be the only one to hold it (a
+    /// daemon's): a segment of that name whose creator has died is removed, and its path and
+    /// the dead pid are returned (for a warning); one whose creator still runs is refused.
+    pub fn reclaim(name: &str) -> Result<Option<(PathBuf, u32)>, Error> {
+        let Some(old) = Self::find(name) else {
+            return Ok(None);
+        };
+        let pid = Self::open(&old, None).map_or(0, |s| s.header().creator_pid);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("segment {} belongs to running pid {pid}", old.display()),
+            )
+            .into());
+        }
+        let _ = std::fs::remove_file(&old);
+        Ok(Some((old, pid)))
+    }
+
     /// Maps an existing segment by path (another process created it), checking its header.
     /// `kind` None accepts any kind.
     pub fn open(path: &Path, kind: Option<SegmentKind>) -> Result<Segment, Error> {
@@ -631,6 +651,19 @@ mod tests {
         assert!(path.exists(), "an opener does not remove");
         drop(s);
         assert!(!path.exists(), "the creator removes");
+    }
+
+    #[test]
+    fn a_living_creators_name_is_not_reclaimed() {
+        let n = name("reclaim");
+        assert!(
+            Segment::reclaim(&n).unwrap().is_none(),
+            "nothing to reclaim"
+        );
+        let s = Segment::create(&n, SegmentKind::Other, 64, HugePolicy::Off).unwrap();
+        let e = Segment::reclaim(&n).expect_err("this process still runs");
+        assert!(e.to_string().contains("belongs to running pid"), "{e}");
+        assert!(s.path().unwrap().exists(), "the living segment was kept");
     }
 
     #[test]

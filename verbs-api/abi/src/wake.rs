@@ -57,18 +57,7 @@ impl DaemonWake {
     /// the pipe, linked into `runtime`, replacing a dead daemon's leftovers and refusing a
     /// living daemon's.
     pub fn create(name: &str, runtime: &Path) -> Result<DaemonWake, Error> {
-        if let Some(old) = Segment::find(name) {
-            let pid = Segment::open(&old, None).map_or(0, |s| s.header().creator_pid as i32);
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            if pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} belongs to running pid {pid}", old.display()),
-                )
-                .into());
-            }
-            let _ = std::fs::remove_file(old);
-        }
+        Segment::reclaim(name)?;
         let seg = Segment::create(name, SegmentKind::Wake, 64, HugePolicy::Off)?;
         let word = word_of(&seg)?;
         let link = runtime.join(WORD_LINK);
