@@ -32,24 +32,20 @@ fn fail(msg: impl std::fmt::Display) {
     LAST_ERROR.with(|e| *e.borrow_mut() = text);
 }
 
+/// The value, or `on_err` with the error left for `iwv_last_error`.
+fn or_fail<T>(r: Result<T, impl std::fmt::Display>, on_err: T) -> T {
+    r.unwrap_or_else(|e| {
+        fail(e);
+        on_err
+    })
+}
+
 fn boxed<T>(r: Result<T, impl std::fmt::Display>) -> *mut T {
-    match r {
-        Ok(v) => Box::into_raw(Box::new(v)),
-        Err(e) => {
-            fail(e);
-            core::ptr::null_mut()
-        }
-    }
+    or_fail(r.map(|v| Box::into_raw(Box::new(v))), core::ptr::null_mut())
 }
 
 fn status(r: Result<(), impl std::fmt::Display>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            fail(e);
-            -1
-        }
-    }
+    or_fail(r.map(|()| 0), -1)
 }
 
 /// The handle behind `p`, or an error for a null one.
@@ -139,13 +135,8 @@ pub unsafe extern "C" fn iwv_destroy_cq(cq: *mut IwvCq) {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_query_cq(cq: *mut IwvCq) -> i64 {
     // SAFETY: forwarded contract.
-    match unsafe { handle(cq, "cq") }.and_then(|c| c.0.query().map_err(|e| e.to_string())) {
-        Ok(d) => d as i64,
-        Err(e) => {
-            fail(e);
-            -1
-        }
-    }
+    let depth = unsafe { handle(cq, "cq") }.and_then(|c| c.0.query().map_err(|e| e.to_string()));
+    or_fail(depth.map(i64::from), -1)
 }
 
 /// # Safety
@@ -153,13 +144,10 @@ pub unsafe extern "C" fn iwv_query_cq(cq: *mut IwvCq) -> i64 {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_resize_cq(cq: *mut IwvCq, depth: u32) -> c_int {
     // SAFETY: forwarded contract.
-    match unsafe { handle(cq, "cq") }.and_then(|c| c.0.resize(depth).map_err(|e| e.to_string())) {
-        Ok(_) => 0,
-        Err(e) => {
-            fail(e);
-            -1
-        }
-    }
+    status(
+        unsafe { handle(cq, "cq") }
+            .and_then(|c| c.0.resize(depth).map(|_| ()).map_err(|e| e.to_string())),
+    )
 }
 
 /// # Safety
@@ -198,73 +186,59 @@ pub struct CWc {
 /// `cq` is a live CQ; `wc` points to `n` writable `struct iwv_wc`.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_poll_cq(cq: *mut IwvCq, n: c_int, wc: *mut CWc) -> c_int {
-    // SAFETY: forwarded contract.
-    let cq = match unsafe { handle(cq, "cq") } {
-        Ok(c) => c,
-        Err(e) => {
-            fail(e);
-            return -1;
+    let polled = (|| {
+        // SAFETY: forwarded contract.
+        let cq = unsafe { handle(cq, "cq") }?;
+        if wc.is_null() || n < 0 {
+            return Err("wc is NULL or n is negative".to_string());
         }
-    };
-    if wc.is_null() || n < 0 {
-        fail("wc is NULL or n is negative");
-        return -1;
-    }
-    let mut got = 0;
-    while got < n {
-        match cq.0.poll_one() {
-            Ok(Some(w)) => {
-                // SAFETY: `got < n` and `wc` holds `n` entries, per the contract.
-                unsafe { wc.add(got as usize).write(c_wc(&w)) };
-                got += 1;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                fail(e);
-                return -1;
-            }
+        let mut got = 0;
+        while got < n {
+            let Some(w) = cq.0.poll_one().map_err(|e| e.to_string())? else {
+                break;
+            };
+            // SAFETY: `got < n` and `wc` holds `n` entries, per the contract.
+            unsafe { wc.add(got as usize).write(c_wc(&w)) };
+            got += 1;
         }
-    }
-    got
+        Ok(got)
+    })();
+    or_fail(polled, -1)
 }
 
 /// # Safety
 /// `cq` is a live CQ; `wc` points to a writable `struct iwv_wc`.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_wait_cq(cq: *mut IwvCq, timeout_ms: c_int, wc: *mut CWc) -> c_int {
-    // SAFETY: forwarded contract.
-    let cq = match unsafe { handle(cq, "cq") } {
-        Ok(c) => c,
-        Err(e) => {
-            fail(e);
-            return -1;
+    let waited = (|| {
+        // SAFETY: forwarded contract.
+        let cq = unsafe { handle(cq, "cq") }?;
+        if wc.is_null() {
+            return Err("wc is NULL".to_string());
         }
-    };
-    if wc.is_null() {
-        fail("wc is NULL");
-        return -1;
-    }
-    match cq.0.wait(timeout(timeout_ms)) {
-        Ok(Some(w)) => {
-            // SAFETY: non-null and writable, per the contract.
-            unsafe { wc.write(c_wc(&w)) };
-            1
-        }
-        Ok(None) => 0,
-        Err(e) => {
-            fail(e);
-            -1
-        }
-    }
+        Ok(
+            match cq.0.wait(timeout(timeout_ms)).map_err(|e| e.to_string())? {
+                Some(w) => {
+                    // SAFETY: non-null and writable, per the contract.
+                    unsafe { wc.write(c_wc(&w)) };
+                    1
+                }
+                None => 0,
+            },
+        )
+    })();
+    or_fail(waited, -1)
 }
 
+/// A QP with its own receive queue (`srq` None) or taking receives from an S-RQ.
+///
 /// # Safety
-/// `pd`, `send_cq` and `recv_cq` are live handles.
-#[no_mangle]
-pub unsafe extern "C" fn iwv_create_qp(
+/// `pd`, `send_cq`, `recv_cq` and any `srq` are null or live handles.
+unsafe fn create_qp(
     pd: *mut ProtectionDomain,
     send_cq: *mut IwvCq,
     recv_cq: *mut IwvCq,
+    srq: Option<*mut IwvSrq>,
     depth: u32,
 ) -> *mut QueuePair {
     boxed((|| {
@@ -278,8 +252,25 @@ pub unsafe extern "C" fn iwv_create_qp(
         };
         let mut attr = QpInitAttr::new(&s.0, depth);
         attr.recv_cq = r.0.clone();
+        if let Some(q) = srq {
+            // SAFETY: forwarded contract.
+            attr.srq = Some(unsafe { handle(q, "srq") }?.0.clone());
+        }
         pd.create_qp(&attr).map_err(|e| e.to_string())
     })())
+}
+
+/// # Safety
+/// `pd`, `send_cq` and `recv_cq` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_create_qp(
+    pd: *mut ProtectionDomain,
+    send_cq: *mut IwvCq,
+    recv_cq: *mut IwvCq,
+    depth: u32,
+) -> *mut QueuePair {
+    // SAFETY: forwarded contract.
+    unsafe { create_qp(pd, send_cq, recv_cq, None, depth) }
 }
 
 /// # Safety
@@ -292,21 +283,8 @@ pub unsafe extern "C" fn iwv_create_qp_srq(
     srq: *mut IwvSrq,
     depth: u32,
 ) -> *mut QueuePair {
-    boxed((|| {
-        // SAFETY: forwarded contract.
-        let (pd, s, r, q) = unsafe {
-            (
-                handle(pd, "pd")?,
-                handle(send_cq, "send_cq")?,
-                handle(recv_cq, "recv_cq")?,
-                handle(srq, "srq")?,
-            )
-        };
-        let mut attr = QpInitAttr::new(&s.0, depth);
-        attr.recv_cq = r.0.clone();
-        attr.srq = Some(q.0.clone());
-        pd.create_qp(&attr).map_err(|e| e.to_string())
-    })())
+    // SAFETY: forwarded contract.
+    unsafe { create_qp(pd, send_cq, recv_cq, Some(srq), depth) }
 }
 
 /// # Safety
@@ -674,12 +652,11 @@ pub unsafe extern "C" fn iwv_fastreg_stag(f: *const FastRegStag) -> u32 {
 ///
 /// # Safety
 /// `qp` is null or a live QP.
-unsafe fn post_bare(qp: *mut QueuePair, wr_id: u64, op: WrOpcode) -> c_int {
+unsafe fn post_bare(qp: *mut QueuePair, wr_id: u64, op: WrOpcode) -> Result<(), String> {
     // SAFETY: forwarded contract.
-    status(unsafe { handle(qp, "qp") }.and_then(|q| {
-        q.post_send(&SendWr::new(wr_id, op, &[]))
-            .map_err(|e| e.to_string())
-    }))
+    unsafe { handle(qp, "qp") }?
+        .post_send(&SendWr::new(wr_id, op, &[]))
+        .map_err(|e| e.to_string())
 }
 
 /// # Safety
@@ -694,23 +671,20 @@ pub unsafe extern "C" fn iwv_post_bind_mw(
     len: u64,
     access: u32,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let (mw, mr) = match unsafe { (handle(mw, "mw"), handle(mr, "mr")) } {
-        (Ok(w), Ok(r)) => (w.stag(), r.stag()),
-        (Err(e), _) | (_, Err(e)) => {
-            fail(e);
-            return -1;
-        }
-    };
-    let op = WrOpcode::BindMw {
-        mw,
-        mr,
-        to: offset,
-        len,
-        access,
-    };
-    // SAFETY: forwarded contract.
-    unsafe { post_bare(qp, wr_id, op) }
+    status((|| {
+        // SAFETY: forwarded contract.
+        let op = unsafe {
+            WrOpcode::BindMw {
+                mw: handle(mw, "mw")?.stag(),
+                mr: handle(mr, "mr")?.stag(),
+                to: offset,
+                len,
+                access,
+            }
+        };
+        // SAFETY: forwarded contract.
+        unsafe { post_bare(qp, wr_id, op) }
+    })())
 }
 
 /// # Safety
@@ -725,23 +699,20 @@ pub unsafe extern "C" fn iwv_post_fast_reg(
     len: u64,
     access: u32,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let (stag, mr) = match unsafe { (handle(f, "fastreg"), handle(mr, "mr")) } {
-        (Ok(f), Ok(r)) => (f.stag(), r.stag()),
-        (Err(e), _) | (_, Err(e)) => {
-            fail(e);
-            return -1;
-        }
-    };
-    let op = WrOpcode::FastRegister {
-        stag,
-        mr,
-        offset,
-        len,
-        access,
-    };
-    // SAFETY: forwarded contract.
-    unsafe { post_bare(qp, wr_id, op) }
+    status((|| {
+        // SAFETY: forwarded contract.
+        let op = unsafe {
+            WrOpcode::FastRegister {
+                stag: handle(f, "fastreg")?.stag(),
+                mr: handle(mr, "mr")?.stag(),
+                offset,
+                len,
+                access,
+            }
+        };
+        // SAFETY: forwarded contract.
+        unsafe { post_bare(qp, wr_id, op) }
+    })())
 }
 
 /// # Safety
@@ -749,7 +720,7 @@ pub unsafe extern "C" fn iwv_post_fast_reg(
 #[no_mangle]
 pub unsafe extern "C" fn iwv_post_local_inv(qp: *mut QueuePair, wr_id: u64, stag: u32) -> c_int {
     // SAFETY: forwarded contract.
-    unsafe { post_bare(qp, wr_id, WrOpcode::LocalInvalidate { stag }) }
+    status(unsafe { post_bare(qp, wr_id, WrOpcode::LocalInvalidate { stag }) })
 }
 
 /// `struct iwv_async_event`.
@@ -808,36 +779,24 @@ pub unsafe extern "C" fn iwv_get_async_event(
     timeout_ms: c_int,
     ev: *mut CAsyncEvent,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let ctx = match unsafe { handle(ctx, "context") } {
-        Ok(c) => c,
-        Err(e) => {
-            fail(e);
-            return -1;
+    let got = (|| {
+        // SAFETY: forwarded contract.
+        let ctx = unsafe { handle(ctx, "context") }?;
+        if ev.is_null() {
+            return Err("ev is NULL".to_string());
         }
-    };
-    if ev.is_null() {
-        fail("ev is NULL");
-        return -1;
-    }
-    match ctx.next_async_event(timeout(timeout_ms)) {
-        Ok(Some(e)) => match c_event(&e) {
-            Some(c) => {
-                // SAFETY: non-null and writable, per the contract.
-                unsafe { ev.write(c) };
-                1
-            }
-            None => {
-                fail(format!("not an asynchronous event: {e:?}"));
-                -1
-            }
-        },
-        Ok(None) => 0,
-        Err(e) => {
-            fail(e);
-            -1
-        }
-    }
+        let Some(e) = ctx
+            .next_async_event(timeout(timeout_ms))
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(0);
+        };
+        let c = c_event(&e).ok_or_else(|| format!("not an asynchronous event: {e:?}"))?;
+        // SAFETY: non-null and writable, per the contract.
+        unsafe { ev.write(c) };
+        Ok(1)
+    })();
+    or_fail(got, -1)
 }
 
 fn settings(pd: *const c_void, len: usize) -> Result<ConnSettings, String> {
