@@ -83,6 +83,14 @@ pub fn wait_for(path: &Path) {
     }
 }
 
+/// The value of `key` in an `iwarpd` stats text (`key=value` pairs, one line per core, as
+/// `<runtime>/stats` holds them): the first core's that has it.
+pub fn stat(text: &str, key: &str) -> Option<u64> {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
 /// Tests run in parallel in one process: daemon and segment names carry a sequence.
 pub fn unique(tag: &str) -> String {
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

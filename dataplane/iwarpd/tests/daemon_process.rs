@@ -71,10 +71,7 @@ fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
 
 fn stat(path: &Path, key: &str) -> u64 {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    iwarp_testkit::stat(&text, key).unwrap_or(0)
 }
 
 #[test]

@@ -510,12 +510,7 @@ fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
     let t = Instant::now();
     loop {
         let text = std::fs::read_to_string(p.a.runtime.join("stats")).unwrap_or_default();
-        let stage = |k: &str| {
-            text.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let stage = |k: &str| testkit::stat(&text, k).unwrap_or(0);
         let all = [
             "stage_port_ns",
             "stage_tcp_ns",
@@ -608,8 +603,7 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
     // Each daemon counts the Terminate in its per-core statistics.
     let counted = |e: &Endpoint, key: &str| {
         let text = std::fs::read_to_string(e.runtime.join("stats")).unwrap_or_default();
-        text.split_whitespace()
-            .any(|kv| kv.strip_prefix(key).is_some_and(|v| v != "=0"))
+        testkit::stat(&text, key).is_some_and(|v| v > 0)
     };
     while !(counted(&p.b, "terminates_sent") && counted(&p.a, "terminates_received")) {
         assert!(

@@ -552,10 +552,7 @@ fn fresh_stat(e: &Endpoint, key: &str) -> u64 {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {text}"))
+    testkit::stat(&text, key).unwrap_or_else(|| panic!("no {key} in {text}"))
 }
 
 /// An idle iwarpd sleeps in the kernel, and a post reaches it through the doorbell the
