@@ -36,7 +36,8 @@ pub const MAX_BLOCK: Duration = Duration::from_millis(50);
 pub enum Polling {
     /// Spin without pause.
     Busy,
-    /// Spin `idle_spins` empty turns, then sleep with exponential back-off up to `max_sleep`.
+    /// Spin `idle_spins` empty turns, then sleep until a frame, a doorbell or a timer (a
+    /// port without a descriptor: a timed back-off up to `max_sleep`, ended by a doorbell).
     Adaptive {
         idle_spins: u32,
         max_sleep: Duration,
