@@ -105,8 +105,12 @@ pub struct Tcp {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Cores {
-    /// Core ids to pin the poll-mode workers to; empty: one unpinned worker.
+    /// Core ids to pin the poll-mode workers to, in worker order; empty: unpinned.
     pub list: Vec<usize>,
+    /// Poll-mode workers (1 to 64); 0: one per core in `list` (one when the list is
+    /// empty). Each worker serves its applications end to end: their QPs, regions and
+    /// connections, and the frames of those connections. Workers beyond `list` run unpinned.
+    pub workers: usize,
     /// "busy" polls without pause; "adaptive" sleeps when idle, until a frame, a doorbell
     /// from an application or control, or a TCP timer wakes it.
     pub polling: String,
@@ -198,6 +202,7 @@ impl Default for Cores {
     fn default() -> Cores {
         Cores {
             list: Vec::new(),
+            workers: 0,
             polling: "adaptive".into(),
             max_idle_sleep_us: 200,
             idle_spins: 0,
@@ -286,6 +291,14 @@ impl Config {
         })?;
         c.validate()?;
         Ok(c)
+    }
+
+    /// How many poll-mode workers the daemon runs.
+    pub fn workers(&self) -> usize {
+        match self.cores.workers {
+            0 => self.cores.list.len().max(1),
+            n => n,
+        }
     }
 
     pub fn port_kind(&self) -> PortKind {
@@ -395,6 +408,34 @@ impl Config {
                 format!("core {c} does not exist on this machine ({n} cores)"),
             ));
         }
+        if let Some(c) =
+            (1..self.cores.list.len()).find(|&i| self.cores.list[..i].contains(&self.cores.list[i]))
+        {
+            return Err(err(
+                "cores.list",
+                format!(
+                    "core {} is named twice (one worker per core)",
+                    self.cores.list[c]
+                ),
+            ));
+        }
+        if self.cores.workers > 64 {
+            return Err(err(
+                "cores.workers",
+                format!("{} is outside 0..=64", self.cores.workers),
+            ));
+        }
+        if self.workers() > 1 && self.port_kind() != PortKind::Unix {
+            return Err(err(
+                "cores.workers",
+                format!(
+                    "{} workers need port.kind \"unix\": the {} port has one queue, which one \
+                     worker owns",
+                    self.workers(),
+                    self.port.kind
+                ),
+            ));
+        }
         if self.limits.max_ird > 0x3fff || self.limits.max_ord > 0x3fff {
             return Err(err(
                 "limits.max_ird",
@@ -461,6 +502,18 @@ mod tests {
     }
 
     #[test]
+    fn workers_default_to_one_per_listed_core() {
+        assert_eq!(Config::default().workers(), 1);
+        assert_eq!(Config::parse("[cores]\nlist = [0]\n").unwrap().workers(), 1);
+        let c = Config::parse("[cores]\nworkers = 3\n").unwrap();
+        assert_eq!(
+            (c.workers(), c.cores.list.len()),
+            (3, 0),
+            "unpinned workers"
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let e = Config::parse("[port]\nkind = \"foo\"\n").unwrap_err();
         assert_eq!(
@@ -489,6 +542,16 @@ mod tests {
             Config::parse("[port]\nkind = \"dpdk\"\n").unwrap_err().key,
             "port.eal_args"
         );
+        assert_eq!(
+            Config::parse("[cores]\nlist = [0, 0]\n").unwrap_err().key,
+            "cores.list"
+        );
+        assert_eq!(
+            Config::parse("[cores]\nworkers = 65\n").unwrap_err().key,
+            "cores.workers"
+        );
+        let e = Config::parse("[port]\nkind = \"tap\"\n[cores]\nworkers = 2\n").unwrap_err();
+        assert_eq!(e.key, "cores.workers", "{e}");
         assert_eq!(
             Config::parse("[limits]\nmax_ird = 20000\n")
                 .unwrap_err()

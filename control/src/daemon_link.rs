@@ -1,12 +1,89 @@
 //! The control side of the control ↔ iwarpd contract, sans-IO: what the connection manager's
-//! and the resource tables' results become as [`Command`]s, and a watcher that turns samples
-//! of the daemon segment's generation and heartbeat words into "alive", "restarted" or
-//! "stalled" (ARCH.md step 6: a dead or restarted iwarpd is detected, never silently hung).
+//! and the resource tables' results become as [`Command`]s, which of the daemon's workers
+//! each goes to ([`Router`]), and a watcher that turns samples of the daemon segment's
+//! generation and heartbeat words into "alive", "restarted" or "stalled" (ARCH.md step 6: a
+//! dead or restarted iwarpd is detected, never silently hung).
 
+use crate::resources::AppId;
 use crate::resources::Teardown;
 use crate::stag::StagKind;
-use iwarp_abi::command::{Command, QpState as AbiQpState, RtrKind, RtsParams};
+use iwarp_abi::command::{Command, QpState as AbiQpState, RtrKind, RtsParams, Upcall};
 use iwarp_wire::mpa::negotiation::Negotiated;
+use std::collections::HashMap;
+
+/// Which worker of the daemon serves what. Every resource of an application lives on one
+/// worker (its QPs' connections included, so a worker serves them end to end): the
+/// application's commands go there. A connection's commands go to the worker that holds it:
+/// its QP's for an active open, or the one that reported it incoming (a listener's
+/// connections arrive on the worker of the listening application).
+#[derive(Debug)]
+pub struct Router {
+    workers: usize,
+    qps: HashMap<u32, usize>,
+    conns: HashMap<u32, usize>,
+    listens: HashMap<u16, usize>,
+}
+
+impl Router {
+    pub fn new(workers: usize) -> Router {
+        Router {
+            workers: workers.max(1),
+            qps: HashMap::new(),
+            conns: HashMap::new(),
+            listens: HashMap::new(),
+        }
+    }
+
+    /// The worker of application `app` (ids count from 1; round robin).
+    pub fn app_worker(&self, app: AppId) -> usize {
+        (app.wrapping_sub(1) as usize) % self.workers
+    }
+
+    /// The worker command `c` goes to, sent on behalf of `app` when the caller knows it
+    /// (the connection manager's commands name a connection or a port instead). A
+    /// connection or port nobody routed yet goes to worker 0, which answers that it has no
+    /// such thing.
+    pub fn route(&mut self, app: Option<AppId>, c: &Command) -> usize {
+        let of_app = app.map_or(0, |a| self.app_worker(a));
+        match *c {
+            Command::CreateQp { qp, .. } => {
+                self.qps.insert(qp, of_app);
+                of_app
+            }
+            Command::DestroyQp { qp } => self.qps.remove(&qp).unwrap_or(of_app),
+            Command::TcpConnect { conn, qp, .. } => {
+                let w = self.qps.get(&qp).copied().unwrap_or(of_app);
+                self.conns.insert(conn, w);
+                w
+            }
+            Command::TcpListen { port, .. } => {
+                self.listens.insert(port, of_app);
+                of_app
+            }
+            Command::TcpUnlisten { port } => self.listens.remove(&port).unwrap_or(0),
+            Command::TcpAccept { conn, .. }
+            | Command::TcpSend { conn, .. }
+            | Command::TcpClose { conn }
+            | Command::TcpAbort { conn }
+            | Command::QpRts { conn, .. } => self.conns.get(&conn).copied().unwrap_or(0),
+            _ => of_app,
+        }
+    }
+
+    /// Learns from `worker`'s upcall where an incoming connection lives, and forgets a
+    /// connection the daemon reports closed (it has forgotten it too).
+    pub fn learn(&mut self, worker: usize, u: &Upcall) {
+        match *u {
+            Upcall::TcpIncoming { conn, .. } => {
+                self.conns.insert(conn, worker);
+            }
+            Upcall::TcpClosed { conn, .. } => {
+                self.conns.remove(&conn);
+            }
+            _ => {}
+        }
+    }
+}
 
 /// The QpRts parameters for a connection whose MPA exchange gave `n`. `initiator` is the
 /// side that sent the Request: in peer-to-peer mode it sends the agreed RTR message first
@@ -185,6 +262,74 @@ mod tests {
             ]
         );
         assert!(teardown_commands(&Teardown::default()).is_empty());
+    }
+
+    #[test]
+    fn an_application_and_its_connections_stay_on_one_worker() {
+        use iwarp_abi::command::{Chunk, CloseReason};
+        use std::net::SocketAddr;
+        let mut r = Router::new(3);
+        let peer: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+        // Apps 1, 2, 3, 4 on workers 0, 1, 2, 0.
+        let w: Vec<usize> = (1..=4).map(|a| r.app_worker(a)).collect();
+        assert_eq!(w, [0, 1, 2, 0]);
+        assert_eq!(r.route(Some(2), &Command::AllocPd { pd: 9 }), 1);
+        // App 3's QP 1 connects: the connection's commands follow the QP without naming
+        // the app.
+        let ring = iwarp_abi::command::ShmPath::new(std::path::Path::new("/dev/shm/q")).unwrap();
+        let create = Command::CreateQp {
+            qp: 1,
+            pd: 1,
+            send_cq: 1,
+            recv_cq: 1,
+            srq: iwarp_abi::command::NO_ID,
+            sq_depth: 8,
+            rq_depth: 8,
+            sq: ring,
+            rq: ring,
+        };
+        assert_eq!(r.route(Some(3), &create), 2);
+        let connect = Command::TcpConnect {
+            conn: 5,
+            qp: 1,
+            remote: peer,
+        };
+        assert_eq!(r.route(None, &connect), 2);
+        let send = Command::TcpSend {
+            conn: 5,
+            bytes: Chunk::new(b"MPA"),
+        };
+        assert_eq!(r.route(None, &send), 2);
+        assert_eq!(r.route(None, &Command::TcpClose { conn: 5 }), 2);
+        // App 2 listens; the connection its worker reports goes back to that worker.
+        let listen = Command::TcpListen {
+            port: 4000,
+            backlog: 8,
+        };
+        assert_eq!(r.route(Some(2), &listen), 1);
+        let incoming = Upcall::TcpIncoming {
+            conn: 0x8100_0000,
+            local_port: 4000,
+            peer,
+        };
+        r.learn(1, &incoming);
+        let accept = Command::TcpAccept {
+            conn: 0x8100_0000,
+            qp: 3,
+        };
+        assert_eq!(r.route(Some(2), &accept), 1);
+        assert_eq!(r.route(None, &Command::TcpUnlisten { port: 4000 }), 1);
+        // Closed: forgotten; a late command goes to worker 0, which has no such connection.
+        r.learn(
+            2,
+            &Upcall::TcpClosed {
+                conn: 5,
+                reason: CloseReason::Graceful,
+            },
+        );
+        assert_eq!(r.route(None, &Command::TcpAbort { conn: 5 }), 0);
+        assert_eq!(r.route(None, &Command::TcpUnlisten { port: 4000 }), 0);
+        assert_eq!(r.route(None, &Command::DestroyQp { qp: 1 }), 2);
     }
 
     #[test]

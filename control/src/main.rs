@@ -18,7 +18,7 @@ use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
 use iwarp_control::conn_manager::{Action, AppEvent, CmError, ConnManager};
-use iwarp_control::daemon_link::{DaemonWatch, Liveness};
+use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
 use iwarp_control::error::Resource;
 use iwarp_control::resources::QpState;
 use iwarp_control::Error;
@@ -80,6 +80,8 @@ fn peer_pid(s: &UnixStream) -> u32 {
 
 struct Daemon {
     side: ControlSide,
+    /// Which worker each command goes to.
+    router: Router,
     next_req: u64,
     /// Upcalls other than the awaited reply (connection events), for the connection manager.
     pending: std::collections::VecDeque<Upcall>,
@@ -88,35 +90,57 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// Sends `c` and waits for its reply (back-pressure: retries while the ring is full).
-    fn call(&mut self, c: &Command) -> Result<u32, String> {
+    /// Sends `c` (on behalf of `app` when known) to the worker that serves it and waits for
+    /// its reply (back-pressure: retries while the ring is full).
+    fn call(&mut self, app: Option<u32>, c: &Command) -> Result<u32, String> {
+        let w = self.router.route(app, c);
         self.next_req += 1;
         let req = self.next_req;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while self.side.send_command(req, c).is_err() {
+        while self.side.send_command(w, req, c).is_err() {
             if Instant::now() > deadline || !self.side.daemon_alive() {
-                return Err("iwarpd is not draining its command ring".into());
+                return Err(format!(
+                    "iwarpd's worker {w} is not draining its command ring"
+                ));
             }
             std::thread::sleep(Duration::from_micros(100));
         }
-        if let Some(w) = &self.waker {
-            w.kick();
+        if let Some(k) = &self.waker {
+            k.kick_worker(w);
         }
         loop {
-            match self.side.recv_upcall() {
+            match self.side.recv_upcall(w) {
                 Some(Ok(Upcall::Reply { req_id, status, .. })) if req_id == req => {
                     return Ok(status)
                 }
-                Some(Ok(u)) => self.pending.push_back(u),
+                Some(Ok(u)) => {
+                    self.router.learn(w, &u);
+                    self.pending.push_back(u)
+                }
                 Some(Err(e)) => eprintln!("iwarp-control: bad upcall slot: {e}"),
                 None => {
                     if Instant::now() > deadline || !self.side.daemon_alive() {
-                        return Err("iwarpd did not answer (dead or stuck)".into());
+                        return Err(format!(
+                            "iwarpd's worker {w} did not answer (dead or stuck)"
+                        ));
                     }
                     std::thread::sleep(Duration::from_micros(50));
                 }
             }
         }
+    }
+
+    /// The next upcall of any worker that is not an awaited reply.
+    fn next_upcall(&mut self) -> Option<Result<Upcall, iwarp_abi::Error>> {
+        for w in 0..self.side.worker_count() {
+            if let Some(u) = self.side.recv_upcall(w) {
+                if let Ok(u) = &u {
+                    self.router.learn(w, u);
+                }
+                return Some(u);
+            }
+        }
+        None
     }
 }
 
@@ -268,7 +292,7 @@ fn listen(
     };
     for a in acts {
         let Action::Daemon(c) = a else { continue };
-        match daemon.call(&c) {
+        match daemon.call(Some(app), &c) {
             Ok(reply_status::OK) => {}
             Ok(_) | Err(_) => {
                 cm.unlisten(port);
@@ -298,7 +322,7 @@ fn pump(
             outbox.extend(cm.handle_upcall(&u, now));
             outbox.extend(async_event(core, &u));
         }
-        while let Some(u) = daemon.side.recv_upcall() {
+        while let Some(u) = daemon.next_upcall() {
             match u {
                 Ok(u) => {
                     outbox.extend(cm.handle_upcall(&u, now));
@@ -316,7 +340,7 @@ fn pump(
                     if let Command::QpRts { qp, .. } = c {
                         core.set_qp_state(qp, QpState::Rts);
                     }
-                    match daemon.call(&c) {
+                    match daemon.call(None, &c) {
                         Ok(reply_status::OK) => {}
                         Ok(st) => eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}"),
                         Err(e) => eprintln!("iwarp-control: {e}"),
@@ -372,7 +396,7 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
         }
     }
     let ring_files: Vec<std::path::PathBuf> = ring_paths(&req);
-    let reply = core.serve(app.id, req, |c| match daemon.call(c) {
+    let reply = core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
         Ok(reply_status::OK) => reply_status::OK,
         Ok(st) => {
             eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}");
@@ -445,6 +469,7 @@ fn main() -> ExitCode {
         }
     };
     let mut daemon = Daemon {
+        router: Router::new(side.worker_count()),
         side,
         next_req: 0,
         pending: Default::default(),
@@ -463,9 +488,17 @@ fn main() -> ExitCode {
     let mut cm = ConnManager::new(10_000, 1460);
     let mut outbox: Vec<Action> = Vec::new();
     let start = Instant::now();
-    // The poll loop bumps the heartbeat; silence for 3 s is reported (ARCH.md step 6).
-    let mut watch = DaemonWatch::new(daemon.side.generation(), daemon.side.heartbeat(), 0, 3000);
-    let mut stalled = false;
+    // Each worker's poll loop bumps its heartbeat; silence for 3 s is reported (ARCH.md
+    // step 6).
+    let mut watches: Vec<(DaemonWatch, bool)> = (0..daemon.side.worker_count())
+        .map(|w| {
+            let beat = daemon.side.heartbeat(w);
+            (
+                DaemonWatch::new(daemon.side.generation(), beat, 0, 3000),
+                false,
+            )
+        })
+        .collect();
     let sock = dir.join("control.sock");
     // Bound under a temporary name and renamed into place: control.sock exists only once it
     // is listening, so an application that sees the file can connect (no refused window
@@ -488,10 +521,11 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     eprintln!(
-        "iwarp-control: serving {} (iwarpd pid {}, generation {:#x})",
+        "iwarp-control: serving {} (iwarpd pid {}, generation {:#x}, {} worker(s))",
         sock.display(),
         daemon.side.daemon_pid(),
-        daemon.side.generation()
+        daemon.side.generation(),
+        daemon.side.worker_count()
     );
     let mut core = Core::new(config.limits.clone());
     let mut apps: Vec<App> = Vec::new();
@@ -503,7 +537,7 @@ fn main() -> ExitCode {
             // leave nothing behind (the socket file; applications see EOF).
             for app in apps.drain(..) {
                 for c in core.app_gone(app.id) {
-                    let _ = daemon.call(&c);
+                    let _ = daemon.call(Some(app.id), &c);
                 }
                 remove_files(&app);
             }
@@ -536,13 +570,18 @@ fn main() -> ExitCode {
             Err(e) => eprintln!("iwarp-control: accept: {e}"),
         }
         let now = start.elapsed().as_millis() as u64;
-        match watch.sample(daemon.side.generation(), daemon.side.heartbeat(), now) {
-            Liveness::Stalled { since_ms } if !stalled => {
-                stalled = true;
-                eprintln!("iwarp-control: iwarpd's heartbeat has not moved for {since_ms} ms");
+        for (w, (watch, stalled)) in watches.iter_mut().enumerate() {
+            match watch.sample(daemon.side.generation(), daemon.side.heartbeat(w), now) {
+                Liveness::Stalled { since_ms } if !*stalled => {
+                    *stalled = true;
+                    eprintln!(
+                        "iwarp-control: the heartbeat of iwarpd's worker {w} has not moved for \
+                         {since_ms} ms"
+                    );
+                }
+                Liveness::Alive => *stalled = false,
+                _ => {}
             }
-            Liveness::Alive => stalled = false,
-            _ => {}
         }
         let mut idle = true;
         let mut gone = Vec::new();
@@ -595,7 +634,7 @@ fn main() -> ExitCode {
         for i in gone.into_iter().rev() {
             let app = apps.remove(i);
             for c in core.app_gone(app.id) {
-                if let Err(e) = daemon.call(&c) {
+                if let Err(e) = daemon.call(Some(app.id), &c) {
                     eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
                 }
             }

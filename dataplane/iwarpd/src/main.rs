@@ -1,9 +1,12 @@
 //! `iwarpd`: the dataplane daemon.
 //!
 //! Loads the TOML configuration (CLI flags override it) and refuses a bad one with a message
-//! naming the key (exit status 2). Opens the configured port (optionally wrapped in a pcap
-//! writer) on a poll-mode worker pinned to the first configured core, and runs the RNIC node
-//! there, busy or adaptive polling. The main thread only watches signals and counters:
+//! naming the key (exit status 2). Runs `cores.workers` poll-mode workers, each pinned to its
+//! core of `cores.list`, busy or adaptive polling. Each worker is a whole RNIC for the
+//! applications control assigns to it (its own command and upcall rings, doorbell, engine,
+//! TCP stack), so nothing on the fast path is shared. One worker opens the configured port
+//! (optionally wrapped in a pcap writer) on its own core; several share it through
+//! [`iwarpd::port::steer`]. The main thread only watches signals and counters:
 //! `<runtime dir>/stats` is rewritten every second (one line per core, `key=value`), SIGUSR1
 //! logs the counters at once. SIGINT/SIGTERM stop it cleanly: every connection aborted (RST
 //! to the peer, QP to Error), the port closed (the Unix port removes its socket), runtime
@@ -20,6 +23,7 @@ use iwarp_config::{parse_cidr, parse_mac, Config, PortKind};
 use iwarpd::host::service::Host;
 use iwarpd::node::{Node, TcpSettings};
 use iwarpd::port::pcap::PcapPort;
+use iwarpd::port::steer::{SteeredPort, Steering};
 use iwarpd::port::tap::TapPort;
 use iwarpd::port::unix::UnixPort;
 use iwarpd::port::Port;
@@ -67,6 +71,9 @@ struct Args {
     /// Cores to pin poll-mode workers to, comma-separated (cores.list).
     #[arg(long, value_delimiter = ',')]
     cores: Option<Vec<usize>>,
+    /// Poll-mode workers (cores.workers; 0: one per core of --cores).
+    #[arg(long)]
+    workers: Option<usize>,
     /// busy or adaptive (cores.polling).
     #[arg(long)]
     polling: Option<String>,
@@ -115,6 +122,9 @@ fn load(args: &Args) -> Result<Config, String> {
     }
     if let Some(v) = &args.cores {
         c.cores.list = v.clone();
+    }
+    if let Some(v) = args.workers {
+        c.cores.workers = v;
     }
     if let Some(v) = &args.polling {
         c.cores.polling = v.clone();
@@ -205,13 +215,20 @@ fn run(cfg: Config) -> Result<(), String> {
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
 
-    // The doorbell first: control, once it sees the daemon segment, expects it.
-    let bell = DaemonWake::create(&format!("iwarp-{}.wake", cfg.daemon.name), &runtime)
-        .map_err(|e| format!("daemon.runtime_dir {}: doorbell: {e}", runtime.display()))?;
-    let shm = daemon_segment(&cfg, &runtime)?;
+    // The doorbells first: control, once it sees the daemon segment, expects them.
+    let workers = cfg.workers();
+    let bells = DaemonWake::create_workers(
+        &format!("iwarp-{}.wake", cfg.daemon.name),
+        &runtime,
+        workers,
+    )
+    .map_err(|e| format!("daemon.runtime_dir {}: doorbell: {e}", runtime.display()))?;
+    let sides = daemon_segment(&cfg, &runtime, workers)?;
     tracing::info!(
         "daemon segment {} ({}), linked as {}",
-        shm.path().map_or("?".into(), |p| p.display().to_string()),
+        sides[0]
+            .path()
+            .map_or("?".into(), |p| p.display().to_string()),
         cfg.shm.hugepages,
         runtime.join("daemon.shm").display()
     );
@@ -225,67 +242,123 @@ fn run(cfg: Config) -> Result<(), String> {
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))
         .map_err(|e| format!("signal handler: {e}"))?;
 
-    let core = cfg.cores.list.first().copied();
-    if cfg.cores.list.len() > 1 {
-        tracing::warn!(
-            "cores.list names {} cores; one port with one queue uses one worker (core {:?})",
-            cfg.cores.list.len(),
-            core
-        );
-    }
-    let counters = Arc::new(CoreCounters::new(core));
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-    let worker = {
-        let (cfg, stop, counters) = (cfg.clone(), Arc::clone(&stop), Arc::clone(&counters));
-        std::thread::Builder::new()
-            .name(format!("iwarpd-core{}", core.map_or(-1, |c| c as i64)))
-            .spawn(move || core_main(&cfg, core, &counters, &stop, ready_tx, shm, bell))
-            .map_err(|e| format!("worker thread: {e}"))?
+    // With several workers the port is shared: opened here, received by worker 0, which
+    // steers each frame to the worker that owns its connection; every worker transmits on
+    // its own handle.
+    let mut shared = match workers {
+        1 => None,
+        n => Some(shared_unix_port(&cfg, n)?),
     };
-    // The port is opened on the worker (its memory local to that core); wait for the verdict.
-    let started = ready_rx
-        .recv()
-        .unwrap_or_else(|_| Err("worker ended before opening the port".into()));
+    let counters: Vec<Arc<CoreCounters>> = (0..workers)
+        .map(|w| Arc::new(CoreCounters::new(cfg.cores.list.get(w).copied())))
+        .collect();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::new();
+    for ((w, (shm, bell)), counters) in sides.into_iter().zip(bells).enumerate().zip(&counters) {
+        let core = cfg.cores.list.get(w).copied();
+        let job = Job {
+            worker: w,
+            core,
+            shm,
+            bell,
+            port: shared.as_mut().map(|s| s.remove(0)),
+        };
+        let (cfg, stop, counters, ready) = (
+            cfg.clone(),
+            Arc::clone(&stop),
+            Arc::clone(counters),
+            ready_tx.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name(format!("iwarpd-w{w}"))
+            .spawn(move || core_main(&cfg, job, &counters, &stop, ready))
+            .map_err(|e| format!("worker thread: {e}"))?;
+        threads.push(thread);
+    }
+    // Each worker opens or takes its port on its own core (its memory local to that core):
+    // wait for every verdict.
+    let mut started = Ok(());
+    for _ in 0..workers {
+        let r = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err("worker ended before opening the port".into()));
+        if r.is_err() && started.is_ok() {
+            started = r;
+        }
+    }
     if let Err(e) = started {
-        let _ = worker.join();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
         return Err(e);
     }
     tracing::info!(
-        "{}: {:?} port {} {}, runtime {}, {} polling",
+        "{}: {:?} port {} {}, runtime {}, {} polling, {} worker(s)",
         cfg.daemon.name,
         cfg.port_kind(),
         cfg.port.mac,
         cfg.port.ipv4,
         runtime.display(),
-        cfg.cores.polling
+        cfg.cores.polling,
+        workers
     );
 
     let stats = runtime.join("stats");
+    let all: Vec<&CoreCounters> = counters.iter().map(|c| &**c).collect();
     let mut last = Instant::now() - Duration::from_secs(1);
-    while !stop.load(Ordering::Relaxed) && !worker.is_finished() {
+    while !stop.load(Ordering::Relaxed) && !threads.iter().any(|t| t.is_finished()) {
         if dump.swap(false, Ordering::Relaxed) {
-            tracing::info!("SIGUSR1 counters: {}", counters.line());
+            for c in &all {
+                tracing::info!("SIGUSR1 counters: {}", c.line());
+            }
         }
         if last.elapsed() >= Duration::from_secs(1) {
-            write_stats(&stats, &[&counters]);
+            write_stats(&stats, &all);
             last = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
     tracing::info!("{}: stopping", cfg.daemon.name);
-    let result = worker
-        .join()
-        .unwrap_or_else(|_| Err("worker panicked".into()));
-    tracing::info!("final counters: {}", counters.line());
+    let mut result = Ok(());
+    for t in threads {
+        let r = t.join().unwrap_or_else(|_| Err("worker panicked".into()));
+        if r.is_err() && result.is_ok() {
+            result = r;
+        }
+    }
+    for c in &all {
+        tracing::info!("final counters: {}", c.line());
+    }
     tracing::info!("{}: stopped, runtime files removed", cfg.daemon.name);
     result
+}
+
+/// The embedded port shared by `workers` workers: worker 0 receives and steers, each
+/// transmits on its own handle of the socket.
+fn shared_unix_port(cfg: &Config, workers: usize) -> Result<Vec<SteeredPort<UnixPort>>, String> {
+    let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+    let segment = |e: std::io::Error| format!("port.segment {}: {e}", cfg.port.segment.display());
+    let port = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu).map_err(segment)?;
+    let (steering, lanes) = Steering::new(workers).map_err(|e| format!("cores.workers: {e}"))?;
+    let mut queues = Vec::with_capacity(workers);
+    for _ in 1..workers {
+        queues.push(port.sender().map_err(segment)?);
+    }
+    queues.insert(0, port);
+    Ok(queues
+        .into_iter()
+        .zip(lanes)
+        .enumerate()
+        .map(|(w, (q, lane))| SteeredPort::new(q, w == 0, w, Arc::clone(&steering), lane))
+        .collect())
 }
 
 /// Creates the daemon segment (ARCH.md step 1) as `shm.hugepages` says, linked as
 /// `<runtime>/daemon.shm`. A segment of the same name left by a daemon that died (its
 /// creator pid gone) is removed first; one whose creator lives is refused.
-fn daemon_segment(cfg: &Config, runtime: &Path) -> Result<DaemonSide, String> {
+fn daemon_segment(cfg: &Config, runtime: &Path, workers: usize) -> Result<Vec<DaemonSide>, String> {
     let name = format!("iwarp-{}.daemon", cfg.daemon.name);
     match Segment::reclaim(&name) {
         Err(e) => return Err(format!("daemon.name {}: {e}", cfg.daemon.name)),
@@ -300,9 +373,10 @@ fn daemon_segment(cfg: &Config, runtime: &Path) -> Result<DaemonSide, String> {
         "off" => HugePolicy::Off,
         _ => HugePolicy::Auto,
     };
-    DaemonShm::create(
+    DaemonShm::create_workers(
         &name,
         Some(&runtime.join("daemon.shm")),
+        workers,
         DEFAULT_COMMAND_SLOTS,
         DEFAULT_UPCALL_SLOTS,
         policy,
@@ -349,24 +423,35 @@ fn write_stats(path: &Path, cores: &[&CoreCounters]) {
     }
 }
 
-/// The worker thread: pin, open the port, run the node until stopped.
+/// What one worker thread is given: its index, its core, its rings and doorbell, and its
+/// view of a shared port (`None`: it opens the configured port itself, alone).
+struct Job {
+    worker: usize,
+    core: Option<usize>,
+    shm: DaemonSide,
+    bell: DaemonWake,
+    port: Option<SteeredPort<UnixPort>>,
+}
+
+/// The worker thread: pin, open (or take) the port, run the node until stopped.
 fn core_main(
     cfg: &Config,
-    core: Option<usize>,
+    job: Job,
     counters: &CoreCounters,
     stop: &AtomicBool,
     ready: mpsc::Sender<Result<(), String>>,
-    shm: DaemonSide,
-    bell: DaemonWake,
 ) -> Result<(), String> {
-    if let Some(c) = core {
-        if worker::pin(core) {
-            tracing::info!("poll-mode worker pinned to core {c}");
+    let w = job.worker;
+    if let Some(c) = job.core {
+        if worker::pin(job.core) {
+            tracing::info!("poll-mode worker {w} pinned to core {c}");
         } else {
-            tracing::warn!("poll-mode worker could not be pinned to core {c}; running unpinned");
+            tracing::warn!(
+                "poll-mode worker {w} could not be pinned to core {c}; running unpinned"
+            );
         }
     }
-    let opened = open_and_run(cfg, counters, stop, &ready, shm, bell);
+    let opened = open_and_run(cfg, job, counters, stop, &ready);
     if let Err(e) = &opened {
         // Tell main if it still waits; otherwise main reads the error from join.
         let _ = ready.send(Err(e.clone()));
@@ -376,24 +461,27 @@ fn core_main(
 
 fn open_and_run(
     cfg: &Config,
+    job: Job,
     counters: &CoreCounters,
     stop: &AtomicBool,
     ready: &mpsc::Sender<Result<(), String>>,
-    shm: DaemonSide,
-    bell: DaemonWake,
 ) -> Result<(), String> {
     let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
     let (ip, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4: not an address/prefix")?;
     let ctx = Ctx {
         cfg,
+        worker: job.worker,
         ip,
         prefix,
         counters,
         stop,
         ready,
-        shm: std::cell::Cell::new(Some(shm)),
-        bell: std::cell::Cell::new(Some(bell)),
+        shm: std::cell::Cell::new(Some(job.shm)),
+        bell: std::cell::Cell::new(Some(job.bell)),
     };
+    if let Some(p) = job.port {
+        return ctx.serve(p);
+    }
     match cfg.port_kind() {
         PortKind::Unix => {
             let p = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu)
@@ -412,24 +500,46 @@ fn open_and_run(
 
 struct Ctx<'a> {
     cfg: &'a Config,
+    worker: usize,
     ip: Ipv4Addr,
     prefix: u8,
     counters: &'a CoreCounters,
     stop: &'a AtomicBool,
     ready: &'a mpsc::Sender<Result<(), String>>,
-    /// The daemon segment (command and upcall rings, heartbeat); owned by this core.
+    /// This worker's rings in the daemon segment (commands, upcalls, heartbeat).
     shm: std::cell::Cell<Option<DaemonSide>>,
     /// What applications and control ring when the core sleeps.
     bell: std::cell::Cell<Option<DaemonWake>>,
+}
+
+/// Worker `w`'s pcap file: the configured one for worker 0, `<stem>-w<w>.<ext>` for the
+/// others (each records the frames its own stack sends and receives).
+fn pcap_path(file: &Path, w: usize) -> PathBuf {
+    if w == 0 {
+        return file.to_path_buf();
+    }
+    let stem = file
+        .file_stem()
+        .map_or("iwarpd".into(), |s| s.to_string_lossy());
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}-w{w}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-w{w}"),
+    };
+    file.with_file_name(name)
 }
 
 impl Ctx<'_> {
     fn serve<P: Port>(&self, port: P) -> Result<(), String> {
         match &self.cfg.pcap.file {
             Some(pcap) => {
-                let p = PcapPort::new(port, pcap)
+                let pcap = pcap_path(pcap, self.worker);
+                let p = PcapPort::new(port, &pcap)
                     .map_err(|e| format!("pcap.file {}: {e}", pcap.display()))?;
-                tracing::info!("writing every frame to {}", pcap.display());
+                tracing::info!(
+                    "worker {}: writing every frame to {}",
+                    self.worker,
+                    pcap.display()
+                );
                 self.poll(p)
             }
             None => self.poll(port),
@@ -447,6 +557,7 @@ impl Ctx<'_> {
             user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
         };
         let mut node = Node::new(port, self.ip, self.prefix, tcp);
+        node.set_worker(self.worker);
         let polling = if cfg.cores.polling == "busy" {
             Polling::Busy
         } else {

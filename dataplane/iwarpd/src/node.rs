@@ -93,8 +93,11 @@ pub enum NodeEvent {
 }
 
 /// Ids the node chooses for accepted relay connections have the high bit set, so they never
-/// meet the control plane's ids for active opens (which count from 1).
+/// meet the control plane's ids for active opens (which count from 1); the next 7 bits name
+/// the worker ([`Node::set_worker`]), so the workers of one daemon never choose the same id.
 pub const INCOMING_ID_BASE: u32 = 1 << 31;
+/// Incoming ids one worker cycles through.
+const INCOMING_IDS: u32 = 1 << 24;
 
 /// How long an ended relay connection's socket may linger to finish (send its RST or FIN).
 const RECLAIM_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
@@ -231,6 +234,7 @@ pub struct Node<P: Port> {
     listeners: Vec<Listener>,
     events: VecDeque<NodeEvent>,
     next_incoming: u32,
+    incoming_base: u32,
     next_ephemeral: u16,
     stage_timing: bool,
     stages: StageNs,
@@ -268,6 +272,7 @@ impl<P: Port> Node<P> {
             listeners: Vec::new(),
             events: VecDeque::new(),
             next_incoming: INCOMING_ID_BASE,
+            incoming_base: INCOMING_ID_BASE,
             next_ephemeral: 49152 + (u16::from(mac.0[5]) << 4),
             stage_timing: false,
             stages: StageNs::default(),
@@ -293,8 +298,25 @@ impl<P: Port> Node<P> {
         self.sockets.add(s)
     }
 
+    /// This node is worker `index` (below 128) of a daemon: the ids it gives incoming
+    /// connections are its own.
+    pub fn set_worker(&mut self, index: usize) {
+        self.incoming_base = INCOMING_ID_BASE | ((index as u32 & 0x7f) << 24);
+        self.next_incoming = self.incoming_base;
+    }
+
+    /// Claims `port` on a shared port's steering, so its frames come to this worker.
+    fn claim(&mut self, port: u16) -> Result<(), String> {
+        if self.dev.port.claim_tcp_port(port) {
+            Ok(())
+        } else {
+            Err(format!("port {port} is listened on by another worker"))
+        }
+    }
+
     /// Accepts one connection on `port` for engine QP `qp` (created by the caller in Idle).
     pub fn listen(&mut self, port: u16, qp: u32, settings: Settings) -> Result<usize, String> {
+        self.claim(port)?;
         let h = self.socket();
         self.sockets
             .get_mut::<tcp::Socket>(h)
@@ -368,11 +390,16 @@ impl<P: Port> Node<P> {
         if port == 0 || self.listeners.iter().any(|l| l.port == port) {
             return Err(format!("port {port} is already listening or invalid"));
         }
+        self.claim(port)?;
         let mut sockets = Vec::new();
         for _ in 0..backlog.clamp(1, 16) {
             let h = self.socket();
             if let Err(e) = self.sockets.get_mut::<tcp::Socket>(h).listen(port) {
                 self.sockets.remove(h);
+                for h in sockets {
+                    self.sockets.remove(h);
+                }
+                self.dev.port.release_tcp_port(port);
                 return Err(format!("listen on {port}: {e}"));
             }
             sockets.push(h);
@@ -389,6 +416,7 @@ impl<P: Port> Node<P> {
         for h in self.listeners.swap_remove(i).sockets {
             self.sockets.remove(h);
         }
+        self.dev.port.release_tcp_port(port);
         true
     }
 
@@ -400,11 +428,17 @@ impl<P: Port> Node<P> {
         let h = self.socket();
         let [a, b, c, d] = remote.ip().octets();
         let ep = IpEndpoint::new(IpAddress::Ipv4(Ipv4Address::new(a, b, c, d)), remote.port());
-        self.next_ephemeral = self
-            .next_ephemeral
-            .checked_add(1)
-            .unwrap_or(49152)
-            .max(49152);
+        // The next ephemeral port whose frames steer to this worker.
+        for _ in 0..=u16::MAX {
+            self.next_ephemeral = self
+                .next_ephemeral
+                .checked_add(1)
+                .unwrap_or(49152)
+                .max(49152);
+            if self.dev.port.steers_here(self.next_ephemeral) {
+                break;
+            }
+        }
         let cx = self.iface.context();
         if let Err(e) = self
             .sockets
@@ -539,7 +573,8 @@ impl<P: Port> Node<P> {
                 let _ = self.sockets.get_mut::<tcp::Socket>(fresh).listen(port);
                 self.listeners[l].sockets[k] = fresh;
                 let id = self.next_incoming;
-                self.next_incoming = self.next_incoming.wrapping_add(1).max(INCOMING_ID_BASE);
+                self.next_incoming = self.incoming_base
+                    + (self.next_incoming.wrapping_sub(self.incoming_base) + 1) % INCOMING_IDS;
                 let mut c = Conn::new(id, h, None, false, None);
                 c.state = ConnState::Relay;
                 c.ever_established = true;

@@ -15,9 +15,9 @@
 //! machine adaptive keeps the other core usable; the first frame after an idle period costs
 //! a wake-up (a few microseconds), or up to `max_sleep` on the timer path.
 //!
-//! Steering: one port gives one worker today (the Unix and TAP ports have a single queue).
-//! With DPDK and RSS, each worker would own one RX/TX queue pair and the connections whose
-//! 4-tuples hash to it; nothing in the worker assumes it is alone.
+//! Several workers: each runs its own node and service and shares nothing on the fast path
+//! with the others; a port they share steers every frame to the worker that owns its
+//! connection ([`crate::port::steer`]), and a worker fed by another sleeps on its inbox.
 
 use crate::node::{Counters, Node};
 use crate::port::Port;

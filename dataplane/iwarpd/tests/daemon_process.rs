@@ -114,9 +114,9 @@ fn the_daemon_answers_counts_and_shuts_down_cleanly() {
     // Control's view: the daemon's pid, and a heartbeat that moves while its core polls.
     let ctl = iwarp_abi::daemon_shm::DaemonShm::open(&runtime.join("daemon.shm"), 1).unwrap();
     assert_eq!(ctl.daemon_pid(), child.id());
-    let h0 = ctl.heartbeat();
+    let h0 = ctl.heartbeat(0);
     wait_for("the heartbeat", Duration::from_secs(10), || {
-        ctl.heartbeat() > h0
+        ctl.heartbeat(0) > h0
     });
 
     // A second daemon on the same runtime dir is refused.

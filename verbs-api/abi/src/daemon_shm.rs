@@ -1,21 +1,30 @@
-//! iwarpd's segment (ARCH.md step 1): the command ring (control -> daemon), the upcall ring
-//! (replies and events, daemon -> control) and the heartbeat/generation words.
+//! iwarpd's segment (ARCH.md step 1): for each of the daemon's poll-mode workers a command
+//! ring (control -> that worker), an upcall ring (replies and events, worker -> control) and
+//! a heartbeat word; the generation words.
+//!
+//! A daemon with several workers shards its RNIC by application: every resource of one
+//! application (PDs, CQs, S-RQs, QPs, regions, its connections) lives on one worker, which
+//! serves it end to end without locks. Control picks the worker when the application
+//! connects and sends each of the application's commands on that worker's ring.
 //!
 //! Layout of the segment's data area:
 //!
 //! ```text
-//! 0    DaemonHeader line 0: magic, generation, daemon pid, ring offsets and lengths
-//! 64   line 1: heartbeat counter (bumped by the daemon's poll loop, Release)
+//! 0    DaemonHeader line 0: magic, generation, daemon pid, worker 0's ring offsets and
+//!      lengths, the number of workers
+//! 64   line 1: reserved (the heartbeat of ABI 2)
 //! 128  line 2: control generation (written by control when it attaches, so the daemon
 //!      can tell a restarted control)
-//! 256  command ring: ring of `Msg`
-//! ...  upcall ring:  ring of `Msg` (64-byte aligned)
+//! 256  worker 0: heartbeat line (bumped by its poll loop, Release), command ring, upcall
+//!      ring (rings of `Msg`, 64-byte aligned)
+//! ...  worker 1, 2, ...: the same, one after another
 //! ```
 //!
-//! Detecting a dead or restarted daemon: the heartbeat stops moving (the caller decides how
-//! long is too long; nothing here measures time), [`ControlSide::daemon_alive`] says whether
-//! the creator pid still exists, and [`ControlSide::daemon_replaced`] says whether the path
-//! now names another segment (a restarted daemon made a new one; its generation differs).
+//! Detecting a dead or restarted daemon: a worker's heartbeat stops moving (the caller
+//! decides how long is too long; nothing here measures time), [`ControlSide::daemon_alive`]
+//! says whether the creator pid still exists, and [`ControlSide::daemon_replaced`] says
+//! whether the path now names another segment (a restarted daemon made a new one; its
+//! generation differs).
 
 use crate::command::{Command, Msg, Upcall};
 use crate::error::Error;
@@ -32,16 +41,19 @@ pub const DAEMON_MAGIC: u64 = u64::from_le_bytes(*b"iwarpdmn");
 pub const DEFAULT_COMMAND_SLOTS: usize = 256;
 pub const DEFAULT_UPCALL_SLOTS: usize = 1024;
 const RINGS_AT: usize = 256;
+/// The most workers one daemon segment serves.
+pub const MAX_WORKERS: usize = 64;
 
 #[repr(C, align(64))]
 struct Line<T>(T);
 
 #[repr(C)]
 struct DaemonHeader {
-    /// magic, generation, pid, command ring offset, its length, upcall ring offset, its
-    /// length, reserved.
+    /// magic, generation, pid, worker 0's command ring offset, its length, worker 0's
+    /// upcall ring offset, its length, number of workers (each worker's lines follow the
+    /// previous one's at a stride of heartbeat line + both rings).
     meta: Line<[u64; 8]>,
-    heartbeat: Line<AtomicU64>,
+    _reserved: Line<u64>,
     control_generation: Line<AtomicU64>,
 }
 const _: () = assert!(core::mem::size_of::<DaemonHeader>() <= RINGS_AT);
@@ -58,6 +70,19 @@ impl Shared {
         // large enough); the Arc keeps the mapping alive.
         unsafe { &*(self.seg.data().as_ptr() as *const DaemonHeader) }
     }
+
+    /// The heartbeat word at `at` (a worker's first line).
+    fn heartbeat(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `create`/`open` checked that every worker's lines lie inside the data
+        // area; `at` is 64-aligned; the Arc keeps the mapping alive.
+        unsafe { &*(self.seg.data().as_ptr().add(at) as *const AtomicU64) }
+    }
+}
+
+/// Where worker `w`'s heartbeat line, command ring and upcall ring start.
+fn worker_at(w: usize, cmd_len: usize, up_len: usize) -> (usize, usize, usize) {
+    let beat = RINGS_AT + w * (64 + cmd_len + up_len);
+    (beat, beat + 64, beat + 64 + cmd_len)
 }
 
 fn ring_len(slots: usize) -> usize {
@@ -73,18 +98,29 @@ fn new_generation() -> u64 {
     (t ^ ((std::process::id() as u64) << 32)) | 1
 }
 
-/// iwarpd's end: consumes commands, produces upcalls, beats the heart.
+/// One worker's end in iwarpd: consumes its commands, produces its upcalls, beats its
+/// heart.
 pub struct DaemonSide {
     pub commands: Consumer<Msg>,
     pub upcalls: Producer<Msg>,
+    worker: usize,
+    beat_at: usize,
     shared: Shared,
+    /// Worker 0's side removes the link when dropped.
     link: Option<PathBuf>,
 }
 
-/// iwarp-control's end: produces commands, consumes upcalls, watches the heart.
-pub struct ControlSide {
+/// One worker's rings as control sees them.
+pub struct WorkerRings {
     pub commands: Producer<Msg>,
     pub upcalls: Consumer<Msg>,
+    beat_at: usize,
+}
+
+/// iwarp-control's end: produces commands, consumes upcalls, watches the hearts, for every
+/// worker of the daemon.
+pub struct ControlSide {
+    pub workers: Vec<WorkerRings>,
     shared: Shared,
     path: PathBuf,
     file_id: (u64, u64),
@@ -95,9 +131,10 @@ pub struct DaemonShm;
 
 impl DaemonShm {
     /// Creates the daemon segment `name` (e.g. `iwarp-<instance>.daemon`, placed as
-    /// [`Segment::create`] decides) with rings of the given capacities (powers of two), and,
-    /// if `link` is given (ARCH.md's `R/daemon.shm`), a symbolic link to it there, replacing a
-    /// stale one. Both are removed when the returned side is dropped.
+    /// [`Segment::create`] decides) for one worker with rings of the given capacities
+    /// (powers of two), and, if `link` is given (ARCH.md's `R/daemon.shm`), a symbolic link
+    /// to it there, replacing a stale one. Both are removed when the returned side is
+    /// dropped.
     pub fn create(
         name: &str,
         link: Option<&Path>,
@@ -105,16 +142,35 @@ impl DaemonShm {
         upcall_slots: usize,
         policy: HugePolicy,
     ) -> Result<DaemonSide, Error> {
-        if !command_slots.is_power_of_two() || !upcall_slots.is_power_of_two() {
+        let mut sides = Self::create_workers(name, link, 1, command_slots, upcall_slots, policy)?;
+        sides.pop().ok_or(Error::Layout)
+    }
+
+    /// As [`DaemonShm::create`], for `workers` poll-mode workers (1 to [`MAX_WORKERS`]): one
+    /// side per worker, in order; worker 0's side removes the link when dropped, the segment
+    /// goes with the last side.
+    pub fn create_workers(
+        name: &str,
+        link: Option<&Path>,
+        workers: usize,
+        command_slots: usize,
+        upcall_slots: usize,
+        policy: HugePolicy,
+    ) -> Result<Vec<DaemonSide>, Error> {
+        if !command_slots.is_power_of_two()
+            || !upcall_slots.is_power_of_two()
+            || !(1..=MAX_WORKERS).contains(&workers)
+        {
             return Err(Error::Layout);
         }
         let cmd_len = ring_len(command_slots);
         let up_len = ring_len(upcall_slots);
-        let total = RINGS_AT + cmd_len + up_len;
+        let total = worker_at(workers, cmd_len, up_len).0;
         let seg = Arc::new(Segment::create(name, SegmentKind::Daemon, total, policy)?);
         let generation = new_generation();
         let pid = std::process::id();
         let base = seg.data();
+        let (_, cmd_at, up_at) = worker_at(0, cmd_len, up_len);
         // SAFETY: the data area is page-aligned and at least `total` long; no one else maps
         // it in a way that writes yet (control only attaches after the magic is set, and the
         // file appeared only once the segment header was written; the daemon header is
@@ -127,19 +183,17 @@ impl DaemonShm {
                         DAEMON_MAGIC,
                         generation,
                         pid as u64,
-                        RINGS_AT as u64,
+                        cmd_at as u64,
                         cmd_len as u64,
-                        (RINGS_AT + cmd_len) as u64,
+                        up_at as u64,
                         up_len as u64,
-                        0,
+                        workers as u64,
                     ]),
-                    heartbeat: Line(AtomicU64::new(0)),
+                    _reserved: Line(0),
                     control_generation: Line(AtomicU64::new(0)),
                 },
             );
         }
-        let (_, commands) = ring_init(&seg, RINGS_AT, cmd_len, command_slots)?;
-        let (upcalls, _) = ring_init(&seg, RINGS_AT + cmd_len, up_len, upcall_slots)?;
         let link = match link {
             Some(l) => {
                 let _ = std::fs::remove_file(l);
@@ -149,16 +203,26 @@ impl DaemonShm {
             }
             None => None,
         };
-        Ok(DaemonSide {
-            commands,
-            upcalls,
-            shared: Shared {
-                seg,
-                generation,
-                pid,
-            },
-            link,
-        })
+        let mut sides = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (beat_at, cmd_at, up_at) = worker_at(w, cmd_len, up_len);
+            let (_, commands) = ring_init(&seg, cmd_at, cmd_len, command_slots)?;
+            let (upcalls, _) = ring_init(&seg, up_at, up_len, upcall_slots)?;
+            sides.push(DaemonSide {
+                commands,
+                upcalls,
+                worker: w,
+                beat_at,
+                shared: Shared {
+                    seg: Arc::clone(&seg),
+                    generation,
+                    pid,
+                },
+                link: None,
+            });
+        }
+        sides[0].link = link;
+        Ok(sides)
     }
 
     /// Maps the daemon segment at `path` (the segment or a link to it) as control.
@@ -174,22 +238,36 @@ impl DaemonShm {
         if meta[0] != DAEMON_MAGIC {
             return Err(Error::BadMagic);
         }
-        let (cmd_at, cmd_len, up_at, up_len) = (
-            meta[3] as usize,
-            meta[4] as usize,
-            meta[5] as usize,
-            meta[6] as usize,
-        );
-        let fits = |at: usize, len: usize| {
-            at >= RINGS_AT
-                && at.is_multiple_of(64)
-                && at.checked_add(len).is_some_and(|e| e <= seg.data_len())
-        };
-        if !fits(cmd_at, cmd_len) || !fits(up_at, up_len) {
+        let (cmd_len, up_len, workers) = (meta[4] as usize, meta[6] as usize, meta[7] as usize);
+        if !(1..=MAX_WORKERS).contains(&workers)
+            || !cmd_len.is_multiple_of(64)
+            || !up_len.is_multiple_of(64)
+            || (meta[3] as usize, meta[5] as usize) != {
+                let (_, c, u) = worker_at(0, cmd_len, up_len);
+                (c, u)
+            }
+        {
             return Err(Error::Layout);
         }
-        let (commands, _) = ring_attach(&seg, cmd_at, cmd_len)?;
-        let (_, upcalls) = ring_attach(&seg, up_at, up_len)?;
+        let end = cmd_len
+            .checked_add(up_len)
+            .and_then(|l| l.checked_add(64))
+            .and_then(|l| l.checked_mul(workers))
+            .and_then(|l| l.checked_add(RINGS_AT));
+        if end.is_none_or(|e| e > seg.data_len()) {
+            return Err(Error::Layout);
+        }
+        let mut rings = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let (beat_at, cmd_at, up_at) = worker_at(w, cmd_len, up_len);
+            let (commands, _) = ring_attach(&seg, cmd_at, cmd_len)?;
+            let (_, upcalls) = ring_attach(&seg, up_at, up_len)?;
+            rings.push(WorkerRings {
+                commands,
+                upcalls,
+                beat_at,
+            });
+        }
         let file_id = seg.file_id()?;
         let shared = Shared {
             seg,
@@ -202,8 +280,7 @@ impl DaemonShm {
             .0
             .store(control_generation, Ordering::Release);
         Ok(ControlSide {
-            commands,
-            upcalls,
+            workers: rings,
             shared,
             path: path.to_path_buf(),
             file_id,
@@ -249,12 +326,17 @@ impl DaemonSide {
         self.upcalls.push(u.encode())
     }
 
-    /// Bumps the heartbeat (once per poll-loop round or per timer tick).
+    /// Bumps this worker's heartbeat (once per poll-loop round or per timer tick).
     pub fn beat(&self) {
-        // SYNC POINT: Release pairs with control's Acquire load in `heartbeat`; only the
-        // daemon writes it, so a load-add-store needs no read-modify-write.
-        let h = &self.shared.header().heartbeat.0;
+        // SYNC POINT: Release pairs with control's Acquire load in `heartbeat`; only this
+        // worker writes it, so a load-add-store needs no read-modify-write.
+        let h = self.shared.heartbeat(self.beat_at);
         h.store(h.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+
+    /// Which worker's rings these are.
+    pub fn worker(&self) -> usize {
+        self.worker
     }
 
     pub fn generation(&self) -> u64 {
@@ -286,20 +368,31 @@ impl Drop for DaemonSide {
 }
 
 impl ControlSide {
-    /// Queues a command; `Err(Full)` when the daemon is not draining (retry later).
-    pub fn send_command(&mut self, req_id: u64, c: &Command) -> Result<(), Full> {
-        self.commands.push(c.encode(req_id))
+    /// How many workers the daemon runs (each with its own rings).
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
     }
 
-    /// The next reply or event; `Some(Err)` for a slot that does not decode.
-    pub fn recv_upcall(&mut self) -> Option<Result<Upcall, Error>> {
-        self.upcalls.pop().map(|m| Upcall::decode(&m))
+    /// Queues a command for `worker`; `Err(Full)` when it is not draining (retry later).
+    /// Panics on a worker the daemon does not have.
+    pub fn send_command(&mut self, worker: usize, req_id: u64, c: &Command) -> Result<(), Full> {
+        self.workers[worker].commands.push(c.encode(req_id))
     }
 
-    /// The daemon's heartbeat counter; if it stops moving the daemon is stuck or dead.
-    pub fn heartbeat(&self) -> u64 {
+    /// `worker`'s next reply or event; `Some(Err)` for a slot that does not decode.
+    pub fn recv_upcall(&mut self, worker: usize) -> Option<Result<Upcall, Error>> {
+        self.workers[worker]
+            .upcalls
+            .pop()
+            .map(|m| Upcall::decode(&m))
+    }
+
+    /// `worker`'s heartbeat counter; if it stops moving the worker is stuck or dead.
+    pub fn heartbeat(&self, worker: usize) -> u64 {
         // SYNC POINT: pairs with the daemon's Release store in `DaemonSide::beat`.
-        self.shared.header().heartbeat.0.load(Ordering::Acquire)
+        self.shared
+            .heartbeat(self.workers[worker].beat_at)
+            .load(Ordering::Acquire)
     }
 
     /// The generation of the daemon this side is attached to.
@@ -346,16 +439,16 @@ mod tests {
         assert!(c.daemon_alive());
         assert!(!c.daemon_replaced());
 
-        let h0 = c.heartbeat();
+        let h0 = c.heartbeat(0);
         d.beat();
-        assert_eq!(c.heartbeat(), h0 + 1);
+        assert_eq!(c.heartbeat(0), h0 + 1);
 
         for i in 0..4 {
-            c.send_command(i, &Command::TcpClose { conn: i as u32 })
+            c.send_command(0, i, &Command::TcpClose { conn: i as u32 })
                 .unwrap();
         }
         assert_eq!(
-            c.send_command(9, &Command::Shutdown),
+            c.send_command(0, 9, &Command::Shutdown),
             Err(Full),
             "back-pressure"
         );
@@ -372,7 +465,7 @@ mod tests {
         assert!(d.recv_command().is_none());
         for i in 0..4 {
             assert_eq!(
-                c.recv_upcall().unwrap().unwrap(),
+                c.recv_upcall(0).unwrap().unwrap(),
                 Upcall::Reply {
                     req_id: i,
                     status: 0,
@@ -385,7 +478,7 @@ mod tests {
             bytes: Chunk::new(b"MPA ID Req Frame"),
         })
         .unwrap();
-        match c.recv_upcall().unwrap().unwrap() {
+        match c.recv_upcall(0).unwrap().unwrap() {
             Upcall::TcpBytes { conn: 3, bytes } => {
                 assert_eq!(bytes.as_bytes(), b"MPA ID Req Frame")
             }
@@ -394,5 +487,52 @@ mod tests {
         drop(d);
         assert!(c.daemon_replaced(), "segment and link removed");
         assert!(!link.exists());
+    }
+
+    #[test]
+    fn each_worker_has_its_own_rings_and_heartbeat() {
+        let name = format!("iwarp-test-daemon-w-{}", std::process::id());
+        let link = std::env::temp_dir().join(format!("{name}.link"));
+        let mut d =
+            DaemonShm::create_workers(&name, Some(&link), 3, 4, 8, HugePolicy::Auto).unwrap();
+        assert_eq!(d.iter().map(|s| s.worker()).collect::<Vec<_>>(), [0, 1, 2]);
+        let mut c = DaemonShm::open(&link, 5).unwrap();
+        assert_eq!(c.worker_count(), 3);
+        for (w, side) in d.iter().enumerate() {
+            for _ in 0..=w {
+                side.beat();
+            }
+        }
+        assert_eq!((c.heartbeat(0), c.heartbeat(1), c.heartbeat(2)), (1, 2, 3));
+        // A command for worker 2 reaches worker 2 only; its reply comes back on its ring.
+        c.send_command(2, 42, &Command::AllocPd { pd: 7 }).unwrap();
+        assert!(d[0].recv_command().is_none() && d[1].recv_command().is_none());
+        let (req, cmd) = d[2].recv_command().unwrap().unwrap();
+        assert_eq!((req, cmd), (42, Command::AllocPd { pd: 7 }));
+        let reply = Upcall::Reply {
+            req_id: 42,
+            status: reply_status::OK,
+            value: 0,
+        };
+        d[2].send_upcall(&reply).unwrap();
+        assert!(c.recv_upcall(0).is_none() && c.recv_upcall(1).is_none());
+        assert_eq!(c.recv_upcall(2).unwrap().unwrap(), reply);
+        // Each worker's command ring fills on its own.
+        for i in 0..4 {
+            c.send_command(1, i, &Command::Shutdown).unwrap();
+        }
+        assert_eq!(c.send_command(1, 9, &Command::Shutdown), Err(Full));
+        assert!(c.send_command(0, 9, &Command::Shutdown).is_ok());
+        // The link goes with worker 0's side, the segment with the last side.
+        let seg = d[0].path().unwrap().to_path_buf();
+        drop(d.remove(0));
+        assert!(!link.exists());
+        assert!(seg.exists(), "workers 1 and 2 still map it");
+        drop(d);
+        assert!(!seg.exists());
+        assert!(
+            DaemonShm::create_workers(&name, None, MAX_WORKERS + 1, 4, 4, HugePolicy::Auto)
+                .is_err()
+        );
     }
 }

@@ -38,4 +38,4 @@ pub use error::Error;
 
 /// The version of everything in this crate that crosses a process boundary. Bump it on any
 /// change of a `#[repr(C)]` layout, a tag or an enum value.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;

@@ -2,9 +2,15 @@
 //! a daemon with nothing to do can sleep in the kernel instead of spinning or backing off on
 //! a timer, and a post from another process still reaches it at once.
 //!
-//! Two objects in the daemon's runtime directory:
-//! - `wake.shm`, a link to a small segment whose first word says whether the daemon sleeps;
-//! - `doorbell`, a named pipe the daemon polls (with its port's descriptor and its timers).
+//! Two kinds of object in the daemon's runtime directory:
+//! - `wake.shm`, a link to a small segment: the number of poll-mode workers, then for each a
+//!   word (on its own cache line) that says whether that worker sleeps;
+//! - `doorbell` (worker 0), `doorbell.1`, `doorbell.2`, ...: a named pipe per worker, which
+//!   it polls with its port's descriptor and its timers.
+//!
+//! An application does not know which worker serves it, so its [`Waker::kick`] rings every
+//! worker that sleeps (a worker woken for nothing takes one turn and sleeps again); control
+//! knows, and rings only that one ([`Waker::kick_worker`]).
 //!
 //! The daemon, out of work, stores 1 in the word, fences, and looks at every ring once more;
 //! finding nothing, it waits until the pipe or the port is readable or a timer is due, then
@@ -28,61 +34,105 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The link to the word's segment, in the runtime directory.
 pub const WORD_LINK: &str = "wake.shm";
 /// The named pipe, in the runtime directory.
 pub const DOORBELL: &str = "doorbell";
 
-fn word_of(seg: &Segment) -> Result<*const AtomicU32, Error> {
-    if seg.data_len() < 4 {
-        return Err(Error::Layout);
+/// The most workers the segment has words for.
+pub const MAX_WORKERS: usize = 64;
+
+/// The pipe of worker `w` in the runtime directory.
+fn doorbell(runtime: &Path, w: usize) -> PathBuf {
+    match w {
+        0 => runtime.join(DOORBELL),
+        w => runtime.join(format!("{DOORBELL}.{w}")),
     }
-    Ok(seg.data().as_ptr() as *const AtomicU32)
 }
 
-/// The daemon's end: the word it sets before sleeping and the pipe it waits on.
+/// Worker `w`'s word (line `w + 1`; line 0 holds the number of workers).
+fn word_of(seg: &Segment, w: usize) -> Result<*const AtomicU32, Error> {
+    if w >= MAX_WORKERS || seg.data_len() < (w + 2) * 64 {
+        return Err(Error::Layout);
+    }
+    // SAFETY: inside the data area (checked above), 64-aligned (the area is page-aligned).
+    Ok(unsafe { seg.data().as_ptr().add((w + 1) * 64) } as *const AtomicU32)
+}
+
+/// One worker's end: the word it sets before sleeping and the pipe it waits on.
 pub struct DaemonWake {
     word: *const AtomicU32,
-    _seg: Segment,
+    _seg: Arc<Segment>,
     pipe: File,
-    links: [PathBuf; 2],
+    /// What dropping this end removes: worker 0's the word's link and its pipe, the others
+    /// their pipe.
+    links: Vec<PathBuf>,
 }
 
 // SAFETY: `word` points into the mapping `_seg` keeps alive and is only used atomically.
 unsafe impl Send for DaemonWake {}
 
 impl DaemonWake {
-    /// Creates the segment `name` (ordinary shared memory: one word needs no hugepage) and
-    /// the pipe, linked into `runtime`, replacing a dead daemon's leftovers and refusing a
-    /// living daemon's.
+    /// Creates the segment `name` (ordinary shared memory: a few words need no hugepage) and
+    /// the pipe of a daemon with one worker, linked into `runtime`, replacing a dead daemon's
+    /// leftovers and refusing a living daemon's.
     pub fn create(name: &str, runtime: &Path) -> Result<DaemonWake, Error> {
+        let mut ends = Self::create_workers(name, runtime, 1)?;
+        ends.pop().ok_or(Error::Layout)
+    }
+
+    /// As [`DaemonWake::create`] for `workers` workers (1 to [`MAX_WORKERS`]): one end per
+    /// worker, in order.
+    pub fn create_workers(
+        name: &str,
+        runtime: &Path,
+        workers: usize,
+    ) -> Result<Vec<DaemonWake>, Error> {
+        if !(1..=MAX_WORKERS).contains(&workers) {
+            return Err(Error::Layout);
+        }
         Segment::reclaim(name)?;
-        let seg = Segment::create(name, SegmentKind::Wake, 64, HugePolicy::Off)?;
-        let word = word_of(&seg)?;
+        let seg = Arc::new(Segment::create(
+            name,
+            SegmentKind::Wake,
+            (workers + 1) * 64,
+            HugePolicy::Off,
+        )?);
+        // SAFETY: line 0 of the fresh data area (page-aligned, at least 64 octets) holds the
+        // number of workers; nobody reads it before the link below exists.
+        unsafe { &*(seg.data().as_ptr() as *const AtomicU32) }
+            .store(workers as u32, Ordering::Release);
         let link = runtime.join(WORD_LINK);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(seg.path().ok_or(Error::InvalidName)?, &link)?;
-        let fifo = runtime.join(DOORBELL);
-        let _ = std::fs::remove_file(&fifo);
-        let c = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)?;
-        // SAFETY: mkfifo reads a NUL-terminated path that lives for the call.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o666) } != 0 {
-            return Err(io::Error::last_os_error().into());
+        let mut ends = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let fifo = doorbell(runtime, w);
+            let _ = std::fs::remove_file(&fifo);
+            let c = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)?;
+            // SAFETY: mkfifo reads a NUL-terminated path that lives for the call.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o666) } != 0 {
+                return Err(io::Error::last_os_error().into());
+            }
+            // Read and write: the daemon holds a writer itself, so the pipe never reports
+            // end of file when the last application closes its end, and opening never
+            // blocks.
+            let pipe = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)?;
+            ends.push(DaemonWake {
+                word: word_of(&seg, w)?,
+                _seg: Arc::clone(&seg),
+                pipe,
+                links: vec![fifo],
+            });
         }
-        // Read and write: the daemon holds a writer itself, so the pipe never reports end of
-        // file when the last application closes its end, and opening never blocks.
-        let pipe = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&fifo)?;
-        Ok(DaemonWake {
-            word,
-            _seg: seg,
-            pipe,
-            links: [link, fifo],
-        })
+        ends[0].links.push(link);
+        Ok(ends)
     }
 
     fn word(&self) -> &AtomicU32 {
@@ -117,11 +167,11 @@ impl Drop for DaemonWake {
     }
 }
 
-/// A producer's end: rings the daemon only when it sleeps.
+/// A producer's end: rings a worker only when it sleeps.
 pub struct Waker {
-    word: *const AtomicU32,
+    /// Each worker's word and pipe.
+    bells: Vec<(*const AtomicU32, File)>,
     _seg: Segment,
-    pipe: File,
 }
 
 // SAFETY: as for `DaemonWake`; `kick` takes `&self` and only loads the word and writes the
@@ -134,26 +184,50 @@ impl Waker {
     /// The waker of the daemon whose runtime directory is `runtime`.
     pub fn open(runtime: &Path) -> Result<Waker, Error> {
         let seg = Segment::open(&runtime.join(WORD_LINK), Some(SegmentKind::Wake))?;
-        let word = word_of(&seg)?;
-        // Write-only and non-blocking: fails (ENXIO) when no daemon holds the pipe.
-        let pipe = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(runtime.join(DOORBELL))?;
-        Ok(Waker {
-            word,
-            _seg: seg,
-            pipe,
-        })
+        if seg.data_len() < 64 {
+            return Err(Error::Layout);
+        }
+        // SAFETY: line 0 of the data area (checked long enough, page-aligned).
+        let workers =
+            unsafe { &*(seg.data().as_ptr() as *const AtomicU32) }.load(Ordering::Acquire);
+        let mut bells = Vec::new();
+        for w in 0..workers as usize {
+            // Write-only and non-blocking: fails (ENXIO) when no daemon holds the pipe.
+            let pipe = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(doorbell(runtime, w))?;
+            bells.push((word_of(&seg, w)?, pipe));
+        }
+        if bells.is_empty() {
+            return Err(Error::Layout);
+        }
+        Ok(Waker { bells, _seg: seg })
     }
 
-    /// After publishing a ring's producer index: wake the daemon if it sleeps.
+    /// After publishing a ring's producer index: wake every worker that sleeps.
     pub fn kick(&self) {
         fence(Ordering::SeqCst);
+        for w in 0..self.bells.len() {
+            self.ring(w);
+        }
+    }
+
+    /// After publishing a ring's producer index that only `worker` reads: wake it if it
+    /// sleeps.
+    pub fn kick_worker(&self, worker: usize) {
+        fence(Ordering::SeqCst);
+        self.ring(worker);
+    }
+
+    fn ring(&self, w: usize) {
+        let Some((word, pipe)) = self.bells.get(w) else {
+            return;
+        };
         // SAFETY: see `DaemonWake::word`.
-        if unsafe { &*self.word }.load(Ordering::Relaxed) != 0 {
+        if unsafe { &**word }.load(Ordering::Relaxed) != 0 {
             // A full pipe holds rings enough to wake it: nothing to do on EAGAIN.
-            let _ = (&self.pipe).write(&[1]);
+            let _ = (&*pipe).write(&[1]);
         }
     }
 }
@@ -245,5 +319,47 @@ mod tests {
         assert!(!dir.path().join(WORD_LINK).exists());
         assert!(!dir.path().join(DOORBELL).exists());
         assert!(Waker::open(dir.path()).is_err(), "no daemon, no waker");
+    }
+
+    #[test]
+    fn a_worker_is_rung_only_when_it_sleeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("iwarp-wake-test3-{}", std::process::id());
+        let mut ends = DaemonWake::create_workers(&name, dir.path(), 3).unwrap();
+        assert!(dir.path().join("doorbell.2").exists());
+        let w = Waker::open(dir.path()).unwrap();
+        ends[1].sleeping();
+        w.kick();
+        let rung = ends
+            .iter()
+            .map(|e| wait(e.fd(), Duration::ZERO))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            rung,
+            [false, true, false],
+            "kick rings the sleeping workers only"
+        );
+        ends[1].awake();
+        ends[0].sleeping();
+        ends[2].sleeping();
+        w.kick_worker(2);
+        let rung = ends
+            .iter()
+            .map(|e| wait(e.fd(), Duration::ZERO))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            rung,
+            [false, false, true],
+            "kick_worker rings that worker only"
+        );
+        let last = ends.pop().unwrap();
+        drop(ends);
+        assert!(!dir.path().join(WORD_LINK).exists() && !dir.path().join(DOORBELL).exists());
+        assert!(
+            dir.path().join("doorbell.2").exists(),
+            "worker 2's pipe is its own"
+        );
+        drop(last);
+        assert!(!dir.path().join("doorbell.2").exists());
     }
 }

@@ -132,11 +132,11 @@ fn daemon_segment_between_two_processes() {
                     bytes: Chunk::new(&body[..(sent % 9) as usize]),
                 };
                 // Err(Full) is back-pressure: retry after draining replies.
-                if c.send_command(sent, &cmd).is_ok() {
+                if c.send_command(0, sent, &cmd).is_ok() {
                     sent += 1;
                 }
             }
-            if let Some(u) = c.recv_upcall() {
+            if let Some(u) = c.recv_upcall(0) {
                 assert_eq!(
                     u.unwrap(),
                     Upcall::Reply {
@@ -148,8 +148,8 @@ fn daemon_segment_between_two_processes() {
                 answered += 1;
             }
         }
-        assert!(c.heartbeat() > 0);
-        c.send_command(COMMANDS, &Command::Shutdown).unwrap();
+        assert!(c.heartbeat(0) > 0);
+        c.send_command(0, COMMANDS, &Command::Shutdown).unwrap();
         return;
     }
     let name = format!("iwarp-daemon-test-{}", std::process::id());

@@ -55,4 +55,13 @@ impl<P: Port> Port for LossyPort<P> {
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         self.inner.wait_fd()
     }
+    fn claim_tcp_port(&mut self, port: u16) -> bool {
+        self.inner.claim_tcp_port(port)
+    }
+    fn release_tcp_port(&mut self, port: u16) {
+        self.inner.release_tcp_port(port)
+    }
+    fn steers_here(&self, port: u16) -> bool {
+        self.inner.steers_here(port)
+    }
 }

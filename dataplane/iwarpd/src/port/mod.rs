@@ -6,6 +6,8 @@
 //! - [`tap::TapPort`]: a Linux TAP interface (root), to reach a bridge, a VM or another stack.
 //! - [`lossy::LossyPort`]: wraps any port and drops received frames at a set rate (tests).
 //! - [`memory::MemoryPort`]: an in-memory point-to-point pair (tests).
+//! - [`steer::SteeredPort`]: one worker's view of a port several workers share: frames
+//!   steered to the worker that owns their connection.
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
 
@@ -14,6 +16,7 @@ pub mod dpdk;
 pub mod lossy;
 pub mod memory;
 pub mod pcap;
+pub mod steer;
 pub mod tap;
 pub mod unix;
 
@@ -42,5 +45,17 @@ pub trait Port {
     /// be sent), and the loop backs off on a timer instead.
     fn wait_fd(&self) -> Option<RawFd> {
         None
+    }
+    /// Steering, on a port several workers share: frames to local TCP port `port` should
+    /// reach this worker (it listens there). False when another worker has claimed it.
+    fn claim_tcp_port(&mut self, _port: u16) -> bool {
+        true
+    }
+    /// Undoes [`Port::claim_tcp_port`].
+    fn release_tcp_port(&mut self, _port: u16) {}
+    /// Whether frames to local TCP port `port` reach this worker: an active open picks an
+    /// ephemeral port for which this holds.
+    fn steers_here(&self, _port: u16) -> bool {
+        true
     }
 }

@@ -25,6 +25,9 @@ pub struct UnixPort {
     backlog: std::collections::VecDeque<Vec<u8>>,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
+    /// The port that bound the socket (removes it when dropped); a [`UnixPort::sender`] only
+    /// transmits.
+    owner: bool,
 }
 
 /// Frames the port holds back when peers' queues are full.
@@ -54,6 +57,26 @@ impl UnixPort {
             backlog: std::collections::VecDeque::new(),
             spare: Vec::new(),
             tx_dropped: 0,
+            owner: true,
+        })
+    }
+
+    /// Another handle on the same socket that only transmits (with its own backlog), for a
+    /// second worker sharing the port: frames it sends carry the port's address, and
+    /// receiving stays with the port (its [`Port::rx_burst`] receives nothing).
+    pub fn sender(&self) -> io::Result<UnixPort> {
+        let sock = self.sock.try_clone()?;
+        Ok(UnixPort {
+            sock,
+            dir: self.dir.clone(),
+            path: self.path.clone(),
+            mac: self.mac,
+            mtu: self.mtu,
+            buf: Vec::new(),
+            backlog: std::collections::VecDeque::new(),
+            spare: Vec::new(),
+            tx_dropped: 0,
+            owner: false,
         })
     }
 
@@ -78,7 +101,9 @@ impl UnixPort {
 
 impl Drop for UnixPort {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.owner {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -93,6 +118,9 @@ impl Port for UnixPort {
 
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         self.drain_backlog();
+        if !self.owner {
+            return Ok(0);
+        }
         let mut n = 0;
         while n < max {
             match self.sock.recv(&mut self.buf) {
@@ -145,6 +173,8 @@ impl Port for UnixPort {
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         // Frames held back for a full peer queue are retried by polling, not on a wake-up.
+        // (A sender's socket is readable when frames wait for its owner: a worker that
+        // sleeps on it wakes for nothing at worst; the steered port sleeps on its inbox.)
         self.backlog.is_empty().then(|| self.sock.as_raw_fd())
     }
 }
