@@ -425,14 +425,13 @@ impl Config {
                 format!("{} is outside 0..=64", self.cores.workers),
             ));
         }
-        if self.workers() > 1 && self.port_kind() != PortKind::Unix {
+        if self.workers() > 1 && self.port_kind() == PortKind::Tap {
             return Err(err(
                 "cores.workers",
                 format!(
-                    "{} workers need port.kind \"unix\": the {} port has one queue, which one \
-                     worker owns",
-                    self.workers(),
-                    self.port.kind
+                    "{} workers need port.kind \"unix\" or \"dpdk\": the tap port has one \
+                     queue, which one worker owns",
+                    self.workers()
                 ),
             ));
         }

@@ -247,7 +247,7 @@ fn run(cfg: Config) -> Result<(), String> {
     // its own handle.
     let mut shared = match workers {
         1 => None,
-        n => Some(shared_unix_port(&cfg, n)?),
+        n => Some(shared_port(&cfg, n)?),
     };
     let counters: Vec<Arc<CoreCounters>> = (0..workers)
         .map(|w| Arc::new(CoreCounters::new(cfg.cores.list.get(w).copied())))
@@ -335,24 +335,60 @@ fn run(cfg: Config) -> Result<(), String> {
     result
 }
 
-/// The embedded port shared by `workers` workers: worker 0 receives and steers, each
-/// transmits on its own handle of the socket.
-fn shared_unix_port(cfg: &Config, workers: usize) -> Result<Vec<SteeredPort<UnixPort>>, String> {
-    let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
-    let segment = |e: std::io::Error| format!("port.segment {}: {e}", cfg.port.segment.display());
-    let port = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu).map_err(segment)?;
+/// One worker's view of the port its workers share (moved once, to its worker: the size
+/// difference costs nothing).
+#[allow(clippy::large_enum_variant)]
+enum SharedQueue {
+    Unix(SteeredPort<UnixPort>),
+    #[cfg(feature = "dpdk")]
+    Dpdk(SteeredPort<iwarpd::port::dpdk::DpdkPort>),
+}
+
+/// The configured port shared by `workers` workers, one view each, in order.
+fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String> {
     let (steering, lanes) = Steering::new(workers).map_err(|e| format!("cores.workers: {e}"))?;
-    let mut queues = Vec::with_capacity(workers);
-    for _ in 1..workers {
-        queues.push(port.sender().map_err(segment)?);
+    match cfg.port_kind() {
+        PortKind::Unix => {
+            // One socket: worker 0 receives and steers, each transmits on its own handle.
+            let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+            let segment =
+                |e: std::io::Error| format!("port.segment {}: {e}", cfg.port.segment.display());
+            let port = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu).map_err(segment)?;
+            let mut queues = Vec::with_capacity(workers);
+            for _ in 1..workers {
+                queues.push(port.sender().map_err(segment)?);
+            }
+            queues.insert(0, port);
+            Ok(queues
+                .into_iter()
+                .zip(lanes)
+                .enumerate()
+                .map(|(w, (q, lane))| {
+                    let s = Arc::clone(&steering);
+                    SharedQueue::Unix(SteeredPort::new(q, w == 0, w, s, lane))
+                })
+                .collect())
+        }
+        #[cfg(feature = "dpdk")]
+        PortKind::Dpdk => {
+            // A queue pair per worker: each receives its own queue and steers.
+            let queues = dpdk_queues(cfg, workers as u16)?;
+            Ok(queues
+                .into_iter()
+                .zip(lanes)
+                .enumerate()
+                .map(|(w, (q, lane))| {
+                    let s = Arc::clone(&steering);
+                    SharedQueue::Dpdk(SteeredPort::new(q, true, w, s, lane))
+                })
+                .collect())
+        }
+        #[cfg(not(feature = "dpdk"))]
+        PortKind::Dpdk => serve_dpdk_unsupported(),
+        PortKind::Tap => Err(format!(
+            "cores.workers: {workers} workers cannot share a tap port (one queue)"
+        )),
     }
-    queues.insert(0, port);
-    Ok(queues
-        .into_iter()
-        .zip(lanes)
-        .enumerate()
-        .map(|(w, (q, lane))| SteeredPort::new(q, w == 0, w, Arc::clone(&steering), lane))
-        .collect())
 }
 
 /// Creates the daemon segment (ARCH.md step 1) as `shm.hugepages` says, linked as
@@ -430,7 +466,7 @@ struct Job {
     core: Option<usize>,
     shm: DaemonSide,
     bell: DaemonWake,
-    port: Option<SteeredPort<UnixPort>>,
+    port: Option<SharedQueue>,
 }
 
 /// The worker thread: pin, open (or take) the port, run the node until stopped.
@@ -479,8 +515,11 @@ fn open_and_run(
         shm: std::cell::Cell::new(Some(job.shm)),
         bell: std::cell::Cell::new(Some(job.bell)),
     };
-    if let Some(p) = job.port {
-        return ctx.serve(p);
+    match job.port {
+        Some(SharedQueue::Unix(p)) => return ctx.serve(p),
+        #[cfg(feature = "dpdk")]
+        Some(SharedQueue::Dpdk(p)) => return ctx.serve(p),
+        None => {}
     }
     match cfg.port_kind() {
         PortKind::Unix => {
@@ -580,18 +619,22 @@ impl Ctx<'_> {
 
 #[cfg(feature = "dpdk")]
 fn serve_dpdk(ctx: &Ctx<'_>) -> Result<(), String> {
+    let mut queues = dpdk_queues(ctx.cfg, 1)?;
+    ctx.serve(queues.pop().ok_or("DPDK port: no queue")?)
+}
+
+/// Starts EAL and opens the configured DPDK device with `queues` queue pairs.
+#[cfg(feature = "dpdk")]
+fn dpdk_queues(cfg: &Config, queues: u16) -> Result<Vec<iwarpd::port::dpdk::DpdkPort>, String> {
     use iwarpd::port::dpdk::{eal_init, DpdkPort};
-    let cfg = ctx.cfg;
     eal_init(&cfg.port.eal_args).map_err(|e| format!("port.eal_args: {e}"))?;
-    let p = match dpdk_device(&cfg.port.eal_args) {
-        Some(name) => {
-            DpdkPort::open(&name, cfg.port.mtu).map_err(|e| format!("DPDK port {name}: {e}"))?
-        }
+    match dpdk_device(&cfg.port.eal_args) {
+        Some(name) => DpdkPort::open_queues(&name, cfg.port.mtu, queues)
+            .map_err(|e| format!("DPDK port {name}: {e}")),
         // No device named: the first port EAL probed (a NIC bound to vfio-pci).
-        None => DpdkPort::open_id(0, cfg.port.mtu, Duration::from_secs(5))
-            .map_err(|e| format!("DPDK port 0 (no --vdev or -a in port.eal_args): {e}"))?,
-    };
-    ctx.serve(p)
+        None => DpdkPort::open_id_queues(0, cfg.port.mtu, queues, Duration::from_secs(5))
+            .map_err(|e| format!("DPDK port 0 (no --vdev or -a in port.eal_args): {e}")),
+    }
 }
 
 /// The DPDK device the EAL arguments name: a virtual device (`--vdev=net_memif0,...`) or an
@@ -617,6 +660,11 @@ fn dpdk_device(args: &[String]) -> Option<String> {
 
 #[cfg(not(feature = "dpdk"))]
 fn serve_dpdk(_: &Ctx<'_>) -> Result<(), String> {
+    serve_dpdk_unsupported()
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn serve_dpdk_unsupported<T>() -> Result<T, String> {
     Err("port.kind: \"dpdk\" needs iwarpd built with the `dpdk` feature (cargo build --features iwarpd/dpdk)".into())
 }
 

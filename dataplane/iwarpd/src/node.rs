@@ -642,6 +642,12 @@ impl<P: Port> Node<P> {
         self.dev.port.wait_fd()
     }
 
+    /// The port's inbox descriptor (frames handed over by another worker), which an idle
+    /// loop waits on whatever else it waits on ([`Port::inbox_fd`]).
+    pub fn inbox_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.dev.port.inbox_fd()
+    }
+
     fn iface_poll(&mut self) {
         let now = self.clock.now();
         self.iface.poll(now, &mut self.dev, &mut self.sockets);

@@ -283,7 +283,7 @@ pub fn run_with<P: Port, S: Service<P>>(
                 c.store(c.load(r) + 1, r);
             }
         }
-        if port_fd.is_some() || woke.doorbell {
+        if port_fd.is_some() || woke.port || woke.doorbell {
             idle_turns = 0;
             sleep = Duration::ZERO;
         }
@@ -295,6 +295,7 @@ pub fn run_with<P: Port, S: Service<P>>(
 
 /// Which descriptors ended a sleep (neither: a timer, or a signal).
 struct Woken {
+    /// A frame: on the port, or handed over by another worker.
     port: bool,
     doorbell: bool,
 }
@@ -313,11 +314,16 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
         d.sleeping();
         d.fd()
     });
+    let inbox = node.inbox_fd();
     let worked = node.poll_with(|rnic| service.before_rx(rnic)) | service.turn(node);
     let woken = (!worked).then(|| {
         let timeout = node.poll_delay().map_or(cap, |d| d.min(cap));
-        let [port, doorbell] = wait_readable([port_fd.unwrap_or(-1), bell.unwrap_or(-1)], timeout);
-        Woken { port, doorbell }
+        let fds = [port_fd, bell, inbox].map(|fd| fd.unwrap_or(-1));
+        let [port, doorbell, handed] = wait_readable(fds, timeout);
+        Woken {
+            port: port || handed,
+            doorbell,
+        }
     });
     if let Some(d) = service.doorbell() {
         d.awake();
@@ -328,7 +334,7 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
 /// Sleeps until one of `fds` is readable or `timeout` passes (a signal ends it early too);
 /// which of them are readable. A negative descriptor is left out (with both left out, a
 /// plain sleep).
-fn wait_readable(fds: [RawFd; 2], timeout: Duration) -> [bool; 2] {
+fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Duration) -> [bool; N] {
     let mut p = fds.map(|fd| libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -348,7 +354,7 @@ fn wait_readable(fds: [RawFd; 2], timeout: Duration) -> [bool; 2] {
         )
     };
     if n <= 0 {
-        return [false; 2];
+        return [false; N];
     }
     p.map(|q| q.revents & libc::POLLIN != 0)
 }

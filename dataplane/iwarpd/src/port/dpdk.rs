@@ -1,15 +1,19 @@
 //! A DPDK port (feature `dpdk`): frames through a DPDK ethdev (a real NIC bound to vfio-pci
 //! in production; `net_memif`, `net_af_packet`, `net_tap` or `net_ring` virtual devices in
-//! tests), one RX and one TX queue, bursts of 32, frames copied into and out of mbufs.
+//! tests), one RX and one TX queue per poll-mode worker, bursts of 32, frames copied into
+//! and out of mbufs, one mbuf pool per queue.
+//!
+//! With several workers each [`DpdkPort`] is one queue pair of the device: a worker receives
+//! what the device put on its queue (memif: what the peer sent on the queue of the same
+//! number; a NIC: by its hash, or everything on queue 0 without RSS) and
+//! [`super::steer`] hands each frame to the worker that owns its connection.
 //!
 //! Not done yet: zero-copy (smoltcp's `phy::Device` hands out `&[u8]` tokens, so an mbuf
 //! would have to be wrapped by the device layer — one copy per frame each way is paid and
-//! measured today); several queues with RSS (one port, one queue, one core); jumbo frames
-//! (one frame = one mbuf of 2048 octets, so `port.mtu` ≤ 2034); setting the NIC's MAC from
-//! `port.mac` (the port uses the device's own, which memif takes from its `mac=` devarg).
-//!
-//! A `DpdkPort` holds raw DPDK pointers, so it is neither `Send` nor `Sync`: it is opened on
-//! the poll-mode core that uses it and never leaves it.
+//! measured today); programming the NIC to steer by destination port (rte_flow), so that a
+//! frame lands on its owner's queue without a hand-over; jumbo frames (one frame = one mbuf
+//! of 2048 octets, so `port.mtu` ≤ 2034); setting the NIC's MAC from `port.mac` (the port
+//! uses the device's own, which memif takes from its `mac=` devarg).
 
 use super::Port;
 use dpdk_sys as sys;
@@ -80,9 +84,20 @@ pub fn eal_init(args: &[String]) -> io::Result<()> {
             .iter()
             .map(|c| c.as_ptr() as *mut libc::c_char)
             .collect();
+        // EAL pins the thread that initialises it to its main lcore (the first of `-l`, or
+        // core 0); our workers pin themselves, so the caller's own affinity is put back.
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: fills `cpus` (of `size` octets) for the calling thread (pid 0).
+        let saved = unsafe { libc::sched_getaffinity(0, size, &mut cpus) } == 0;
         // SAFETY: argv points at NUL-terminated strings that live in `owned`; EAL may keep
         // pointers into them, so `owned` is leaked below.
         let rc = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if saved {
+            // SAFETY: the set read above, for the calling thread.
+            unsafe { libc::sched_setaffinity(0, size, &cpus) };
+        }
         std::mem::forget(owned);
         std::mem::forget(argv);
         if rc < 0 {
@@ -96,8 +111,40 @@ pub fn eal_init(args: &[String]) -> io::Result<()> {
     .map_err(io::Error::other)
 }
 
-pub struct DpdkPort {
+/// The device: stopped, closed and its pools freed when the last of its queues goes.
+struct Device {
     port_id: u16,
+    pools: Vec<*mut sys::rte_mempool>,
+}
+
+// SAFETY: the pool pointers are only used by `drop`, once, by whichever thread drops the
+// last queue; mempool free and ethdev stop/close may be called from any thread.
+unsafe impl Send for Device {}
+// SAFETY: a shared `&Device` gives access to nothing (its fields are private to this module
+// and read only by `drop`).
+unsafe impl Sync for Device {}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: the port was started in `open_id`; it is stopped and closed once here, when
+        // no queue of it is used any more, and only then its pools freed (no mbuf of them is
+        // left in the port's rings or in any queue's `tx`, which each queue flushed).
+        unsafe {
+            sys::rte_eth_dev_stop(self.port_id);
+            sys::rte_eth_dev_close(self.port_id);
+            for &pool in &self.pools {
+                sys::rte_mempool_free(pool);
+            }
+        }
+    }
+}
+
+/// One RX/TX queue pair of a DPDK device.
+pub struct DpdkPort {
+    /// Keeps the device open while any of its queues is.
+    _dev: std::sync::Arc<Device>,
+    port_id: u16,
+    queue: u16,
     pool: *mut sys::rte_mempool,
     pub mac: [u8; 6],
     mtu: usize,
@@ -105,17 +152,30 @@ pub struct DpdkPort {
     tx: [*mut sys::rte_mbuf; BURST],
     tx_len: usize,
     pub tx_dropped: u64,
-    /// A memif client restarts its device when its link stays down (see `watch_link`).
+    /// A memif client restarts its device when its link stays down (see `watch_link`); only
+    /// a device with one queue, since a restart stops every queue under its worker.
     memif_client: bool,
     link_checked: Instant,
     down_since: Option<Instant>,
 }
+
+// SAFETY: a DpdkPort is one queue pair, used by one thread at a time (the worker it is given
+// to; `&mut self` for every burst). DPDK allows RX/TX bursts on distinct queues of a device
+// from distinct threads, its mempools are safe for concurrent get/put, and the shared
+// `Device` is only touched (stop, close, free) by the drop of the last queue.
+unsafe impl Send for DpdkPort {}
 
 impl DpdkPort {
     /// Opens the ethdev named `name`: a vdev name such as `net_memif0`, or a PCI address
     /// such as `0000:03:00.0` for a NIC bound to vfio-pci. EAL must be initialised first
     /// ([`eal_init`]).
     pub fn open(name: &str, mtu: usize) -> io::Result<DpdkPort> {
+        let mut q = DpdkPort::open_queues(name, mtu, 1)?;
+        q.pop().ok_or_else(|| io::Error::other("no queue"))
+    }
+
+    /// As [`DpdkPort::open`], with `queues` RX/TX queue pairs, one per worker, in order.
+    pub fn open_queues(name: &str, mtu: usize, queues: u16) -> io::Result<Vec<DpdkPort>> {
         let cname = CString::new(name).map_err(|_| io::Error::other("port name has a NUL"))?;
         let mut port_id = 0u16;
         // SAFETY: valid C string and out-pointer.
@@ -131,14 +191,34 @@ impl DpdkPort {
         } else {
             Duration::ZERO
         };
-        let mut port = DpdkPort::open_id(port_id, mtu, patience)?;
-        port.memif_client = memif_client;
-        Ok(port)
+        let mut ports = DpdkPort::open_id_queues(port_id, mtu, queues, patience)?;
+        match &mut ports[..] {
+            [port] => port.memif_client = memif_client,
+            // A restart would stop the queues under the other workers, so a client with
+            // several waits for its link here, before any worker has its queue.
+            [first, ..] if memif_client => first.await_link(patience)?,
+            _ => {}
+        }
+        Ok(ports)
     }
 
-    /// Opens the ethdev with DPDK port id `port_id` (the configuration's `port.dpdk_port_id`),
-    /// retrying its start for up to `patience`.
+    /// Opens the ethdev with DPDK port id `port_id` (the first one EAL probed, when the
+    /// configuration names no device), retrying its start for up to `patience`.
     pub fn open_id(port_id: u16, mtu: usize, patience: Duration) -> io::Result<DpdkPort> {
+        let mut q = DpdkPort::open_id_queues(port_id, mtu, 1, patience)?;
+        q.pop().ok_or_else(|| io::Error::other("no queue"))
+    }
+
+    /// As [`DpdkPort::open_id`], with `queues` RX/TX queue pairs.
+    pub fn open_id_queues(
+        port_id: u16,
+        mtu: usize,
+        queues: u16,
+        patience: Duration,
+    ) -> io::Result<Vec<DpdkPort>> {
+        if queues == 0 {
+            return Err(io::Error::other("no queues asked for"));
+        }
         // One frame must fit one mbuf: no scattered RX or multi-segment TX here.
         if mtu + ETH_HEADER > MBUF_DATA_ROOM {
             return Err(io::Error::other(format!(
@@ -147,44 +227,61 @@ impl DpdkPort {
             )));
         }
         static POOLS: AtomicU32 = AtomicU32::new(0);
-        let pool_name = CString::new(format!(
-            "iw_pool_{port_id}_{}",
-            POOLS.fetch_add(1, Ordering::Relaxed)
-        ))
-        .unwrap_or_default();
         // SAFETY: plain calls on a port id DPDK gave us; every return value is checked, and
         // on any failure what was set up is undone before returning.
         unsafe {
             let socket = sys::rte_eth_dev_socket_id(port_id).max(0);
-            let pool = sys::rte_pktmbuf_pool_create(
-                pool_name.as_ptr(),
-                POOL_MBUFS,
-                POOL_CACHE,
-                0,
-                sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
-                socket,
-            );
-            if pool.is_null() {
-                return Err(dpdk_err("rte_pktmbuf_pool_create", sys::iw_errno()));
+            let mut pools = Vec::new();
+            let free = |pools: &[*mut sys::rte_mempool]| {
+                for &p in pools {
+                    sys::rte_mempool_free(p);
+                }
+            };
+            for _ in 0..queues {
+                let pool_name = CString::new(format!(
+                    "iw_pool_{port_id}_{}",
+                    POOLS.fetch_add(1, Ordering::Relaxed)
+                ))
+                .unwrap_or_default();
+                let pool = sys::rte_pktmbuf_pool_create(
+                    pool_name.as_ptr(),
+                    POOL_MBUFS,
+                    POOL_CACHE,
+                    0,
+                    sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    socket,
+                );
+                if pool.is_null() {
+                    let e = sys::iw_errno();
+                    free(&pools);
+                    return Err(dpdk_err("rte_pktmbuf_pool_create", e));
+                }
+                pools.push(pool);
             }
             let fail = |what: &str, rc: i32| {
                 sys::rte_eth_dev_close(port_id);
-                sys::rte_mempool_free(pool);
+                free(&pools);
                 dpdk_err(what, rc)
             };
             let conf = sys::rte_eth_conf::default();
-            let rc = sys::rte_eth_dev_configure(port_id, 1, 1, &conf);
+            let rc = sys::rte_eth_dev_configure(port_id, queues, queues, &conf);
             if rc != 0 {
-                return Err(fail("rte_eth_dev_configure", rc));
+                return Err(fail(
+                    &format!("rte_eth_dev_configure ({queues} queues)"),
+                    rc,
+                ));
             }
-            let rc =
-                sys::rte_eth_rx_queue_setup(port_id, 0, RING, socket as u32, ptr::null(), pool);
-            if rc != 0 {
-                return Err(fail("rte_eth_rx_queue_setup", rc));
-            }
-            let rc = sys::rte_eth_tx_queue_setup(port_id, 0, RING, socket as u32, ptr::null());
-            if rc != 0 {
-                return Err(fail("rte_eth_tx_queue_setup", rc));
+            for (q, &pool) in pools.iter().enumerate() {
+                let q = q as u16;
+                let rc =
+                    sys::rte_eth_rx_queue_setup(port_id, q, RING, socket as u32, ptr::null(), pool);
+                if rc != 0 {
+                    return Err(fail("rte_eth_rx_queue_setup", rc));
+                }
+                let rc = sys::rte_eth_tx_queue_setup(port_id, q, RING, socket as u32, ptr::null());
+                if rc != 0 {
+                    return Err(fail("rte_eth_tx_queue_setup", rc));
+                }
             }
             let t = Instant::now();
             loop {
@@ -205,19 +302,29 @@ impl DpdkPort {
                 sys::rte_eth_dev_stop(port_id);
                 return Err(fail("rte_eth_macaddr_get", rc));
             }
-            Ok(DpdkPort {
+            let dev = std::sync::Arc::new(Device {
                 port_id,
-                pool,
-                mac: addr.addr_bytes,
-                mtu,
-                rx: [ptr::null_mut(); BURST],
-                tx: [ptr::null_mut(); BURST],
-                tx_len: 0,
-                tx_dropped: 0,
-                memif_client: false,
-                link_checked: Instant::now(),
-                down_since: None,
-            })
+                pools: pools.clone(),
+            });
+            Ok(pools
+                .iter()
+                .enumerate()
+                .map(|(q, &pool)| DpdkPort {
+                    _dev: std::sync::Arc::clone(&dev),
+                    port_id,
+                    queue: q as u16,
+                    pool,
+                    mac: addr.addr_bytes,
+                    mtu,
+                    rx: [ptr::null_mut(); BURST],
+                    tx: [ptr::null_mut(); BURST],
+                    tx_len: 0,
+                    tx_dropped: 0,
+                    memif_client: false,
+                    link_checked: Instant::now(),
+                    down_since: None,
+                })
+                .collect())
         }
     }
 
@@ -227,6 +334,30 @@ impl DpdkPort {
         // SAFETY: a started port and a valid out-pointer.
         let rc = unsafe { sys::rte_eth_link_get_nowait(self.port_id, &mut link) };
         rc == 0 && link.link_status() != 0
+    }
+
+    /// Waits up to `patience` for the link, restarting the device each second it stays down
+    /// (as `watch_link` does), for a memif client whose queues no worker polls yet.
+    fn await_link(&mut self, patience: Duration) -> io::Result<()> {
+        let t = Instant::now();
+        let mut restarted = Instant::now();
+        while !self.link_up() {
+            if t.elapsed() >= patience {
+                return Err(io::Error::other(format!(
+                    "memif link down for {patience:?} (is the server running?)"
+                )));
+            }
+            if restarted.elapsed() >= Duration::from_secs(1) {
+                // SAFETY: a started port of ours, whose queues nobody polls yet.
+                unsafe {
+                    sys::rte_eth_dev_stop(self.port_id);
+                    sys::rte_eth_dev_start(self.port_id);
+                }
+                restarted = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     /// Called when a poll finds nothing: a memif client connects only when its device starts,
@@ -270,7 +401,8 @@ impl Port for DpdkPort {
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let want = max.min(BURST) as u16;
         // SAFETY: `rx` has room for BURST mbuf pointers; the PMD fills at most `want`.
-        let n = unsafe { sys::iw_rx_burst(self.port_id, 0, self.rx.as_mut_ptr(), want) } as usize;
+        let n = unsafe { sys::iw_rx_burst(self.port_id, self.queue, self.rx.as_mut_ptr(), want) }
+            as usize;
         if n == 0 {
             self.watch_link();
         }
@@ -318,9 +450,14 @@ impl Port for DpdkPort {
             return Ok(());
         }
         // SAFETY: the first tx_len entries are mbufs we own; the PMD takes those it sends.
-        let sent =
-            unsafe { sys::iw_tx_burst(self.port_id, 0, self.tx.as_mut_ptr(), self.tx_len as u16) }
-                as usize;
+        let sent = unsafe {
+            sys::iw_tx_burst(
+                self.port_id,
+                self.queue,
+                self.tx.as_mut_ptr(),
+                self.tx_len as u16,
+            )
+        } as usize;
         for &m in &self.tx[sent..self.tx_len] {
             // A full TX ring: the frame is dropped (TCP recovers), its mbuf freed.
             // SAFETY: not taken by the PMD, still ours.
@@ -337,13 +474,7 @@ impl Port for DpdkPort {
 
 impl Drop for DpdkPort {
     fn drop(&mut self) {
+        // The device (`dev`) goes with the last queue.
         let _ = self.flush();
-        // SAFETY: the port was started in `open_id`; it is stopped and closed once here, and
-        // only then its pool freed (no mbuf of it is left in the port's rings or in `tx`).
-        unsafe {
-            sys::rte_eth_dev_stop(self.port_id);
-            sys::rte_eth_dev_close(self.port_id);
-            sys::rte_mempool_free(self.pool);
-        }
     }
 }

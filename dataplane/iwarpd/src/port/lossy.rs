@@ -55,6 +55,9 @@ impl<P: Port> Port for LossyPort<P> {
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         self.inner.wait_fd()
     }
+    fn inbox_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.inbox_fd()
+    }
     fn claim_tcp_port(&mut self, port: u16) -> bool {
         self.inner.claim_tcp_port(port)
     }

@@ -46,6 +46,12 @@ pub trait Port {
     fn wait_fd(&self) -> Option<RawFd> {
         None
     }
+    /// A descriptor that becomes readable when another worker hands this port frames (a
+    /// port several workers share, each receiving its own queue): an idle loop waits on it
+    /// too, even while it backs off on a timer for want of a [`Port::wait_fd`].
+    fn inbox_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// Steering, on a port several workers share: frames to local TCP port `port` should
     /// reach this worker (it listens there). False when another worker has claimed it.
     fn claim_tcp_port(&mut self, _port: u16) -> bool {

@@ -298,6 +298,13 @@ impl<P: Port> Port for SteeredPort<P> {
         }
     }
 
+    fn inbox_fd(&self) -> Option<RawFd> {
+        // A worker that receives a queue of its own may still be handed frames that landed
+        // on another's (a port without one queue per worker hands none to worker 0, which
+        // then wakes for nothing at worst).
+        self.receives.then(|| self.lane.event.as_raw_fd())
+    }
+
     fn claim_tcp_port(&mut self, port: u16) -> bool {
         self.steering.claim(self.me, port)
     }

@@ -3,7 +3,9 @@
 //! (their QPs, regions and connections, and the frames of those connections, which the
 //! shared port steers to it). Two pairs of applications cross the workers: A's worker 0 talks
 //! to B's worker 1 and A's worker 1 to B's worker 0, every operation, bytes compared; the
-//! daemons' per-worker counters show each connection on its own worker.
+//! daemons' per-worker counters show each connection on its own worker. Over the embedded
+//! port (one socket, which worker 0 receives and steers) everywhere; over DPDK `net_memif`
+//! with a queue pair per worker when built with the `dpdk` feature and run as root.
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
@@ -21,6 +23,39 @@ struct Endpoint {
 fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     let daemon = testkit::start_daemon(dir, name, n, 56, &["--workers", "2"]);
     let runtime = dir.join(name);
+    Endpoint {
+        _control: testkit::start_control(&runtime),
+        runtime,
+        _daemon: daemon,
+    }
+}
+
+/// Endpoint `n` (1: the memif server, 2: the client) of a `net_memif` pair in `dir`, with two
+/// workers and a queue pair each.
+#[cfg(feature = "dpdk")]
+fn dpdk_endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
+    let runtime = dir.join(name);
+    let role = if n == 1 { "server" } else { "client" };
+    let unique = testkit::unique(name);
+    let config = format!(
+        "[daemon]\nname = {unique:?}\nruntime_dir = {runtime:?}\n\
+         [port]\nkind = \"dpdk\"\nipv4 = \"10.56.0.{n}/24\"\n\
+         eal_args = [\"--no-pci\", \"--no-telemetry\", \"--log-level=3\", \
+         \"--file-prefix={unique}\", \"--in-memory\", \
+         \"--vdev=net_memif{n},role={role},socket={sock},id=0\"]\n\
+         [cores]\nworkers = 2\n",
+        sock = dir.join("memif.sock").display(),
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let daemon = Proc(
+        std::process::Command::new(testkit::binary("iwarpd"))
+            .arg("--config")
+            .arg(&path)
+            .spawn()
+            .expect("spawn iwarpd"),
+    );
+    testkit::wait_for(&runtime.join("daemon.shm"));
     Endpoint {
         _control: testkit::start_control(&runtime),
         runtime,
@@ -182,6 +217,24 @@ fn applications_on_different_workers_are_each_served_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let a = endpoint(dir.path(), "a", 1);
     let b = endpoint(dir.path(), "b", 2);
+    cross_the_workers(&a, &b);
+}
+
+#[cfg(feature = "dpdk")]
+#[test]
+fn over_dpdk_memif_each_worker_has_its_own_queue() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("over_dpdk_memif_each_worker_has_its_own_queue: skipped (needs root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = dpdk_endpoint(dir.path(), "a", 1);
+    let b = dpdk_endpoint(dir.path(), "b", 2);
+    cross_the_workers(&a, &b);
+}
+
+fn cross_the_workers(a: &Endpoint, b: &Endpoint) {
     // Control puts its first application on worker 0, its second on worker 1.
     let (a0, a1) = (
         Context::open(&a.runtime).unwrap(),
@@ -193,7 +246,7 @@ fn applications_on_different_workers_are_each_served_end_to_end() {
     );
     let first = exchange(&a0, &b1, 7401, "A worker 0 to B worker 1");
     let second = exchange(&a1, &b0, 7402, "A worker 1 to B worker 0");
-    for (name, e) in [("A", &a), ("B", &b)] {
+    for (name, e) in [("A", a), ("B", b)] {
         let lines = worker_lines(e);
         assert_eq!(lines.len(), 2, "{name}: one line per worker: {lines:?}");
         for (w, line) in lines.iter().enumerate() {
