@@ -149,9 +149,16 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub hugepages: HugepagesArg,
 
-    /// Poll-mode cores of the daemons: the first endpoint's, then the second's (one each).
+    /// Poll-mode cores of the daemons: the first endpoint's, then the second's (one per
+    /// worker each).
     #[arg(long, value_delimiter = ',')]
     pub daemon_cores: Option<Vec<usize>>,
+
+    /// Poll-mode workers of each daemon (spawned ones get `cores.workers`; say how many
+    /// running ones have). The harness opens a context per worker on each endpoint and
+    /// spreads its QPs over them, so --qps N with N workers puts one connection on each.
+    #[arg(long, default_value_t = 1)]
+    pub daemon_workers: usize,
 
     /// Start the daemons for the run, or use running ones.
     #[arg(long, value_enum, default_value = "spawn")]
@@ -223,6 +230,8 @@ pub struct EndpointPlan {
     pub dpdk_vdev: Option<String>,
     pub hugepages: HugepagesArg,
     pub daemon_cores: Vec<usize>,
+    /// Poll-mode workers per daemon.
+    pub daemon_workers: usize,
     pub daemons: DaemonsArg,
     pub runtime_dirs: Vec<PathBuf>,
     pub peer_ips: Vec<std::net::Ipv4Addr>,
@@ -415,6 +424,19 @@ impl Plan {
         };
         let daemon_cores = args.daemon_cores.clone().unwrap_or_default();
         check_cores("--daemon-cores", &daemon_cores)?;
+        if !(1..=64).contains(&args.daemon_workers) {
+            return Err(BenchError::usage(format!(
+                "--daemon-workers {}: a daemon runs 1 to 64 workers",
+                args.daemon_workers
+            )));
+        }
+        if daemon_cores.len() > 2 * args.daemon_workers {
+            return Err(BenchError::usage(format!(
+                "--daemon-cores names {} cores for two daemons of {} worker(s) each",
+                daemon_cores.len(),
+                args.daemon_workers
+            )));
+        }
 
         if args.daemons == DaemonsArg::Running && !ops.is_empty() && args.runtime_dir.len() != 2 {
             return Err(BenchError::usage(
@@ -450,6 +472,7 @@ impl Plan {
                 dpdk_vdev: args.dpdk_vdev.clone(),
                 hugepages: args.hugepages,
                 daemon_cores,
+                daemon_workers: args.daemon_workers,
                 daemons: args.daemons,
                 runtime_dirs: args.runtime_dir.clone(),
                 peer_ips: args.endpoint_ip.clone(),

@@ -198,15 +198,21 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
         let _ = writeln!(t, "eal_args = [{}]", list.join(", "));
     }
     let _ = writeln!(t, "\n[cores]");
-    match plan.daemon_cores.get(idx) {
-        Some(c) => {
-            let _ = writeln!(t, "list = [{c}]");
-            // A core of its own: poll without pause, as a NIC would.
-            let _ = writeln!(t, "polling = \"busy\"");
-        }
-        None => {
-            let _ = writeln!(t, "polling = \"adaptive\"");
-        }
+    let workers = plan.daemon_workers.max(1);
+    let _ = writeln!(t, "workers = {workers}");
+    let cores: Vec<String> = plan
+        .daemon_cores
+        .iter()
+        .skip(idx * workers)
+        .take(workers)
+        .map(|c| c.to_string())
+        .collect();
+    if cores.is_empty() {
+        let _ = writeln!(t, "polling = \"adaptive\"");
+    } else {
+        let _ = writeln!(t, "list = [{}]", cores.join(", "));
+        // Cores of their own: poll without pause, as a NIC would.
+        let _ = writeln!(t, "polling = \"busy\"");
     }
     if plan.stage_timing {
         let _ = writeln!(t, "stage_timing = true");
@@ -431,6 +437,7 @@ mod tests {
             dpdk_vdev: None,
             hugepages: HugepagesArg::Auto,
             daemon_cores: vec![2],
+            daemon_workers: 1,
             daemons: DaemonsArg::Spawn,
             runtime_dirs: vec![],
             peer_ips: vec![],
@@ -453,6 +460,24 @@ mod tests {
         // No core named for b: it backs off when idle.
         assert!(b.contains("\"adaptive\"") && !b.contains("list ="), "{b}");
         assert!(!a.contains("eal_args"));
+    }
+
+    #[test]
+    fn each_daemon_gets_its_share_of_the_daemon_cores() {
+        let base = Path::new("/tmp/x");
+        let mut p = plan(PortArg::Unix);
+        p.daemon_workers = 2;
+        p.daemon_cores = vec![4, 5, 6, 7];
+        let a = config_text(&p, base, 0, "ea");
+        let b = config_text(&p, base, 1, "eb");
+        assert!(
+            a.contains("workers = 2") && a.contains("list = [4, 5]"),
+            "{a}"
+        );
+        assert!(
+            b.contains("workers = 2") && b.contains("list = [6, 7]"),
+            "{b}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!   "machine": { "hostname", "cpu", "cores", "kernel" },
 //!   "settings": { "modes", "ops", "baselines", "sizes", "iterations", "duration_s", "warmup",
 //!                 "window", "qps", "threads", "initiator_cores", "responder_cores", "rate",
-//!                 "stages", "endpoint": { "port", "dpdk_vdev", "hugepages", "daemon_cores",
+//!                 "stages", "endpoint": { "port", "dpdk_vdev", "hugepages", "daemon_cores", "daemon_workers",
 //!                 "daemons", ... } },
 //!   "measurements": [ { "mode", "transport", "op", "size", "window", "qps", "threads",
 //!       "count", "seconds",

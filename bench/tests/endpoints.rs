@@ -42,6 +42,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         dpdk_vdev: None,
         hugepages: HugepagesArg::Off,
         daemon_cores: vec![],
+        daemon_workers: 1,
         daemons: DaemonsArg::Spawn,
         runtime_dirs: vec![dir.to_path_buf()],
         peer_ips: vec![],

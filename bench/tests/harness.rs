@@ -218,6 +218,7 @@ fn nonsense_is_refused_with_a_clear_message() {
     refused(&["--ops", "teleport"], "teleport");
     refused(&["--sizes", "huge"], "huge");
     refused(&["--mode", "open-loop"], "needs --rate");
+    refused(&["--daemon-workers", "0"], "1 to 64 workers");
 }
 
 #[test]
@@ -286,6 +287,48 @@ fn every_iwarp_operation_over_spawned_endpoints_has_its_histogram() {
         })
         .collect();
     assert_eq!(whens.len(), 4, "{mem:?}");
+}
+
+#[test]
+fn qps_spread_over_the_workers_of_two_worker_daemons() {
+    // Each spawned daemon runs two poll-mode workers; the harness opens a context per worker
+    // and puts one of the two QPs on each.
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    ok(&[
+        "--ops",
+        "write,send,read",
+        "--baselines",
+        "none",
+        "--mode",
+        "bandwidth",
+        "--qps",
+        "2",
+        "--daemon-workers",
+        "2",
+        "--sizes",
+        "64",
+        "--iterations",
+        "200",
+        "--warmup",
+        "10",
+        "--window",
+        "4",
+        "--json",
+        j.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    assert_eq!(v["settings"]["endpoint"]["daemon_workers"], 2, "{v}");
+    let ms = measurements(&v);
+    assert_eq!(ms.len(), 3);
+    for m in ms {
+        assert_eq!(
+            (m["qps"].as_u64(), m["count"].as_u64()),
+            (Some(2), Some(400)),
+            "{m}"
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
-//! The slow path of the verbs transport: a context on each endpoint (iwarp-control's
-//! `control.sock`), then per connected pair a PD, a CQ, a QP and a registered shared buffer on
-//! each side, and the connection itself (listen on `b`, connect from `a`, accept), which is all
-//! an application does before its first work request.
+//! The slow path of the verbs transport: a context per daemon worker on each endpoint
+//! (iwarp-control's `control.sock`; control puts each context on the next worker), then per
+//! connected pair a PD, a CQ, a QP and a registered shared buffer on each side, and the
+//! connection itself (listen on `b`, connect from `a`, accept), which is all an application
+//! does before its first work request. Pairs go round-robin over the contexts, so the
+//! connections spread over the workers.
 //!
 //! This is the one part of the harness that uses iwarp-verbs' context and connection API;
 //! everything after it uses only the fast path (post send, post receive, poll CQ).
@@ -11,7 +13,7 @@ use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
 use iwarp_verbs::{access, ConnSettings, Context, QpInitAttr};
 use std::net::{SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The TCP port `b` listens on (perftest's default).
@@ -22,24 +24,31 @@ fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::transport("verbs", format!("{what}: {e}"))
 }
 
-/// A verbs context on each endpoint.
+/// Verbs contexts on each endpoint, one per daemon worker.
 pub struct Contexts {
-    a: Context,
-    b: Context,
-    b_addr: SocketAddr,
-    listening: AtomicBool,
+    a: Vec<Context>,
+    b: Vec<Context>,
+    b_ip: std::net::Ipv4Addr,
+    /// Whether `b`'s k-th context listens (on PORT + k) yet.
+    listening: Vec<AtomicBool>,
+    next: AtomicUsize,
 }
 
 impl Contexts {
-    /// Opens a context on each endpoint (through its control socket).
-    pub fn open(endpoints: &Endpoints) -> Result<Contexts> {
-        let a = Context::open(&endpoints.a.runtime_dir).map_err(|e| err("open endpoint a", e))?;
-        let b = Context::open(&endpoints.b.runtime_dir).map_err(|e| err("open endpoint b", e))?;
+    /// Opens `workers` contexts on each endpoint (through its control socket).
+    pub fn open(endpoints: &Endpoints, workers: usize) -> Result<Contexts> {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for _ in 0..workers.max(1) {
+            a.push(Context::open(&endpoints.a.runtime_dir).map_err(|e| err("open endpoint a", e))?);
+            b.push(Context::open(&endpoints.b.runtime_dir).map_err(|e| err("open endpoint b", e))?);
+        }
         Ok(Contexts {
+            listening: (0..a.len()).map(|_| AtomicBool::new(false)).collect(),
             a,
             b,
-            b_addr: SocketAddr::V4(SocketAddrV4::new(endpoints.b.ip, PORT)),
-            listening: AtomicBool::new(false),
+            b_ip: endpoints.b.ip,
+            next: AtomicUsize::new(0),
         })
     }
 
@@ -51,26 +60,26 @@ impl Contexts {
             rdmap_v2: true,
             ..ConnSettings::default()
         };
-        if !self.listening.swap(true, Ordering::Relaxed) {
-            self.b
-                .listen(PORT, &settings)
+        let k = self.next.fetch_add(1, Ordering::Relaxed) % self.a.len();
+        let (ca, cb) = (&self.a[k], &self.b[k]);
+        // Listeners belong to one application: each of b's contexts listens on its own port.
+        let port = PORT + k as u16;
+        if !self.listening[k].swap(true, Ordering::Relaxed) {
+            cb.listen(port, &settings)
                 .map_err(|e| err("listen on b", e))?;
         }
-        let a = side(&self.a, depth, buf_len)?;
-        let b = side(&self.b, depth, buf_len)?;
-        let conn = self
-            .a
-            .connect(&a.qp, self.b_addr, &settings)
+        let a = side(ca, depth, buf_len)?;
+        let b = side(cb, depth, buf_len)?;
+        let b_addr = SocketAddr::V4(SocketAddrV4::new(self.b_ip, port));
+        let conn = ca
+            .connect(&a.qp, b_addr, &settings)
             .map_err(|e| err("connect a to b", e))?;
-        let req = self
-            .b
+        let req = cb
             .get_request(SETUP_TIMEOUT)
             .map_err(|e| err("connection request at b", e))?;
-        self.b
-            .accept_blocking(&req, &b.qp, &settings, SETUP_TIMEOUT)
+        cb.accept_blocking(&req, &b.qp, &settings, SETUP_TIMEOUT)
             .map_err(|e| err("accept at b", e))?;
-        self.a
-            .wait_established(conn, SETUP_TIMEOUT)
+        ca.wait_established(conn, SETUP_TIMEOUT)
             .map_err(|e| err("connection at a", e))?;
         Ok(Pair {
             a,
