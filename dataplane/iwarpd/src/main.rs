@@ -346,7 +346,7 @@ enum SharedQueue {
 
 /// The configured port shared by `workers` workers, one view each, in order.
 fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String> {
-    let (steering, lanes) = Steering::new(workers).map_err(|e| format!("cores.workers: {e}"))?;
+    let steering = |e: std::io::Error| format!("cores.workers: {e}");
     match cfg.port_kind() {
         PortKind::Unix => {
             // One socket: worker 0 receives and steers, each transmits on its own handle.
@@ -359,29 +359,15 @@ fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String>
                 queues.push(port.sender().map_err(segment)?);
             }
             queues.insert(0, port);
-            Ok(queues
-                .into_iter()
-                .zip(lanes)
-                .enumerate()
-                .map(|(w, (q, lane))| {
-                    let s = Arc::clone(&steering);
-                    SharedQueue::Unix(SteeredPort::new(q, w == 0, w, s, lane))
-                })
-                .collect())
+            let views = Steering::share(queues, false).map_err(steering)?;
+            Ok(views.into_iter().map(SharedQueue::Unix).collect())
         }
         #[cfg(feature = "dpdk")]
         PortKind::Dpdk => {
             // A queue pair per worker: each receives its own queue and steers.
             let queues = dpdk_queues(cfg, workers as u16)?;
-            Ok(queues
-                .into_iter()
-                .zip(lanes)
-                .enumerate()
-                .map(|(w, (q, lane))| {
-                    let s = Arc::clone(&steering);
-                    SharedQueue::Dpdk(SteeredPort::new(q, true, w, s, lane))
-                })
-                .collect())
+            let views = Steering::share(queues, true).map_err(steering)?;
+            Ok(views.into_iter().map(SharedQueue::Dpdk).collect())
         }
         #[cfg(not(feature = "dpdk"))]
         PortKind::Dpdk => serve_dpdk_unsupported(),

@@ -328,29 +328,24 @@ mod tests {
         let mut ends = DaemonWake::create_workers(&name, dir.path(), 3).unwrap();
         assert!(dir.path().join("doorbell.2").exists());
         let w = Waker::open(dir.path()).unwrap();
+        let rung = |ends: &[DaemonWake]| -> Vec<bool> {
+            ends.iter().map(|e| wait(e.fd(), Duration::ZERO)).collect()
+        };
         ends[1].sleeping();
         w.kick();
-        let rung = ends
-            .iter()
-            .map(|e| wait(e.fd(), Duration::ZERO))
-            .collect::<Vec<_>>();
         assert_eq!(
-            rung,
+            rung(&ends),
             [false, true, false],
-            "kick rings the sleeping workers only"
+            "kick rings the sleepers only"
         );
         ends[1].awake();
         ends[0].sleeping();
         ends[2].sleeping();
         w.kick_worker(2);
-        let rung = ends
-            .iter()
-            .map(|e| wait(e.fd(), Duration::ZERO))
-            .collect::<Vec<_>>();
         assert_eq!(
-            rung,
+            rung(&ends),
             [false, false, true],
-            "kick_worker rings that worker only"
+            "kick_worker rings that one only"
         );
         let last = ends.pop().unwrap();
         drop(ends);

@@ -89,6 +89,22 @@ impl Steering {
         ))
     }
 
+    /// One view per worker of a port whose queues are `queues` (one per worker, in order):
+    /// with `each_receives`, every worker receives its own queue (a device with a queue pair
+    /// per worker); otherwise only worker 0 does (one socket, the others' handles only send).
+    pub fn share<P: Port>(queues: Vec<P>, each_receives: bool) -> io::Result<Vec<SteeredPort<P>>> {
+        let (steering, lanes) = Steering::new(queues.len())?;
+        Ok(queues
+            .into_iter()
+            .zip(lanes)
+            .enumerate()
+            .map(|(w, (q, lane))| {
+                let receives = each_receives || w == 0;
+                SteeredPort::new(q, receives, w, Arc::clone(&steering), lane)
+            })
+            .collect())
+    }
+
     pub fn workers(&self) -> usize {
         self.workers
     }
@@ -378,11 +394,10 @@ mod tests {
     fn worker_0_hands_frames_over_and_wakes_the_owner() {
         let (wire, queue0) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
         let (mut other, queue1) = MemoryPort::pair([2, 0, 0, 0, 0, 3], [2, 0, 0, 0, 0, 2], 1500);
-        let (s, mut lanes) = Steering::new(2).unwrap();
-        let lane1 = lanes.pop().unwrap();
-        let lane0 = lanes.pop().unwrap();
-        let mut w0 = SteeredPort::new(queue0, true, 0, Arc::clone(&s), lane0);
-        let mut w1 = SteeredPort::new(queue1, false, 1, Arc::clone(&s), lane1);
+        // One queue receives (worker 0's), as on a port with one socket.
+        let mut views = Steering::share(vec![queue0, queue1], false).unwrap();
+        let mut w1 = views.pop().unwrap();
+        let mut w0 = views.pop().unwrap();
         assert!(w1.steers_here(49153) && !w1.steers_here(49152));
         let mut wire = wire;
         for f in [tcp_frame(49153), tcp_frame(49152), arp(1)] {
