@@ -130,6 +130,9 @@ struct Conn {
     socket_gone: bool,
     /// When the connection was first seen over (for reclaiming its socket).
     over_since: Option<std::time::Instant>,
+    /// The listening port an accepted relay connection arrived on: steered to this worker
+    /// until the connection's socket is gone, even once nobody listens there.
+    accepted_on: Option<u16>,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -170,6 +173,7 @@ impl Conn {
             closing: false,
             socket_gone: false,
             over_since: None,
+            accepted_on: None,
         }
     }
 
@@ -416,7 +420,8 @@ impl<P: Port> Node<P> {
         for h in self.listeners.swap_remove(i).sockets {
             self.sockets.remove(h);
         }
-        self.dev.port.release_tcp_port(port);
+        // Connections accepted there keep their frames coming here until they are gone.
+        self.release_if_unused(port);
         true
     }
 
@@ -576,6 +581,7 @@ impl<P: Port> Node<P> {
                 self.next_incoming = self.incoming_base
                     + (self.next_incoming.wrapping_sub(self.incoming_base) + 1) % INCOMING_IDS;
                 let mut c = Conn::new(id, h, None, false, None);
+                c.accepted_on = Some(port);
                 c.state = ConnState::Relay;
                 c.ever_established = true;
                 self.conns.push(c);
@@ -786,6 +792,22 @@ impl<P: Port> Node<P> {
             self.sockets.remove(c.handle);
             c.socket_gone = true;
             c.inbuf = Vec::new();
+            if let Some(port) = c.accepted_on {
+                self.release_if_unused(port);
+            }
+        }
+    }
+
+    /// Gives up the steering of `port` once nothing here uses it: no listener, no accepted
+    /// connection whose socket lives.
+    fn release_if_unused(&mut self, port: u16) {
+        let used = self.listeners.iter().any(|l| l.port == port)
+            || self
+                .conns
+                .iter()
+                .any(|c| c.accepted_on == Some(port) && !c.socket_gone);
+        if !used {
+            self.dev.port.release_tcp_port(port);
         }
     }
 

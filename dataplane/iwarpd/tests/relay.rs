@@ -89,3 +89,75 @@ fn a_hundred_connections_opened_and_closed_leave_nothing_behind() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// On a port several workers share, a worker that stops listening keeps the frames of the
+/// connections it accepted there (they would otherwise go to worker 0, whose stack knows
+/// nothing of them): after `relay_unlisten`, bytes still arrive on the accepted connection.
+#[test]
+fn an_accepted_connection_outlives_its_listener_on_a_shared_port() {
+    use iwarpd::port::steer::Steering;
+    let dir = segment_dir("iwarp-relay-steer");
+    // A's two workers on one socket, as the daemon runs them: worker 0 receives and steers,
+    // worker 1 sends on its own handle and listens. A frame steered to worker 0 meets a
+    // stack that knows nothing of the connection and answers with a reset.
+    let port = UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x1a], 1500).unwrap();
+    let sender = port.sender().unwrap();
+    let mut views = Steering::share(vec![port, sender], false).unwrap();
+    let mut a = End::new(views.pop().unwrap(), A_IP);
+    let mut a0 = End::new(views.pop().unwrap(), A_IP);
+    let mut b = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x1b], 1500).unwrap(),
+        B_IP,
+    );
+    a.node.relay_listen(7201, 1).unwrap();
+    b.node
+        .relay_connect(1, SocketAddrV4::new(A_IP, 7201))
+        .unwrap();
+    let t = Instant::now();
+    let mut incoming = None;
+    let mut established = false;
+    while incoming.is_none() || !established {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no connection: a0 {:?} a1 {:?} b {:?}",
+            a0.node.counters(),
+            a.node.counters(),
+            b.node.counters()
+        );
+        a0.node.poll();
+        a.node.poll();
+        b.node.poll();
+        for e in a.node.take_events() {
+            if let NodeEvent::Incoming { conn, .. } = e {
+                incoming = Some(conn);
+            }
+        }
+        established |= b
+            .node
+            .take_events()
+            .any(|e| matches!(e, NodeEvent::Established { conn: 1 }));
+    }
+    assert!(a.node.relay_unlisten(7201));
+    // An MPA Request (RFC 5044 section 7.1: the key, flags with C set, revision 1, no private
+    // data), which the relay hands up whole.
+    let mut request = b"MPA ID Req Frame".to_vec();
+    request.extend([0x40, 1, 0, 0]);
+    b.node.relay_send(1, &request).unwrap();
+    let t = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < request.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the accepted connection lost its frames with its listener ({got:?})"
+        );
+        a0.node.poll();
+        a.node.poll();
+        b.node.poll();
+        for e in a.node.take_events() {
+            if let NodeEvent::Bytes { data, .. } = e {
+                got.extend(data);
+            }
+        }
+    }
+    assert_eq!(got, request);
+}
