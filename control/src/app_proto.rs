@@ -283,6 +283,7 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
         Request::AllocStag { pd } => w.u8(26).u32(*pd),
         Request::DeallocStag { stag } => w.u8(27).u32(*stag),
         Request::QuerySrq { srq } => w.u8(28).u32(*srq),
+        Request::Placement => w.u8(29),
     };
     framed(w)
 }
@@ -381,6 +382,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, Error> {
         26 => Request::AllocStag { pd: r.u32()? },
         27 => Request::DeallocStag { stag: r.u32()? },
         28 => Request::QuerySrq { srq: r.u32()? },
+        29 => Request::Placement,
         _ => {
             return Err(Error::Protocol {
                 what: "unknown request tag",
@@ -752,6 +754,7 @@ mod tests {
             Request::AllocStag { pd: 1 },
             Request::DeallocStag { stag: 0x301 },
             Request::QuerySrq { srq: 1 },
+            Request::Placement,
         ]
     }
 

@@ -82,6 +82,9 @@ pub enum Request {
     QuerySrq {
         srq: u32,
     },
+    /// Which of the daemon's poll-mode workers serves this application (answered with
+    /// [`Reply::Id`]), so that its posts ring only that worker's doorbell.
+    Placement,
     /// Modify S-RQ (Verbs section 9.2.4.3): set and arm the S-RQ limit (the asynchronous
     /// event when fewer than `limit` receives remain). The depth cannot change.
     ModifySrq {
@@ -394,6 +397,7 @@ impl Core {
             // Need IO (open, map, check the creator) or the connection manager: the process
             // layer answers these.
             Request::AttachSegment { .. }
+            | Request::Placement
             | Request::Listen { .. }
             | Request::Connect { .. }
             | Request::Accept { .. }

@@ -613,6 +613,7 @@ fn main() -> ExitCode {
                     Ok(Request::Listen { port, settings }) => {
                         listen(&mut cm, &mut daemon, app.id, port, settings)
                     }
+                    Ok(Request::Placement) => Reply::Id(daemon.router.app_worker(app.id) as u32),
                     Ok(
                         req @ (Request::Connect { .. }
                         | Request::Accept { .. }

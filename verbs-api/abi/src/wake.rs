@@ -8,9 +8,10 @@
 //! - `doorbell` (worker 0), `doorbell.1`, `doorbell.2`, ...: a named pipe per worker, which
 //!   it polls with its port's descriptor and its timers.
 //!
-//! An application does not know which worker serves it, so its [`Waker::kick`] rings every
-//! worker that sleeps (a worker woken for nothing takes one turn and sleeps again); control
-//! knows, and rings only that one ([`Waker::kick_worker`]).
+//! An application asks control which worker serves it and rings only that one
+//! ([`Waker::for_worker`]); a waker that does not know rings every worker that sleeps (a
+//! worker woken for nothing takes one turn and sleeps again). Control rings the worker it
+//! sent the command to ([`Waker::kick_worker`]).
 //!
 //! The daemon, out of work, stores 1 in the word, fences, and looks at every ring once more;
 //! finding nothing, it waits until the pipe or the port is readable or a timer is due, then
@@ -171,6 +172,8 @@ impl Drop for DaemonWake {
 pub struct Waker {
     /// Each worker's word and pipe.
     bells: Vec<(*const AtomicU32, File)>,
+    /// The one worker [`Waker::kick`] rings, once known ([`Waker::for_worker`]).
+    only: Option<usize>,
     _seg: Segment,
 }
 
@@ -202,14 +205,28 @@ impl Waker {
         if bells.is_empty() {
             return Err(Error::Layout);
         }
-        Ok(Waker { bells, _seg: seg })
+        Ok(Waker {
+            bells,
+            only: None,
+            _seg: seg,
+        })
     }
 
-    /// After publishing a ring's producer index: wake every worker that sleeps.
+    /// This producer's rings are read by `worker` alone (control placed its application
+    /// there): [`Waker::kick`] rings only it. A worker the daemon does not have leaves the
+    /// waker ringing every one.
+    pub fn for_worker(mut self, worker: usize) -> Waker {
+        self.only = (worker < self.bells.len()).then_some(worker);
+        self
+    }
+
+    /// After publishing a ring's producer index: wake the producer's worker if it sleeps
+    /// (every worker that sleeps, when which one is not known).
     pub fn kick(&self) {
         fence(Ordering::SeqCst);
-        for w in 0..self.bells.len() {
-            self.ring(w);
+        match self.only {
+            Some(w) => self.ring(w),
+            None => (0..self.bells.len()).for_each(|w| self.ring(w)),
         }
     }
 

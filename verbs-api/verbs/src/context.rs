@@ -165,11 +165,21 @@ impl core::fmt::Debug for Context {
 impl Context {
     /// Opens the RNIC served by the `iwarp-control` whose runtime directory is `runtime_dir`.
     pub fn open(runtime_dir: &Path) -> Result<Context, Error> {
-        let link = Link::open(&runtime_dir.join("control.sock"))?;
+        let mut link = Link::open(&runtime_dir.join("control.sock"))?;
+        // Control places this application on one of the daemon's workers: posts ring only
+        // that worker's doorbell.
+        let worker = match link.call(&Request::Placement)? {
+            ClientReply::Id(w) => Some(w as usize),
+            _ => None,
+        };
+        let waker = Waker::open(runtime_dir).ok().map(|w| match worker {
+            Some(n) => w.for_worker(n),
+            None => w,
+        });
         Ok(Context {
             link: Arc::new(Mutex::new(link)),
             runtime_dir: runtime_dir.to_path_buf(),
-            waker: Waker::open(runtime_dir).ok().map(Arc::new),
+            waker: waker.map(Arc::new),
         })
     }
 
