@@ -1,39 +1,19 @@
 //! The harness starts and stops real endpoints (iwarpd + iwarp-control, twice) on the embedded
 //! default port, and measures every verbs operation through them once iwarp-verbs can connect.
-//! The daemons are built first (a no-op when `cargo test --workspace` already built them).
+//! The daemons are built first when missing (`cargo test --workspace` builds them).
 
 use iwarp_bench::cli::{DaemonsArg, EndpointPlan, HugepagesArg, PortArg};
 use iwarp_bench::daemons::Endpoints;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// Builds iwarpd and iwarp-control in this test's profile and returns their paths.
+/// iwarpd and iwarp-control of this test's profile, built only when missing: a rebuild here
+/// with other features (`cargo test --workspace --features iwarpd/dpdk` built iwarpd with
+/// DPDK) would replace the binary the other crates' tests run.
 fn daemons() -> (PathBuf, PathBuf) {
-    let me = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>
-    let profile_dir = me.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "iwarpd", "-p", "iwarp-control"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if release {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "building the daemons failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let d = profile_dir.join("iwarpd");
-    let c = profile_dir.join("iwarp-control");
-    assert!(
-        d.is_file() && c.is_file(),
-        "{} / {}",
-        d.display(),
-        c.display()
-    );
-    (d, c)
+    (
+        iwarp_testkit::binary("iwarpd"),
+        iwarp_testkit::binary("iwarp-control"),
+    )
 }
 
 fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
