@@ -2,13 +2,16 @@
 //! node that runs TCP connections through the RNIC engine.
 //!
 //! - `port/`: the [`port::Port`] trait and its implementations (embedded Unix-socket
-//!   Ethernet, pcap capture wrapper, a lossy wrapper for tests).
+//!   Ethernet, TAP, DPDK, pcap capture wrapper, a lossy wrapper for tests), and
+//!   `port/steer.rs`, which shares one port among several workers.
 //! - `device.rs`: smoltcp's `phy::Device` over a port.
 //! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
 //!   configured minimum RTO.
 //! - `node.rs`: one RNIC on one port: TCP per QP, MPA setup, FPDU-aligned transmission.
+//! - `host/`: the service a worker runs beside its node: its command and upcall rings from
+//!   control, its applications' queue rings, completions and events.
 //! - `worker.rs`: the poll-mode core that owns a node (pinning, busy/adaptive polling,
-//!   counters readable while it runs).
+//!   counters readable while it runs); a daemon runs one per configured worker.
 
 pub mod clock;
 pub mod device;

@@ -13,8 +13,9 @@
 //!   [`wqe::AsyncEvent`].
 //! - [`command`]: the control <-> daemon messages ([`command::Command`],
 //!   [`command::Upcall`]) in fixed-size [`command::Msg`] slots.
-//! - [`daemon_shm`]: iwarpd's segment: command ring, upcall ring, heartbeat and generation.
-//! - [`wake`]: the daemon's sleep word and doorbell pipe, so an idle daemon sleeps in the
+//! - [`daemon_shm`]: iwarpd's segment: per worker a command ring, an upcall ring and a
+//!   heartbeat; the generation words.
+//! - [`wake`]: each worker's sleep word and doorbell pipe, so an idle worker sleeps in the
 //!   kernel and a post from another process wakes it (no system call while it runs).
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
