@@ -13,12 +13,14 @@ use std::collections::HashMap;
 
 /// Which worker of the daemon serves what. Every resource of an application lives on one
 /// worker (its QPs' connections included, so a worker serves them end to end): the
-/// application's commands go there. A connection's commands go to the worker that holds it:
+/// application's commands go there. An application is placed when it connects, on the worker
+/// serving the fewest applications then. A connection's commands go to the worker that holds it:
 /// its QP's for an active open, or the one that reported it incoming (a listener's
 /// connections arrive on the worker of the listening application).
 #[derive(Debug)]
 pub struct Router {
     workers: usize,
+    apps: HashMap<AppId, usize>,
     qps: HashMap<u32, usize>,
     conns: HashMap<u32, usize>,
     listens: HashMap<u16, usize>,
@@ -28,15 +30,33 @@ impl Router {
     pub fn new(workers: usize) -> Router {
         Router {
             workers: workers.max(1),
+            apps: HashMap::new(),
             qps: HashMap::new(),
             conns: HashMap::new(),
             listens: HashMap::new(),
         }
     }
 
-    /// The worker of application `app` (ids count from 1; round robin).
+    /// Places application `app` on the worker that serves the fewest applications (the
+    /// lowest-numbered of equals) and returns it.
+    pub fn place(&mut self, app: AppId) -> usize {
+        let mut load = vec![0usize; self.workers];
+        for &w in self.apps.values() {
+            load[w] += 1;
+        }
+        let w = (0..self.workers).min_by_key(|&w| load[w]).unwrap_or(0);
+        self.apps.insert(app, w);
+        w
+    }
+
+    /// The worker of application `app` (worker 0 for one never placed).
     pub fn app_worker(&self, app: AppId) -> usize {
-        (app.wrapping_sub(1) as usize) % self.workers
+        self.apps.get(&app).copied().unwrap_or(0)
+    }
+
+    /// `app` went away and its teardown was sent: its place is free.
+    pub fn forget_app(&mut self, app: AppId) {
+        self.apps.remove(&app);
     }
 
     /// The worker command `c` goes to, sent on behalf of `app` when the caller knows it
@@ -270,9 +290,13 @@ mod tests {
         use std::net::SocketAddr;
         let mut r = Router::new(3);
         let peer: SocketAddr = "10.0.0.2:7000".parse().unwrap();
-        // Apps 1, 2, 3, 4 on workers 0, 1, 2, 0.
-        let w: Vec<usize> = (1..=4).map(|a| r.app_worker(a)).collect();
+        // Apps 1, 2, 3, 4 on workers 0, 1, 2, 0; when 2 leaves, app 5 takes its worker.
+        let w: Vec<usize> = (1..=4).map(|a| r.place(a)).collect();
         assert_eq!(w, [0, 1, 2, 0]);
+        assert_eq!(r.app_worker(3), 2);
+        r.forget_app(2);
+        assert_eq!(r.place(5), 1, "the least loaded worker");
+        r.place(2);
         assert_eq!(r.route(Some(2), &Command::AllocPd { pd: 9 }), 1);
         // App 3's QP 1 connects: the connection's commands follow the QP without naming
         // the app.

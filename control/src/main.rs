@@ -556,6 +556,7 @@ fn main() -> ExitCode {
             Ok((stream, _)) => {
                 if stream.set_nonblocking(true).is_ok() {
                     let pid = peer_pid(&stream);
+                    daemon.router.place(next_app);
                     apps.push(App {
                         id: next_app,
                         stream,
@@ -639,6 +640,7 @@ fn main() -> ExitCode {
                     eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
                 }
             }
+            daemon.router.forget_app(app.id);
             outbox.extend(cm.app_gone(app.id));
             remove_files(&app);
         }

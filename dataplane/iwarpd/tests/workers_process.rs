@@ -235,7 +235,8 @@ fn over_dpdk_memif_each_worker_has_its_own_queue() {
 }
 
 fn cross_the_workers(a: &Endpoint, b: &Endpoint) {
-    // Control puts its first application on worker 0, its second on worker 1.
+    // Control puts each new application on the worker serving the fewest: the first on
+    // worker 0, the second on worker 1.
     let (a0, a1) = (
         Context::open(&a.runtime).unwrap(),
         Context::open(&a.runtime).unwrap(),
@@ -243,6 +244,12 @@ fn cross_the_workers(a: &Endpoint, b: &Endpoint) {
     let (b0, b1) = (
         Context::open(&b.runtime).unwrap(),
         Context::open(&b.runtime).unwrap(),
+    );
+    let placed = [&a0, &a1, &b0, &b1].map(|c| c.worker());
+    assert_eq!(
+        placed,
+        [Some(0), Some(1), Some(0), Some(1)],
+        "control's placement"
     );
     let first = exchange(&a0, &b1, 7401, "A worker 0 to B worker 1");
     let second = exchange(&a1, &b0, 7402, "A worker 1 to B worker 0");

@@ -104,6 +104,7 @@ pub struct Context {
     /// iwarpd's doorbell for an idle poll loop (`iwarp_abi::wake`); `None` when the daemon
     /// offers none (it then polls on a timer).
     waker: Option<Arc<Waker>>,
+    worker: Option<usize>,
 }
 
 /// What a queue pair is created with (Verbs section 8.2.1).
@@ -180,7 +181,14 @@ impl Context {
             link: Arc::new(Mutex::new(link)),
             runtime_dir: runtime_dir.to_path_buf(),
             waker: waker.map(Arc::new),
+            worker,
         })
+    }
+
+    /// The daemon's poll-mode worker that serves this context (control placed it there when
+    /// it opened; `None` from a control that does not say).
+    pub fn worker(&self) -> Option<usize> {
+        self.worker
     }
 
     /// Opens the RNIC of `$IWARP_RUNTIME_DIR`, else of the default configuration's runtime

@@ -1,5 +1,5 @@
 //! The slow path of the verbs transport: a context per daemon worker on each endpoint
-//! (iwarp-control's `control.sock`; control puts each context on the next worker), then per
+//! (iwarp-control's `control.sock`; control places each context on a worker), then per
 //! connected pair a PD, a CQ, a QP and a registered shared buffer on each side, and the
 //! connection itself (listen on `b`, connect from `a`, accept), which is all an application
 //! does before its first work request. Pairs go round-robin over the contexts, so the
@@ -35,14 +35,11 @@ pub struct Contexts {
 }
 
 impl Contexts {
-    /// Opens `workers` contexts on each endpoint (through its control socket).
+    /// Opens a context on each of the `workers` workers of each endpoint (through its control
+    /// socket).
     pub fn open(endpoints: &Endpoints, workers: usize) -> Result<Contexts> {
-        let mut a = Vec::new();
-        let mut b = Vec::new();
-        for _ in 0..workers.max(1) {
-            a.push(Context::open(&endpoints.a.runtime_dir).map_err(|e| err("open endpoint a", e))?);
-            b.push(Context::open(&endpoints.b.runtime_dir).map_err(|e| err("open endpoint b", e))?);
-        }
+        let a = per_worker(&endpoints.a.runtime_dir, workers, "a")?;
+        let b = per_worker(&endpoints.b.runtime_dir, workers, "b")?;
         Ok(Contexts {
             listening: (0..a.len()).map(|_| AtomicBool::new(false)).collect(),
             a,
@@ -123,4 +120,40 @@ fn side(ctx: &Context, depth: usize, buf_len: usize) -> Result<Side> {
         rq_depth: depth,
         keep: Box::new((pd, buf, ctx.clone())),
     })
+}
+
+/// One context on each of `workers` workers of the endpoint in `dir`. Control places a new
+/// context on the worker serving the fewest applications, so on a daemon other applications
+/// already use, a few more may be needed to reach every worker; those extra ones are closed.
+fn per_worker(dir: &std::path::Path, workers: usize, name: &str) -> Result<Vec<Context>> {
+    let workers = workers.max(1);
+    let mut mine: Vec<Option<Context>> = (0..workers).map(|_| None).collect();
+    let mut extra = Vec::new();
+    for _ in 0..workers * 4 {
+        if mine.iter().all(Option::is_some) {
+            break;
+        }
+        let c = Context::open(dir).map_err(|e| err(&format!("open endpoint {name}"), e))?;
+        match c.worker() {
+            Some(w) if w < workers && mine[w].is_none() => mine[w] = Some(c),
+            // A control that does not place, or one worker only: any context serves.
+            None if workers == 1 => mine[0] = Some(c),
+            _ => extra.push(c),
+        }
+    }
+    drop(extra);
+    mine.into_iter()
+        .enumerate()
+        .map(|(w, c)| {
+            c.ok_or_else(|| {
+                err(
+                    &format!("endpoint {name}"),
+                    format!(
+                        "no context landed on worker {w} (does its daemon run {workers} workers? \
+                         --daemon-workers says so)"
+                    ),
+                )
+            })
+        })
+        .collect()
 }
