@@ -4,8 +4,11 @@
 //! shared port steers to it). Two pairs of applications cross the workers: A's worker 0 talks
 //! to B's worker 1 and A's worker 1 to B's worker 0, every operation, bytes compared; the
 //! daemons' per-worker counters show each connection on its own worker. Over the embedded
-//! port (one socket, which worker 0 receives and steers) everywhere; over DPDK `net_memif`
-//! with a queue pair per worker when built with the `dpdk` feature and run as root.
+//! port (one socket, which worker 0 receives and steers) everywhere, with each of A's workers
+//! writing its own pcap file that Wireshark's dissectors decode; over DPDK `net_memif` with a
+//! queue pair per worker when built with the `dpdk` feature and run as root.
+
+mod common;
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
@@ -20,8 +23,10 @@ struct Endpoint {
     _daemon: Proc,
 }
 
-fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
-    let daemon = testkit::start_daemon(dir, name, n, 56, &["--workers", "2"]);
+fn endpoint(dir: &Path, name: &str, n: u8, extra: &[&str]) -> Endpoint {
+    let mut args = vec!["--workers", "2"];
+    args.extend(extra);
+    let daemon = testkit::start_daemon(dir, name, n, 56, &args);
     let runtime = dir.join(name);
     Endpoint {
         _control: testkit::start_control(&runtime),
@@ -215,9 +220,15 @@ fn exchange(ca: &Context, cb: &Context, port: u16, tag: &str) -> Pair {
 #[test]
 fn applications_on_different_workers_are_each_served_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    let a = endpoint(dir.path(), "a", 1);
-    let b = endpoint(dir.path(), "b", 2);
+    let pcap = dir.path().join("a.pcap");
+    let a = endpoint(dir.path(), "a", 1, &["--pcap", pcap.to_str().unwrap()]);
+    let b = endpoint(dir.path(), "b", 2, &[]);
     cross_the_workers(&a, &b);
+    // Each worker captured what its own stack sent and received: its connection's FPDUs,
+    // both ways (at least the five A sent and the three answers).
+    for file in ["a.pcap", "a-w1.pcap"] {
+        common::tshark_check(&dir.path().join(file), 8);
+    }
 }
 
 #[cfg(feature = "dpdk")]

@@ -136,3 +136,79 @@ pub fn until<P: Port, Q: Port>(
 pub fn segment_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(name).tempdir().unwrap()
 }
+
+/// Wireshark's iWARP dissectors must decode the capture: at least `min_fpdus` FPDUs found,
+/// none malformed, every CRC good. Skipped (with a message) where tshark is not installed; CI installs it.
+pub fn tshark_check(pcap: &std::path::Path, min_fpdus: usize) {
+    let run = |filter: &str, field: &str| -> Option<Vec<String>> {
+        let out = std::process::Command::new("tshark")
+            // rpcordma wrongly claims small Sends (see testdata/captures/README.md).
+            .args([
+                "-r",
+                pcap.to_str().unwrap(),
+                "--disable-protocol",
+                "rpcordma",
+                "-Y",
+                filter,
+                "-T",
+                "fields",
+                "-e",
+                field,
+            ])
+            .output()
+            .ok()?;
+        assert!(
+            out.status.success(),
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    let Some(fpdus) = run("iwarp_ddp_rdmap", "frame.number") else {
+        eprintln!("tshark_check: skipped (tshark not installed)");
+        return;
+    };
+    assert!(
+        fpdus.len() >= min_fpdus,
+        "{}: tshark decoded only {} FPDUs",
+        pcap.display(),
+        fpdus.len()
+    );
+    let malformed = run(
+        "_ws.malformed || _ws.expert.severity == error",
+        "frame.number",
+    )
+    .unwrap();
+    assert!(
+        malformed.is_empty(),
+        "malformed or erroneous frames: {malformed:?}"
+    );
+    // Wireshark 4.0 reports the CRC check only in its detail text: "(Good CRC32)".
+    let out = std::process::Command::new("tshark")
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "--disable-protocol",
+            "rpcordma",
+            "-V",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let good = text.matches("(Good CRC32)").count();
+    assert_eq!(
+        text.matches("Bad CRC32").count(),
+        0,
+        "tshark found bad CRCs"
+    );
+    assert_eq!(good, fpdus.len(), "every FPDU's CRC checked good");
+    eprintln!(
+        "tshark: {} FPDUs decoded, all CRCs good, none malformed",
+        fpdus.len()
+    );
+}
