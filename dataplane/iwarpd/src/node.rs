@@ -522,6 +522,14 @@ impl<P: Port> Node<P> {
         Ok(())
     }
 
+    /// The engine QP bound to relay connection `conn`, if it is live and has one.
+    pub fn qp_of_conn(&self, conn: u32) -> Option<u32> {
+        self.conns
+            .iter()
+            .find(|c| c.id == conn && !c.socket_gone && !c.is_over())
+            .and_then(|c| c.qp)
+    }
+
     /// The relay connection owned by engine QP `qp`, if one is live.
     pub fn conn_of_qp(&self, qp: u32) -> Option<u32> {
         self.conns

@@ -263,28 +263,40 @@ impl Host {
     fn fast_path(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
         for (num, qp) in self.qps.iter_mut() {
-            if qp.host.is_corrupt() {
-                if rnic.qp_state(qp.host.engine_qp) != Some(QpState::Error) {
-                    tracing::warn!("QP {num}: ring indices corrupt, QP to Error");
-                    let _ = rnic.modify_qp(qp.host.engine_qp, QpState::Error);
-                    worked = true;
-                }
-                continue;
+            worked |= Self::pump_qp(*num, qp, &mut self.cqs, rnic);
+        }
+        worked | self.drain_cqs(rnic)
+    }
+
+    /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
+    /// corrupt, puts it in Error) and hands its ring-side completions to its CQs.
+    fn pump_qp(num: u32, qp: &mut Qp, cqs: &mut HashMap<u32, Cq>, rnic: &mut Rnic) -> bool {
+        if qp.host.is_corrupt() {
+            if rnic.qp_state(qp.host.engine_qp) == Some(QpState::Error) {
+                return false;
             }
-            let s = qp.host.pump_sq(rnic);
-            worked |= s.posted + s.rejected > 0;
-            for (cqes, cq) in [
-                (&mut qp.host.pending_send_cqes, qp.send_cq),
-                (&mut qp.host.pending_recv_cqes, qp.recv_cq),
-            ] {
-                if !cqes.is_empty() {
-                    if let Some(c) = self.cqs.get_mut(&cq) {
-                        c.pending.append(cqes);
-                    }
+            tracing::warn!("QP {num}: ring indices corrupt, QP to Error");
+            let _ = rnic.modify_qp(qp.host.engine_qp, QpState::Error);
+            return true;
+        }
+        let s = qp.host.pump_sq(rnic);
+        for (cqes, cq) in [
+            (&mut qp.host.pending_send_cqes, qp.send_cq),
+            (&mut qp.host.pending_recv_cqes, qp.recv_cq),
+        ] {
+            if !cqes.is_empty() {
+                if let Some(c) = cqs.get_mut(&cq) {
+                    c.pending.append(cqes);
                 }
             }
         }
+        s.posted + s.rejected > 0
+    }
+
+    /// Moves completions into every CQ ring.
+    fn drain_cqs(&mut self, rnic: &mut Rnic) -> bool {
         let qp_num = &self.qp_num;
+        let mut worked = false;
         for cq in self.cqs.values_mut() {
             let d = cq.host.drain(rnic, &mut cq.pending, |q| {
                 qp_num.get(&q).copied().unwrap_or(NO_ID)
@@ -565,10 +577,15 @@ impl Host {
             // Ending a connection that already ended (its QP was destroyed, the peer reset
             // it) is done, not an error: control's teardown may cross the daemon's.
             Command::TcpClose { conn } => {
-                // What the application posted before it asked to disconnect goes out first.
-                for _ in 0..64 {
-                    if !self.fast_path(&mut node.rnic) {
-                        break;
+                // What the application posted on this connection's QP before it asked to
+                // disconnect goes out first (the other QPs wait for the next turn).
+                let closing = node.qp_of_conn(conn).and_then(|eqp| self.qp_num.get(&eqp));
+                if let Some(qp) = closing.and_then(|num| self.qps.get_mut(num)) {
+                    let num = closing.copied().unwrap_or(NO_ID);
+                    for _ in 0..64 {
+                        if !Self::pump_qp(num, qp, &mut self.cqs, &mut node.rnic) {
+                            break;
+                        }
                     }
                 }
                 if let Err(e) = node.relay_close(conn) {
