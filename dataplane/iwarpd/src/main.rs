@@ -276,7 +276,8 @@ fn run(cfg: Config) -> Result<(), String> {
         threads.push(thread);
     }
     // Each worker opens or takes its port on its own core (its memory local to that core):
-    // wait for every verdict.
+    // wait for every verdict (a worker that dies without one drops its sender).
+    drop(ready_tx);
     let mut started = Ok(());
     for _ in 0..workers {
         let r = ready_rx
