@@ -356,3 +356,33 @@ fn verbs_operations_without_an_endpoint_fail_cleanly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no control.sock"), "{err}");
 }
+
+#[test]
+fn node_pair_measures_the_frame_path() {
+    // Two nodes on one thread over an in-memory link: the round trip and one hop, as
+    // percentiles (no time is asserted, only that a measurement was made and printed).
+    let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
+        .arg("2000")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2000 round trips"), "{text}");
+    for row in ["round trip", "one hop"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("{text}"));
+        let p50: f64 = line[row.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(p50 > 0.0, "{line}");
+    }
+}

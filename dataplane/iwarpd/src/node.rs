@@ -143,6 +143,7 @@ impl StageClock {
         StageClock(on.then(std::time::Instant::now))
     }
     /// Nanoseconds since the previous lap.
+    #[inline]
     fn lap(&mut self) -> u64 {
         let Some(t) = self.0 else { return 0 };
         let now = std::time::Instant::now();
@@ -664,14 +665,17 @@ impl<P: Port> Node<P> {
 
     fn iface_poll(&mut self) {
         let now = self.clock.now();
+        self.iface_egress(now);
+    }
+
+    fn iface_egress(&mut self, now: smoltcp::time::Instant) {
         self.iface.poll(now, &mut self.dev, &mut self.sockets);
     }
 
     /// Received frames into TCP, nothing out yet: the ACK for a request then leaves with the
     /// engine's answer (a Read Response, a Send) in one segment instead of a pure ACK
     /// first, which would cost a frame and wake the peer for nothing.
-    fn iface_ingress(&mut self) {
-        let now = self.clock.now();
+    fn iface_ingress(&mut self, now: smoltcp::time::Instant) {
         self.iface.poll_maintenance(now);
         while self
             .iface
@@ -693,12 +697,15 @@ impl<P: Port> Node<P> {
         let mut clock = StageClock::new(self.stage_timing);
         let mut t = StageNs::default();
         let mut got = 0;
+        // One clock read per turn: TCP sees the turn's start for what it receives and sends
+        // (the turn lasts microseconds; a clock read costs as much as a TCP segment here).
+        let now = self.clock.now();
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         for _ in 0..8 {
             let n = self.dev.fill();
             t.port += clock.lap();
             got += n;
-            self.iface_ingress();
+            self.iface_ingress(now);
             t.tcp += clock.lap();
             if n == 0 {
                 break;
@@ -713,7 +720,7 @@ impl<P: Port> Node<P> {
         }
         self.forget_reclaimed();
         t.engine += clock.lap();
-        self.iface_poll();
+        self.iface_egress(now);
         t.tcp += clock.lap();
         let _ = self.dev.port.flush();
         t.port += clock.lap();
