@@ -5,7 +5,10 @@
 //! post that starts it, twice per round trip. Percentiles of the round trip and of one hop
 //! (half of it), in microseconds.
 //!
-//!     cargo run --release -p iwarp-bench --bin node-pair [-- ITERATIONS]
+//!     cargo run --release -p iwarp-bench --bin node-pair [-- ITERATIONS [ACK_DELAY_US]]
+//!
+//! With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides its answer instead of
+//! going out alone.
 
 use hdrhistogram::Histogram;
 use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Sge, WorkCompletion};
@@ -28,8 +31,8 @@ struct End {
 }
 
 impl End {
-    fn new(port: MemoryPort, ip: Ipv4Addr) -> End {
-        let mut node = Node::new(port, ip, 24, TcpSettings::default());
+    fn new(port: MemoryPort, ip: Ipv4Addr, tcp: TcpSettings) -> End {
+        let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
         let cq = node.rnic.create_cq(1024);
         let caps = QpCaps {
@@ -95,10 +98,18 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
+    let ack_us: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0);
+    let tcp = TcpSettings {
+        ack_delay: Duration::from_micros(ack_us),
+        ..TcpSettings::default()
+    };
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let mut a = End::new(pa, ip_a);
-    let mut b = End::new(pb, ip_b);
+    let mut a = End::new(pa, ip_a, tcp);
+    let mut b = End::new(pb, ip_b, tcp);
     a.conn = a
         .node
         .listen(7174, a.qp, Settings::default())
@@ -144,7 +155,7 @@ fn main() {
         |h: &Histogram<u64>, q: f64, div: u64| h.value_at_quantile(q) as f64 / 1e3 / div as f64;
     println!(
         "node-pair: RDMA Write {LEN} B ping-pong, two nodes on one thread, {iterations} round \
-         trips ({:.1} frames from A per round trip)",
+         trips, ACK delay {ack_us} us ({:.1} frames from A per round trip)",
         frames as f64 / (warmup + iterations) as f64
     );
     println!("             p50      p90      p99    p99.9      max   (microseconds)");

@@ -581,6 +581,7 @@ impl Ctx<'_> {
             mss: cfg.tcp.mss,
             max_inflight: cfg.tcp.max_inflight,
             user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
+            ack_delay: Duration::from_micros(cfg.tcp.ack_delay_us),
         };
         let mut node = Node::new(port, self.ip, self.prefix, tcp);
         node.set_worker(self.worker);

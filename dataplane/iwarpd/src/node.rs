@@ -42,6 +42,9 @@ pub struct TcpSettings {
     /// A connection whose data goes unacknowledged this long (real time) is given up, and
     /// its QP enters Error: how a dead peer is detected.
     pub user_timeout: std::time::Duration,
+    /// How long the ACK of a lone small segment may wait for data to ride on (real time);
+    /// zero: at once.
+    pub ack_delay: std::time::Duration,
 }
 
 impl Default for TcpSettings {
@@ -53,6 +56,7 @@ impl Default for TcpSettings {
             mss: 1460,
             max_inflight: 256 << 10,
             user_timeout: std::time::Duration::from_secs(2),
+            ack_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -289,9 +293,11 @@ impl<P: Port> Node<P> {
             tcp::SocketBuffer::new(vec![0; self.tcp.rx_buffer]),
             tcp::SocketBuffer::new(vec![0; self.tcp.tx_buffer]),
         );
-        // RDMA latency: no Nagle, no delayed ACK.
+        // RDMA latency: no Nagle; an ACK held only when configured (`TcpSettings::ack_delay`),
+        // and only for a lone small segment.
         s.set_nagle_enabled(false);
-        s.set_ack_delay(None);
+        let delay = self.tcp.ack_delay;
+        s.set_ack_delay((!delay.is_zero()).then(|| self.clock.real_to_virtual(delay)));
         // smoltcp's congestion controllers count the window in bytes and cut segments at its
         // edge, which breaks FPDU alignment. We bound what is in flight ourselves instead
         // (`TcpSettings::max_inflight`, whole segments), and smoltcp sends what we queue.

@@ -51,7 +51,10 @@ pub struct End<P: Port> {
 
 impl<P: Port> End<P> {
     pub fn new(port: P, ip: Ipv4Addr) -> End<P> {
-        let mut node = Node::new(port, ip, 24, TcpSettings::default());
+        End::with_tcp(port, ip, TcpSettings::default())
+    }
+    pub fn with_tcp(port: P, ip: Ipv4Addr, tcp: TcpSettings) -> End<P> {
+        let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
         let cq = node.rnic.create_cq(4096);
         let qp = node
@@ -98,8 +101,17 @@ pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
 
 pub fn pair<P: Port, Q: Port>(pa: P, pb: Q, settings: Settings) -> (End<P>, End<Q>) {
-    let mut a = End::new(pa, A_IP);
-    let mut b = End::new(pb, B_IP);
+    pair_tcp(pa, pb, settings, TcpSettings::default())
+}
+
+pub fn pair_tcp<P: Port, Q: Port>(
+    pa: P,
+    pb: Q,
+    settings: Settings,
+    tcp: TcpSettings,
+) -> (End<P>, End<Q>) {
+    let mut a = End::with_tcp(pa, A_IP, tcp);
+    let mut b = End::with_tcp(pb, B_IP, tcp);
     a.conn = a.node.listen(7174, a.qp, settings.clone()).unwrap();
     b.conn = b.node.connect(A_IP, 7174, 40000, b.qp, settings).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
