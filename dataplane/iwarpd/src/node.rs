@@ -669,6 +669,11 @@ impl<P: Port> Node<P> {
         self.dev.port.inbox_fd()
     }
 
+    /// Tells the port the loop is about to sleep or is awake ([`Port::set_asleep`]).
+    pub fn set_asleep(&mut self, asleep: bool) {
+        self.dev.port.set_asleep(asleep)
+    }
+
     fn iface_poll(&mut self) {
         let now = self.clock.now();
         self.iface_egress(now);

@@ -314,6 +314,7 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
         d.sleeping();
         d.fd()
     });
+    node.set_asleep(true);
     let inbox = node.inbox_fd();
     let worked = node.poll_with(|rnic| service.before_rx(rnic)) | service.turn(node);
     let woken = (!worked).then(|| {
@@ -325,6 +326,7 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
             doorbell,
         }
     });
+    node.set_asleep(false);
     if let Some(d) = service.doorbell() {
         d.awake();
     }

@@ -58,6 +58,9 @@ impl<P: Port> Port for LossyPort<P> {
     fn inbox_fd(&self) -> Option<std::os::fd::RawFd> {
         self.inner.inbox_fd()
     }
+    fn set_asleep(&mut self, asleep: bool) {
+        self.inner.set_asleep(asleep)
+    }
     fn claim_tcp_port(&mut self, port: u16) -> bool {
         self.inner.claim_tcp_port(port)
     }

@@ -52,6 +52,11 @@ pub trait Port {
     fn inbox_fd(&self) -> Option<RawFd> {
         None
     }
+    /// The poll loop is about to sleep on the port's descriptors (`true`; it looks at the
+    /// port once more after saying so) or is awake again (`false`). A port fed by other
+    /// workers has them ring its inbox only while it sleeps, so a running worker costs them
+    /// no system call.
+    fn set_asleep(&mut self, _asleep: bool) {}
     /// Steering, on a port several workers share: frames to local TCP port `port` should
     /// reach this worker (it listens there). False when another worker has claimed it.
     fn claim_tcp_port(&mut self, _port: u16) -> bool {

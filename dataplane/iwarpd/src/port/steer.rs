@@ -14,14 +14,16 @@
 //!   stack answers with a reset, as one stack would).
 //!
 //! A port with one queue (the Unix and TAP ports) is received by worker 0, which hands other
-//! workers' frames over lock-free channels and rings their eventfd, on which they sleep;
-//! every worker transmits on its own handle. With a NIC queue per worker the same rule
+//! workers' frames over lock-free channels; every worker transmits on its own handle. A
+//! worker that sleeps says so first (the "needs wake-up" flag of `iwarp_abi::wake`, per
+//! worker), and only then do the others ring its eventfd: handing frames to a running worker
+//! costs no system call. With a NIC queue per worker the same rule
 //! would only move the frames the NIC's hash placed elsewhere.
 
 use super::Port;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
@@ -37,12 +39,18 @@ pub enum Dest {
     All,
 }
 
+/// Whether a worker sleeps, on a cache line of its own (the forwarders read it each burst).
+#[repr(align(64))]
+#[derive(Default)]
+struct Asleep(AtomicBool);
+
 /// What the workers of one port share: the listener table and each worker's inbox.
 pub struct Steering {
     workers: usize,
     /// Local TCP port → listening worker + 1 (0: none).
     listeners: Box<[AtomicU8]>,
     inboxes: Vec<(SyncSender<Vec<u8>>, OwnedFd)>,
+    asleep: Box<[Asleep]>,
 }
 
 /// One worker's end of its inbox.
@@ -84,6 +92,7 @@ impl Steering {
                 workers,
                 listeners,
                 inboxes,
+                asleep: (0..workers).map(|_| Asleep::default()).collect(),
             }),
             lanes,
         ))
@@ -162,8 +171,14 @@ impl Steering {
         }
     }
 
-    /// Wakes worker `w` (its lane's descriptor becomes readable).
+    /// Wakes worker `w` if it sleeps (its lane's descriptor becomes readable), after frames
+    /// were handed to it. The fence pairs with the one in `set_asleep`: either the worker's
+    /// last look before sleeping finds the frames, or this sees it asleep and rings.
     fn ring(&self, w: usize) {
+        fence(Ordering::SeqCst);
+        if !self.asleep[w].0.load(Ordering::Relaxed) {
+            return;
+        }
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 octets from a live buffer to an eventfd we hold; a full counter
         // (EAGAIN) already means "readable".
@@ -321,6 +336,13 @@ impl<P: Port> Port for SteeredPort<P> {
         self.receives.then(|| self.lane.event.as_raw_fd())
     }
 
+    fn set_asleep(&mut self, asleep: bool) {
+        self.steering.asleep[self.me]
+            .0
+            .store(asleep, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
     fn claim_tcp_port(&mut self, port: u16) -> bool {
         self.steering.claim(self.me, port)
     }
@@ -416,6 +438,8 @@ mod tests {
         // (The memory port has no descriptor, so `wait_fd` says "poll"; the inbox has one.)
         let w1_fd = w1.lane.event.as_raw_fd();
         assert!(!readable(w1_fd));
+        // Worker 1 is about to sleep: frames handed to it now ring its inbox.
+        w1.set_asleep(true);
         let mut at0 = Vec::new();
         assert_eq!(w0.rx_burst(32, |f| at0.push(f.to_vec())).unwrap(), 3);
         assert_eq!(at0, [tcp_frame(49152), arp(1)]);
@@ -428,6 +452,13 @@ mod tests {
         assert_eq!(w1.rx_burst(32, |f| at1.push(f.to_vec())).unwrap(), 2);
         assert_eq!(at1, [tcp_frame(49153), arp(1)]);
         assert!(!readable(w1_fd), "the wake-up was consumed");
+        // Awake, it is handed frames without a ring (no system call for the forwarder).
+        w1.set_asleep(false);
+        wire.tx(&tcp_frame(49155)).unwrap();
+        wire.flush().unwrap();
+        assert_eq!(w0.rx_burst(32, |_| {}).unwrap(), 1);
+        assert!(!readable(w1_fd), "a running worker was rung");
+        assert_eq!(w1.rx_burst(32, |_| {}).unwrap(), 1, "but it has the frame");
         // Only worker 0 answers ARP requests; any worker may ask.
         w1.tx(&arp(2)).unwrap();
         w1.tx(&arp(1)).unwrap();
@@ -440,5 +471,62 @@ mod tests {
         let mut sent0 = Vec::new();
         wire.rx_burst(32, |f| sent0.push(f.to_vec())).unwrap();
         assert_eq!(sent0, [arp(2)]);
+    }
+
+    /// A forwarder hands 20 000 frames to a worker that sleeps whenever it has seen
+    /// everything, with no timeout short enough to hide a lost wake-up (a lost one leaves it
+    /// asleep for 5 s, and the test fails).
+    #[test]
+    fn no_handed_frame_is_left_asleep() {
+        const N: usize = 20_000;
+        let (mut wire, queue0) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        let (_other, queue1) = MemoryPort::pair([2, 0, 0, 0, 0, 3], [2, 0, 0, 0, 0, 2], 1500);
+        let mut views = Steering::share(vec![queue0, queue1], false).unwrap();
+        let mut w1 = views.pop().unwrap();
+        let mut w0 = views.pop().unwrap();
+        let forwarder = std::thread::spawn(move || {
+            for i in 0..N {
+                wire.tx(&tcp_frame(49153)).unwrap();
+                wire.flush().unwrap();
+                while w0.rx_burst(32, |_| {}).unwrap() == 0 {}
+                if i % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let fd = w1.lane.event.as_raw_fd();
+        let (mut seen, mut sleeps) = (0, 0);
+        while seen < N {
+            let n = w1.rx_burst(32, |_| {}).unwrap();
+            if n > 0 {
+                seen += n;
+                continue;
+            }
+            w1.set_asleep(true);
+            let n = w1.rx_burst(32, |_| {}).unwrap();
+            if n > 0 {
+                seen += n;
+                w1.set_asleep(false);
+                continue;
+            }
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the call.
+            let rang = unsafe { libc::poll(&mut p, 1, 5000) } == 1;
+            assert!(
+                rang,
+                "asleep with {seen} of {N} frames seen: a wake-up was lost"
+            );
+            w1.set_asleep(false);
+            sleeps += 1;
+        }
+        forwarder.join().unwrap();
+        assert!(
+            sleeps > 0,
+            "the worker never slept: the test proved nothing"
+        );
     }
 }
