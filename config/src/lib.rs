@@ -114,7 +114,8 @@ pub struct Cores {
     /// Core ids to pin the poll-mode workers to, in worker order; empty: unpinned.
     pub list: Vec<usize>,
     /// Poll-mode workers (1 to 64); 0: one per core in `list` (one when the list is
-    /// empty). Each worker serves its applications end to end: their QPs, regions and
+    /// empty). Several share the port: the Unix port's one socket, a DPDK device's or a
+    /// multi-queue TAP interface's queues (one each). Each worker serves its applications end to end: their QPs, regions and
     /// connections, and the frames of those connections. Workers beyond `list` run unpinned.
     pub workers: usize,
     /// "busy" polls without pause; "adaptive" sleeps when idle, until a frame, a doorbell
@@ -438,16 +439,6 @@ impl Config {
                 format!("{} is outside 0..=64", self.cores.workers),
             ));
         }
-        if self.workers() > 1 && self.port_kind() == PortKind::Tap {
-            return Err(err(
-                "cores.workers",
-                format!(
-                    "{} workers need port.kind \"unix\" or \"dpdk\": the tap port has one \
-                     queue, which one worker owns",
-                    self.workers()
-                ),
-            ));
-        }
         if self.limits.max_ird > 0x3fff || self.limits.max_ord > 0x3fff {
             return Err(err(
                 "limits.max_ird",
@@ -568,8 +559,7 @@ mod tests {
             Config::parse("[cores]\nworkers = 65\n").unwrap_err().key,
             "cores.workers"
         );
-        let e = Config::parse("[port]\nkind = \"tap\"\n[cores]\nworkers = 2\n").unwrap_err();
-        assert_eq!(e.key, "cores.workers", "{e}");
+
         assert_eq!(
             Config::parse("[limits]\nmax_ird = 20000\n")
                 .unwrap_err()

@@ -341,6 +341,7 @@ fn run(cfg: Config) -> Result<(), String> {
 #[allow(clippy::large_enum_variant)]
 enum SharedQueue {
     Unix(SteeredPort<UnixPort>),
+    Tap(SteeredPort<TapPort>),
     #[cfg(feature = "dpdk")]
     Dpdk(SteeredPort<iwarpd::port::dpdk::DpdkPort>),
 }
@@ -372,9 +373,20 @@ fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String>
         }
         #[cfg(not(feature = "dpdk"))]
         PortKind::Dpdk => serve_dpdk_unsupported(),
-        PortKind::Tap => Err(format!(
-            "cores.workers: {workers} workers cannot share a tap port (one queue)"
-        )),
+        PortKind::Tap => {
+            // A queue per worker of a multi-queue TAP interface: each receives its own.
+            let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+            let queues = TapPort::open_queues(&cfg.port.tap_name, mac, cfg.port.mtu, workers)
+                .map_err(|e| {
+                    format!(
+                        "port.tap_name {}: {e} (TAP needs root; several workers need a \
+                         multi-queue interface)",
+                        cfg.port.tap_name
+                    )
+                })?;
+            let views = Steering::share(queues, true).map_err(steering)?;
+            Ok(views.into_iter().map(SharedQueue::Tap).collect())
+        }
     }
 }
 
@@ -504,6 +516,7 @@ fn open_and_run(
     };
     match job.port {
         Some(SharedQueue::Unix(p)) => return ctx.serve(p),
+        Some(SharedQueue::Tap(p)) => return ctx.serve(p),
         #[cfg(feature = "dpdk")]
         Some(SharedQueue::Dpdk(p)) => return ctx.serve(p),
         None => {}

@@ -154,3 +154,98 @@ fn two_nodes_over_tap_and_a_bridge_with_and_without_loss() {
         t.elapsed()
     );
 }
+
+/// Two workers on a multi-queue TAP interface (a queue each; the kernel hashes each flow to
+/// one of them), a peer on another TAP behind the bridge. Worker 1 opens a connection to the
+/// peer from an ephemeral port that steers to it, and worker 0 accepts one from the peer:
+/// each connection's frames reach its worker whichever queue the kernel put them on, and
+/// 1 MiB of RDMA Write goes over each, bytes compared.
+#[test]
+fn two_workers_on_a_multi_queue_tap() {
+    use common::B_IP;
+    use iwarpd::node::ConnState;
+    use iwarpd::port::steer::Steering;
+    if !is_root() {
+        eprintln!("two_workers_on_a_multi_queue_tap: skipped (needs root)");
+        return;
+    }
+    let _ = sh("ip link del iwtapM 2>/dev/null");
+    let queues =
+        TapPort::open_queues("iwtapM", [2, 0, 0, 0, 9, 0x1a], 1500, 2).expect("multi-queue TAP");
+    let tb = TapPort::open("iwtapN", [2, 0, 0, 0, 9, 0x1b], 1500).unwrap();
+    let _bridge = Bridge::new("iwbr1", &["iwtapM", "iwtapN"]);
+    let mut views = Steering::share(queues, true).unwrap();
+    let mut a1 = End::new(views.pop().unwrap(), A_IP);
+    let mut a0 = End::new(views.pop().unwrap(), A_IP);
+    let mut b = End::new(tb, B_IP);
+    let caps = iwarp_engine::QpCaps {
+        sq_depth: 256,
+        rq_depth: 256,
+        srq: None,
+    };
+    let b_qp2 = b.node.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+    let s = Settings::default;
+    // Worker 1 connects out (local port 50001 steers to worker 1 of two); worker 0 listens.
+    let b_in = b.node.listen(7300, b.qp, s()).unwrap();
+    let a1_out = a1.node.connect(B_IP, 7300, 50001, a1.qp, s()).unwrap();
+    let a0_in = a0.node.listen(7301, a0.qp, s()).unwrap();
+    let b_out = b.node.connect(A_IP, 7301, 40001, b_qp2, s()).unwrap();
+    let t = Instant::now();
+    let rts = |e: &End<_>, c| e.node.state(c) == Some(&ConnState::Rts);
+    while !(rts(&a1, a1_out)
+        && rts(&a0, a0_in)
+        && b.node.state(b_in) == Some(&ConnState::Rts)
+        && b.node.state(b_out) == Some(&ConnState::Rts))
+    {
+        assert!(t.elapsed() < Duration::from_secs(20), "connections not up");
+        a0.node.poll();
+        a1.node.poll();
+        b.node.poll();
+    }
+    let len = 1 << 20;
+    let (m1, m0) = (a1.mem(len, Access::ALL), a0.mem(len, Access::ALL));
+    let (mb1, mb0) = (b.mem(len, Access::ALL), b.mem(len, Access::ALL));
+    m1.fill(21);
+    mb0.fill(42);
+    // Worker 1 writes into B; B writes into worker 0.
+    let write = |dst: &common::Mem| SendOp::Write {
+        remote_stag: dst.stag,
+        remote_to: dst.sge(0, 0).to,
+    };
+    a1.node
+        .rnic
+        .post_send(a1.qp, SendWr::new(1, write(&mb1), &[m1.sge(0, len)]))
+        .unwrap();
+    b.node
+        .rnic
+        .post_send(b_qp2, SendWr::new(2, write(&m0), &[mb0.sge(0, len)]))
+        .unwrap();
+    let t = Instant::now();
+    while mb1.bytes(len - 8, 8) != m1.bytes(len - 8, 8)
+        || m0.bytes(len - 8, 8) != mb0.bytes(len - 8, 8)
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "writes not placed");
+        a0.node.poll();
+        a1.node.poll();
+        b.node.poll();
+    }
+    assert!(
+        mb1.bytes(0, len) == m1.bytes(0, len),
+        "worker 1's Write intact"
+    );
+    assert!(
+        m0.bytes(0, len) == mb0.bytes(0, len),
+        "the Write to worker 0 intact"
+    );
+    let ok =
+        |wcs: Vec<iwarp_engine::WorkCompletion>| wcs.iter().all(|w| w.status == Status::Success);
+    assert!(ok(a1.wcs()) && ok(b.wcs()));
+    println!(
+        "two workers on a multi-queue TAP: frames received by worker 0 {}, worker 1 {}; \
+         handed over by worker 0 {}, worker 1 {}",
+        a0.node.counters().rx_frames,
+        a1.node.counters().rx_frames,
+        a0.node.port().forwarded,
+        a1.node.port().forwarded
+    );
+}

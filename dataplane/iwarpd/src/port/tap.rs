@@ -10,6 +10,8 @@ use std::os::unix::io::AsRawFd;
 
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
+/// One queue (file) per worker on the same interface; the kernel spreads flows over them.
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
 /// `_IOW('T', 202, int)`: attach the file to a TUN/TAP interface.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 
@@ -32,6 +34,29 @@ impl TapPort {
     /// Opens (creating if needed) the TAP interface `name`. The port's own MAC is `mac`: the
     /// kernel side of the TAP has another, as a NIC and its switch port would.
     pub fn open(name: &str, mac: [u8; 6], mtu: usize) -> io::Result<TapPort> {
+        TapPort::open_queue(name, mac, mtu, 0)
+    }
+
+    /// Opens `queues` queues of the multi-queue TAP interface `name` (created if needed; an
+    /// existing single-queue interface of that name is refused by the kernel), one per
+    /// worker: the kernel hashes each flow to one of them, and each can send.
+    pub fn open_queues(
+        name: &str,
+        mac: [u8; 6],
+        mtu: usize,
+        queues: usize,
+    ) -> io::Result<Vec<TapPort>> {
+        (0..queues)
+            .map(|_| TapPort::open_queue(name, mac, mtu, IFF_MULTI_QUEUE))
+            .collect()
+    }
+
+    fn open_queue(
+        name: &str,
+        mac: [u8; 6],
+        mtu: usize,
+        extra_flags: libc::c_short,
+    ) -> io::Result<TapPort> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -47,7 +72,7 @@ impl TapPort {
         }
         let mut req = IfReq {
             name: [0; libc::IFNAMSIZ],
-            flags: IFF_TAP | IFF_NO_PI,
+            flags: IFF_TAP | IFF_NO_PI | extra_flags,
             _pad: [0; 22],
         };
         for (d, s) in req.name.iter_mut().zip(cname.as_bytes()) {
