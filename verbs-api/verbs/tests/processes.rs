@@ -4,8 +4,8 @@
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
-    access, ConnSettings, Context, Error, Event, QpInitAttr, QueuePair, RecvWr, SendWr, Sg,
-    WcStatus, WrOpcode,
+    access, CompletionQueue, ConnSettings, Context, Error, Event, QpInitAttr, QueuePair, RecvWr,
+    SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -204,6 +204,25 @@ fn connect(ca: &Context, qa: &QueuePair, cb: &Context, qb: &QueuePair, port: u16
     ca.wait_established(conn, Duration::from_secs(20)).unwrap();
 }
 
+/// Waits for `cq`'s next completion and checks it is work request `wr_id`'s, successful.
+fn completed(cq: &CompletionQueue, wr_id: u64) {
+    let wc = cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+}
+
+/// Waits until `bytes` are at `offset` of `buf` (a remote Write's placement, which its
+/// sender's completion does not promise).
+fn landed(buf: &SharedBuffer, offset: usize, bytes: &[u8]) {
+    let t = Instant::now();
+    while buf.to_vec(offset, bytes.len()).unwrap() != bytes {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the Write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The thread's scheduler state letter from /proc (R running, S sleeping, ...).
 fn thread_state(tid: i32) -> char {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
@@ -282,8 +301,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         (77, WcStatus::Success, 7)
     );
     assert_eq!(bb.to_vec(0, 7).unwrap(), b"wake up");
-    let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+    completed(&qa_cq, 1);
 
     // A memory window on B's region, bound by B, written by A through the window's STag.
     let mw = pb.alloc_mw().unwrap();
@@ -295,8 +313,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         access: access::REMOTE_WRITE,
     };
     qb.post_send(&SendWr::new(9, bind, &[])).unwrap();
-    let wc = qb_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
+    completed(&qb_cq, 9);
     ba.write(100, b"through the window").unwrap();
     let wsg = [Sg {
         mr: &ma,
@@ -308,16 +325,8 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         remote_addr: 1024 + 8,
     };
     qa.post_send(&SendWr::new(2, write, &wsg)).unwrap();
-    let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
-    let t = Instant::now();
-    while bb.to_vec(1032, 18).unwrap() != b"through the window" {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the Write never landed"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    completed(&qa_cq, 2);
+    landed(&bb, 1032, b"through the window");
     // The region cannot be deregistered while the window is bound into it; once the window
     // is deallocated (dropped), it can.
     let (mb, e) = mb
@@ -461,8 +470,7 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
         }];
         qa.post_send(&SendWr::new(wr_id, WrOpcode::Send, &sg))
             .unwrap();
-        let wc = cqa.wait(Duration::from_secs(20)).unwrap().unwrap();
-        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+        completed(&cqa, wr_id);
     };
     send(1);
     send(2);
@@ -501,8 +509,7 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
         access: access::REMOTE_WRITE,
     };
     qb.post_send(&SendWr::new(9, reg, &[])).unwrap();
-    let wc = cqb.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "{wc:?}");
+    completed(&cqb, 9);
     ba.write(1024, b"fast-registered").unwrap();
     let sg = [Sg {
         mr: &ma,
@@ -514,24 +521,15 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
         remote_addr: 16,
     };
     qa.post_send(&SendWr::new(5, write, &sg)).unwrap();
-    let wc = cqa.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::Success), "{wc:?}");
-    let t = Instant::now();
-    while bb.to_vec(4096 + 16, 15).unwrap() != b"fast-registered" {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the Write never landed"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    completed(&cqa, 5);
+    landed(&bb, 4096 + 16, b"fast-registered");
     // The region cannot go while the fast-registered STag points into it (Verbs 7.2.9)...
     let (mb, e) = mb.deregister().expect_err("refused while fast-registered");
     assert!(matches!(e, Error::Refused { .. }), "{e}");
     // ...and can once it is invalidated.
     let inv = WrOpcode::LocalInvalidate { stag: fr.stag() };
     qb.post_send(&SendWr::new(10, inv, &[])).unwrap();
-    let wc = cqb.wait(Duration::from_secs(20)).unwrap().unwrap();
-    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::Success), "{wc:?}");
+    completed(&cqb, 10);
     mb.deregister().map_err(|(_, e)| e).unwrap();
 }
 
@@ -593,8 +591,7 @@ fn an_idle_daemon_is_woken_by_the_application_that_posts() {
     for i in 0..READS {
         std::thread::sleep(Duration::from_millis(5));
         qa.post_send(&SendWr::new(i, read, &sg)).unwrap();
-        let wc = qa_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
-        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success), "{wc:?}");
+        completed(&qa_cq, i);
     }
     assert_eq!(ba.to_vec(0, 7).unwrap(), b"read me");
     let after = fresh_stat(&a, "wakes_doorbell");
