@@ -11,6 +11,42 @@
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
 
+/// Inside `impl Port for Wrapper<P>`: every method a wrapper port (capture, loss) passes to
+/// the port in its `inner` field unchanged — all but `rx_burst`, `tx` and `dropped`, which
+/// the wrapper writes itself. One list, so a method added to [`Port`] reaches every
+/// wrapper's inner port (a wrapper that kept a default would silently break steering).
+macro_rules! forward_to_inner {
+    () => {
+        fn mac(&self) -> [u8; 6] {
+            self.inner.mac()
+        }
+        fn mtu(&self) -> usize {
+            self.inner.mtu()
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+            self.inner.wait_fd()
+        }
+        fn inbox_fd(&self) -> Option<std::os::fd::RawFd> {
+            self.inner.inbox_fd()
+        }
+        fn set_asleep(&mut self, asleep: bool) {
+            self.inner.set_asleep(asleep)
+        }
+        fn claim_tcp_port(&mut self, port: u16) -> bool {
+            self.inner.claim_tcp_port(port)
+        }
+        fn release_tcp_port(&mut self, port: u16) {
+            self.inner.release_tcp_port(port)
+        }
+        fn steers_here(&self, port: u16) -> bool {
+            self.inner.steers_here(port)
+        }
+    };
+}
+
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod lossy;

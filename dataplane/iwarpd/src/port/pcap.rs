@@ -41,12 +41,7 @@ fn record(w: &mut PcapWriter<File>, frame: &[u8]) {
 }
 
 impl<P: Port> Port for PcapPort<P> {
-    fn mac(&self) -> [u8; 6] {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
+    forward_to_inner!();
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let w = &mut self.writer;
         self.inner.rx_burst(max, |frame| {
@@ -58,28 +53,7 @@ impl<P: Port> Port for PcapPort<P> {
         record(&mut self.writer, frame);
         self.inner.tx(frame)
     }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
     fn dropped(&self) -> u64 {
         self.inner.dropped()
-    }
-    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.inner.wait_fd()
-    }
-    fn inbox_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.inner.inbox_fd()
-    }
-    fn set_asleep(&mut self, asleep: bool) {
-        self.inner.set_asleep(asleep)
-    }
-    fn claim_tcp_port(&mut self, port: u16) -> bool {
-        self.inner.claim_tcp_port(port)
-    }
-    fn release_tcp_port(&mut self, port: u16) {
-        self.inner.release_tcp_port(port)
-    }
-    fn steers_here(&self, port: u16) -> bool {
-        self.inner.steers_here(port)
     }
 }
