@@ -58,6 +58,16 @@ static void open_side(struct side *s, const char *dir) {
     if (!s->mr) die("reg_mr");
 }
 
+/* What open_side made, in reverse, once the QP (and what else used the region) is gone:
+ * the region must deregister, so nothing may still point into it. */
+static void close_side(struct side *s) {
+    if (iwv_dereg_mr(s->mr)) die("dereg_mr");
+    iwv_free_buffer(s->buf);
+    iwv_destroy_cq(s->cq);
+    iwv_dealloc_pd(s->pd);
+    iwv_close(s->ctx);
+}
+
 static struct iwv_wc wait_wc(struct side *s) {
     struct iwv_wc wc;
     int n = iwv_wait_cq(s->cq, 20000, &wc);
@@ -164,11 +174,7 @@ static int server(const char *dir, uint16_t port) {
     iwv_dealloc_mw(mw);
     iwv_dealloc_fastreg_stag(fr);
     iwv_destroy_srq(srq);
-    if (iwv_dereg_mr(s.mr)) die("dereg_mr");
-    iwv_free_buffer(s.buf);
-    iwv_destroy_cq(s.cq);
-    iwv_dealloc_pd(s.pd);
-    iwv_close(s.ctx);
+    close_side(&s);
     return 0;
 }
 
@@ -226,11 +232,7 @@ static int client(const char *dir, const char *ip, uint16_t port) {
     printf("client: ok\n");
 
     iwv_destroy_qp(s.qp);
-    if (iwv_dereg_mr(s.mr)) die("dereg_mr");
-    iwv_free_buffer(s.buf);
-    iwv_destroy_cq(s.cq);
-    iwv_dealloc_pd(s.pd);
-    iwv_close(s.ctx);
+    close_side(&s);
     return 0;
 }
 
