@@ -255,10 +255,6 @@ impl<P: Port> Port for SteeredPort<P> {
     }
 
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
-        // Reset the wake-up before draining: a frame handed over after the drain rings again.
-        let mut count = [0u8; 8];
-        // SAFETY: reads at most 8 octets into a live buffer from our eventfd (non-blocking).
-        let _ = unsafe { libc::read(self.lane.event.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
         let mut n = 0;
         while n < max {
             match self.lane.frames.try_recv() {
@@ -341,6 +337,17 @@ impl<P: Port> Port for SteeredPort<P> {
             .0
             .store(asleep, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        if !asleep {
+            // Forwarders ring only while this worker sleeps, so the eventfd can only have
+            // been written since it said so: reset it on waking, not on every burst (a system
+            // call per turn). A ring from a forwarder that still saw it asleep may land after
+            // this and cost one spurious wake-up; none is lost (frames handed over while it
+            // was asleep rang, and its next look finds them).
+            let mut count = [0u8; 8];
+            // SAFETY: reads at most 8 octets into a live buffer from our non-blocking eventfd.
+            let _ =
+                unsafe { libc::read(self.lane.event.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
     }
 
     fn claim_tcp_port(&mut self, port: u16) -> bool {
@@ -451,9 +458,10 @@ mod tests {
         let mut at1 = Vec::new();
         assert_eq!(w1.rx_burst(32, |f| at1.push(f.to_vec())).unwrap(), 2);
         assert_eq!(at1, [tcp_frame(49153), arp(1)]);
-        assert!(!readable(w1_fd), "the wake-up was consumed");
-        // Awake, it is handed frames without a ring (no system call for the forwarder).
+        // Awake again: the wake-up is consumed, and frames are handed over without a ring
+        // (no system call for the forwarder).
         w1.set_asleep(false);
+        assert!(!readable(w1_fd), "the wake-up was consumed");
         wire.tx(&tcp_frame(49155)).unwrap();
         wire.flush().unwrap();
         assert_eq!(w0.rx_burst(32, |_| {}).unwrap(), 1);
