@@ -336,6 +336,11 @@ fn run(cfg: Config) -> Result<(), String> {
     result
 }
 
+/// The configured port's MAC (validated with the configuration, so the error is a backstop).
+fn port_mac(cfg: &Config) -> Result<[u8; 6], String> {
+    parse_mac(&cfg.port.mac).ok_or_else(|| "port.mac: not a MAC address".into())
+}
+
 /// One worker's view of the port its workers share (moved once, to its worker: the size
 /// difference costs nothing).
 #[allow(clippy::large_enum_variant)]
@@ -352,7 +357,7 @@ fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String>
     match cfg.port_kind() {
         PortKind::Unix => {
             // One socket: worker 0 receives and steers, each transmits on its own handle.
-            let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+            let mac = port_mac(cfg)?;
             let segment =
                 |e: std::io::Error| format!("port.segment {}: {e}", cfg.port.segment.display());
             let port = UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu).map_err(segment)?;
@@ -375,7 +380,7 @@ fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String>
         PortKind::Dpdk => serve_dpdk_unsupported(),
         PortKind::Tap => {
             // A queue per worker of a multi-queue TAP interface: each receives its own.
-            let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+            let mac = port_mac(cfg)?;
             let queues = TapPort::open_queues(&cfg.port.tap_name, mac, cfg.port.mtu, workers)
                 .map_err(|e| {
                     format!(
@@ -501,7 +506,7 @@ fn open_and_run(
     stop: &AtomicBool,
     ready: &mpsc::Sender<Result<(), String>>,
 ) -> Result<(), String> {
-    let mac = parse_mac(&cfg.port.mac).ok_or("port.mac: not a MAC address")?;
+    let mac = port_mac(cfg)?;
     let (ip, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4: not an address/prefix")?;
     let ctx = Ctx {
         cfg,
