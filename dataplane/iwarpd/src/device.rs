@@ -1,10 +1,80 @@
 //! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts into a small queue of
-//! recycled buffers (no allocation per frame once warm) and go out through the port.
+//! recycled buffers (no allocation per frame once warm) and go out through the port, ARP
+//! requests paced (see [`ArpPacer`]).
 
 use crate::port::Port;
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
-use smoltcp::time::Instant;
+use smoltcp::time::{Duration, Instant};
 use std::collections::VecDeque;
+
+/// Paces ARP requests: one per target address per interval, the rest dropped.
+///
+/// smoltcp repeats an unanswered request once a second of its time, which the dilated clock
+/// (see `clock.rs`) makes a millisecond: a neighbour that does not answer (a host still
+/// booting, a dead peer being dialled) would get a thousand broadcasts a second. The pacer
+/// restores a real-time rate. Only repeats of unanswered requests are dropped: the first
+/// request to a target goes out at once, any ARP packet from the target clears its pacing
+/// (smoltcp's entries expire after 60 ms of real time, and the refresh must not wait), and
+/// smoltcp keeps asking, so the next repeat passes when the interval is over.
+#[derive(Debug)]
+pub struct ArpPacer {
+    interval: Duration,
+    /// The latest request sent per target (a few; the oldest is replaced).
+    recent: Vec<([u8; 4], Instant)>,
+    pub dropped: u64,
+}
+
+impl ArpPacer {
+    const TARGETS: usize = 8;
+
+    /// `interval` in the clock smoltcp runs on; zero lets every request through.
+    pub fn new(interval: Duration) -> ArpPacer {
+        ArpPacer {
+            interval,
+            recent: Vec::with_capacity(Self::TARGETS),
+            dropped: 0,
+        }
+    }
+
+    /// A received frame: ARP from a target means it answers; its next request may go at once.
+    pub fn heard(&mut self, frame: &[u8]) {
+        // Ethernet type ARP, sender protocol address at 28.
+        if frame.len() >= 42 && frame[12..14] == [8, 6] && !self.recent.is_empty() {
+            let sender = [frame[28], frame[29], frame[30], frame[31]];
+            self.recent.retain(|(t, _)| *t != sender);
+        }
+    }
+
+    /// Whether `frame` may go out at `now`: anything but an ARP request always may.
+    pub fn admits(&mut self, frame: &[u8], now: Instant) -> bool {
+        // Ethernet type ARP, operation request (RFC 826), target protocol address at 38.
+        let is_request = frame.len() >= 42 && frame[12..14] == [8, 6] && frame[20..22] == [0, 1];
+        if !is_request || self.interval == Duration::ZERO {
+            return true;
+        }
+        let target: [u8; 4] = [frame[38], frame[39], frame[40], frame[41]];
+        match self.recent.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, last)) if now < *last + self.interval => {
+                self.dropped += 1;
+                false
+            }
+            Some((_, last)) => {
+                *last = now;
+                true
+            }
+            None => {
+                if self.recent.len() == Self::TARGETS {
+                    let oldest = (0..self.recent.len())
+                        .min_by_key(|&i| self.recent[i].1)
+                        .unwrap_or(0);
+                    self.recent.swap_remove(oldest);
+                }
+                self.recent.push((target, now));
+                true
+            }
+        }
+    }
+}
 
 /// Frames taken from the port per burst.
 pub const RX_BURST: usize = 32;
@@ -14,6 +84,7 @@ pub struct PortDevice<P: Port> {
     rxq: VecDeque<Vec<u8>>,
     pool: Vec<Vec<u8>>,
     txbuf: Vec<u8>,
+    pub arp: ArpPacer,
     pub rx_frames: u64,
     pub tx_frames: u64,
     pub rx_bytes: u64,
@@ -28,6 +99,7 @@ impl<P: Port> PortDevice<P> {
             rxq: VecDeque::with_capacity(RX_BURST),
             pool: (0..RX_BURST).map(|_| Vec::with_capacity(frame)).collect(),
             txbuf: vec![0; frame],
+            arp: ArpPacer::new(Duration::ZERO),
             rx_frames: 0,
             tx_frames: 0,
             rx_bytes: 0,
@@ -45,11 +117,12 @@ impl<P: Port> PortDevice<P> {
         if !self.rxq.is_empty() {
             return 0;
         }
-        let (rxq, pool) = (&mut self.rxq, &mut self.pool);
+        let (rxq, pool, arp) = (&mut self.rxq, &mut self.pool, &mut self.arp);
         let mut bytes = 0;
         let n = self
             .port
             .rx_burst(RX_BURST, |f| {
+                arp.heard(f);
                 let mut b = pool.pop().unwrap_or_default();
                 b.clear();
                 b.extend_from_slice(f);
@@ -71,6 +144,8 @@ pub struct RxToken<'a> {
 pub struct TxToken<'a, P: Port> {
     port: &'a mut P,
     buf: &'a mut Vec<u8>,
+    arp: &'a mut ArpPacer,
+    now: Instant,
     frames: &'a mut u64,
     bytes: &'a mut u64,
 }
@@ -89,6 +164,9 @@ impl<P: Port> phy::TxToken for TxToken<'_, P> {
             self.buf.resize(len, 0);
         }
         let r = f(&mut self.buf[..len]);
+        if !self.arp.admits(&self.buf[..len], self.now) {
+            return r;
+        }
         // A port that cannot send drops the frame; TCP retransmits.
         let _ = self.port.tx(&self.buf[..len]);
         *self.frames += 1;
@@ -107,7 +185,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
     where
         Self: 'a;
 
-    fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_, P>)> {
+    fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_, P>)> {
         let buf = self.rxq.pop_front()?;
         Some((
             RxToken {
@@ -117,16 +195,20 @@ impl<P: Port> phy::Device for PortDevice<P> {
             TxToken {
                 port: &mut self.port,
                 buf: &mut self.txbuf,
+                arp: &mut self.arp,
+                now,
                 frames: &mut self.tx_frames,
                 bytes: &mut self.tx_bytes,
             },
         ))
     }
 
-    fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_, P>> {
+    fn transmit(&mut self, now: Instant) -> Option<TxToken<'_, P>> {
         Some(TxToken {
             port: &mut self.port,
             buf: &mut self.txbuf,
+            arp: &mut self.arp,
+            now,
             frames: &mut self.tx_frames,
             bytes: &mut self.tx_bytes,
         })
@@ -138,5 +220,80 @@ impl<P: Port> phy::Device for PortDevice<P> {
         caps.max_transmission_unit = self.port.mtu() + 14;
         caps.max_burst_size = Some(RX_BURST);
         caps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arp(op: u16, target: [u8; 4]) -> Vec<u8> {
+        let mut f = vec![0; 42];
+        f[12..14].copy_from_slice(&[8, 6]);
+        f[20..22].copy_from_slice(&op.to_be_bytes());
+        f[38..42].copy_from_slice(&target);
+        f
+    }
+
+    /// An ARP reply from `sender`.
+    fn reply_from(sender: [u8; 4]) -> Vec<u8> {
+        let mut f = arp(2, [10, 0, 0, 1]);
+        f[28..32].copy_from_slice(&sender);
+        f
+    }
+
+    #[test]
+    fn a_target_that_answered_is_asked_again_at_once() {
+        let mut p = ArpPacer::new(Duration::from_millis(100));
+        let to_a = arp(1, [10, 0, 0, 2]);
+        assert!(p.admits(&to_a, Instant::from_millis(0)));
+        p.heard(&reply_from([10, 0, 0, 9]));
+        assert!(
+            !p.admits(&to_a, Instant::from_millis(60)),
+            "another's reply"
+        );
+        p.heard(&reply_from([10, 0, 0, 2]));
+        // Its cache entry expired 60 ms later: the refresh must not wait out the interval.
+        assert!(p.admits(&to_a, Instant::from_millis(60)));
+    }
+
+    #[test]
+    fn repeated_requests_to_one_target_are_paced() {
+        let mut p = ArpPacer::new(Duration::from_millis(100));
+        let t = |ms| Instant::from_millis(ms);
+        let to_a = arp(1, [10, 0, 0, 2]);
+        assert!(p.admits(&to_a, t(0)), "the first request goes at once");
+        assert!(!p.admits(&to_a, t(1)));
+        assert!(!p.admits(&to_a, t(99)));
+        assert!(
+            p.admits(&arp(1, [10, 0, 0, 3]), t(50)),
+            "another target is not held"
+        );
+        assert!(
+            p.admits(&arp(2, [10, 0, 0, 2]), t(50)),
+            "replies are never held"
+        );
+        let mut ip = to_a.clone();
+        ip[12..14].copy_from_slice(&[8, 0]);
+        assert!(p.admits(&ip, t(50)), "only ARP is paced");
+        assert!(
+            p.admits(&to_a, t(100)),
+            "the next request after the interval"
+        );
+        assert_eq!(p.dropped, 2);
+    }
+
+    #[test]
+    fn the_oldest_target_makes_room_and_zero_paces_nothing() {
+        let mut p = ArpPacer::new(Duration::from_millis(100));
+        for i in 0..=ArpPacer::TARGETS as u8 {
+            assert!(p.admits(&arp(1, [10, 0, 0, i]), Instant::from_millis(i64::from(i))));
+        }
+        assert_eq!(p.recent.len(), ArpPacer::TARGETS);
+        // Target 0 was the oldest and was forgotten, so it is asked again at once.
+        assert!(p.admits(&arp(1, [10, 0, 0, 0]), Instant::from_millis(20)));
+        let mut off = ArpPacer::new(Duration::ZERO);
+        let f = arp(1, [10, 0, 0, 2]);
+        assert!((0..5).all(|i| off.admits(&f, Instant::from_millis(i))));
     }
 }

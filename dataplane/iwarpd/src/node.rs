@@ -16,6 +16,7 @@
 //! (ours, siw, hardware) reassemble any split, only first transmissions are aligned.
 
 use crate::clock::DilatedClock;
+use crate::device::ArpPacer;
 use crate::device::PortDevice;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
@@ -105,6 +106,9 @@ const INCOMING_IDS: u32 = 1 << 24;
 
 /// How long an ended relay connection's socket may linger to finish (send its RST or FIN).
 const RECLAIM_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+/// ARP requests to one neighbour, at most one per this much real time (see [`ArpPacer`]):
+/// ten a second where smoltcp on the dilated clock would send a thousand.
+const ARP_REPEAT: std::time::Duration = std::time::Duration::from_millis(100);
 
 struct Listener {
     port: u16,
@@ -253,6 +257,7 @@ impl<P: Port> Node<P> {
     pub fn new(port: P, ip: Ipv4Addr, prefix: u8, tcp: TcpSettings) -> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);
         let mut dev = PortDevice::new(port);
+        dev.arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([
