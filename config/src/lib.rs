@@ -43,6 +43,7 @@ pub struct Config {
     pub pcap: Pcap,
     pub limits: Limits,
     pub shm: Shm,
+    pub mpa: Mpa,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -164,6 +165,25 @@ pub struct Limits {
 pub struct Shm {
     /// "auto" uses hugepages when free ones exist, "on" requires them, "off" never uses them.
     pub hugepages: String,
+}
+
+/// Connection setup (iwarp-control).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Mpa {
+    /// After a valid MPA Reply, the initiator waits this long (milliseconds) before its QP
+    /// enters RTS, so its first FPDU cannot reach a responder that has not yet handed its
+    /// socket to the QP. Linux siw (kernel 6.1) sends its Reply first, and an FPDU that
+    /// lands in between is left unread until more data arrives; when the application then
+    /// waits for an answer, both sides hang. 0 turns the hold off (peers that are ready when
+    /// they reply: this stack, hardware RNICs).
+    pub rts_delay_ms: u64,
+}
+
+impl Default for Mpa {
+    fn default() -> Mpa {
+        Mpa { rts_delay_ms: 5 }
+    }
 }
 
 impl Default for Daemon {
@@ -319,6 +339,15 @@ impl Config {
 
     /// Checks every value; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.mpa.rts_delay_ms > 10_000 {
+            return Err(err(
+                "mpa.rts_delay_ms",
+                format!(
+                    "{} is above 10000 (the MPA setup timeout)",
+                    self.mpa.rts_delay_ms
+                ),
+            ));
+        }
         if self.daemon.name.is_empty() || self.daemon.name.contains('/') {
             return Err(err("daemon.name", "must be a non-empty name without '/'"));
         }

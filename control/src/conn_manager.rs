@@ -81,6 +81,18 @@ struct Conn {
     qp: Option<u32>,
     cm: Connection,
     established: bool,
+    /// An initiator's move to RTS waiting out the hold (see [`ConnManager::with_rts_delay`]):
+    /// when it is due, and the actions that make it.
+    held: Option<(u64, Vec<Action>)>,
+}
+
+impl Conn {
+    fn next_timeout(&self) -> Option<u64> {
+        match self.held {
+            Some((at, _)) => Some(at),
+            None => self.cm.next_timeout(),
+        }
+    }
 }
 
 /// All connections of one RNIC.
@@ -93,6 +105,9 @@ pub struct ConnManager {
     next_conn: u32,
     timeout_ms: u64,
     mss: u32,
+    rts_delay_ms: u64,
+    /// The time of the latest input, for holds started while draining.
+    now: u64,
 }
 
 impl ConnManager {
@@ -107,7 +122,20 @@ impl ConnManager {
             next_conn: 1,
             timeout_ms,
             mss,
+            rts_delay_ms: 0,
+            now: 0,
         }
+    }
+
+    /// After a valid MPA Reply, an initiator waits `ms` before its QP enters RTS and its
+    /// application hears Established, so its first FPDU cannot overtake a responder still
+    /// handing the socket to its QP. Linux siw sends its Reply before it does that, and
+    /// data arriving in between sits unread until more data comes: a first Send that is
+    /// answered before anything else is sent then hangs both sides (seen against siw in a
+    /// VM, see `verbs-api/verbs/tests/siw_interop.rs`).
+    pub fn with_rts_delay(mut self, ms: u64) -> ConnManager {
+        self.rts_delay_ms = ms;
+        self
     }
 
     pub fn listen(&mut self, app: AppId, port: u16, s: Settings) -> Result<Vec<Action>, CmError> {
@@ -144,6 +172,7 @@ impl ConnManager {
                 qp: Some(qp),
                 cm: Connection::initiator(s, now, self.timeout_ms),
                 established: false,
+                held: None,
             },
         );
         (
@@ -241,6 +270,7 @@ impl ConnManager {
     }
 
     pub fn handle_upcall(&mut self, u: &Upcall, now: u64) -> Vec<Action> {
+        self.now = now;
         let mut out = Vec::new();
         match *u {
             Upcall::TcpIncoming {
@@ -256,6 +286,7 @@ impl ConnManager {
                             qp: None,
                             cm: Connection::responder(s.clone(), now, self.timeout_ms),
                             established: false,
+                            held: None,
                         },
                     );
                     // Remember the peer for the request event.
@@ -277,7 +308,15 @@ impl ConnManager {
             }
             Upcall::TcpClosed { conn, reason } => {
                 if let Some(mut c) = self.conns.remove(&conn) {
-                    if c.established {
+                    if c.held.is_some() {
+                        out.push(Action::App {
+                            app: c.app,
+                            event: AppEvent::Failed {
+                                conn,
+                                reason: Failure::TcpClosed,
+                            },
+                        });
+                    } else if c.established {
                         out.push(Action::App {
                             app: c.app,
                             event: AppEvent::Disconnected { conn, reason },
@@ -295,16 +334,26 @@ impl ConnManager {
     }
 
     pub fn handle_timeout(&mut self, now: u64) -> Vec<Action> {
+        self.now = now;
         let mut out = Vec::new();
         let due: Vec<u32> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.cm.next_timeout().is_some_and(|t| t <= now))
+            .filter(|(_, c)| c.next_timeout().is_some_and(|t| t <= now))
             .map(|(k, _)| *k)
             .collect();
         for conn in due {
             if let Some(c) = self.conns.get_mut(&conn) {
-                c.cm.handle_timeout(now);
+                match c.held.take() {
+                    Some((at, actions)) if at <= now => {
+                        c.established = true;
+                        out.extend(actions);
+                    }
+                    held => {
+                        c.held = held;
+                        c.cm.handle_timeout(now);
+                    }
+                }
             }
             self.drain(conn, &mut out);
         }
@@ -313,10 +362,7 @@ impl ConnManager {
 
     /// The earliest deadline of any connection in setup.
     pub fn next_timeout(&self) -> Option<u64> {
-        self.conns
-            .values()
-            .filter_map(|c| c.cm.next_timeout())
-            .min()
+        self.conns.values().filter_map(Conn::next_timeout).min()
     }
 
     fn pending_peer(&mut self, conn: u32, port: u16, peer: SocketAddr) {
@@ -359,25 +405,33 @@ impl ConnManager {
                     // neither side sends any before both are in RTS in the flows used here
                     // (RFC 5044 section 7.1), so there are none to hand over.
                     let initiator = role == cm::Role::Initiator;
-                    if let Some(c) = self.conns.get_mut(&conn) {
-                        c.established = true;
-                    }
-                    out.push(Action::Daemon(Command::QpRts {
-                        qp,
-                        conn,
-                        params: rts_params(&params, initiator, self.mss),
-                    }));
-                    out.push(Action::App {
-                        app,
-                        event: AppEvent::Established {
-                            conn,
+                    let rts = vec![
+                        Action::Daemon(Command::QpRts {
                             qp,
-                            ird: params.ird,
-                            ord: params.ord,
-                            rdmap_version: params.rdmap_version,
-                            private_data: params.peer_private_data,
+                            conn,
+                            params: rts_params(&params, initiator, self.mss),
+                        }),
+                        Action::App {
+                            app,
+                            event: AppEvent::Established {
+                                conn,
+                                qp,
+                                ird: params.ird,
+                                ord: params.ord,
+                                rdmap_version: params.rdmap_version,
+                                private_data: params.peer_private_data,
+                            },
                         },
-                    });
+                    ];
+                    let (hold, now) = (self.rts_delay_ms, self.now);
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        if initiator && hold > 0 {
+                            c.held = Some((now + hold, rts));
+                        } else {
+                            c.established = true;
+                            out.extend(rts);
+                        }
+                    }
                 }
                 cm::Event::Rejected { private_data } => {
                     remove = true;
@@ -525,6 +579,69 @@ mod tests {
 
     fn remote() -> SocketAddr {
         SocketAddr::from(([10, 0, 0, 2], 5000))
+    }
+
+    /// Connects side 0 (holding its RTS `hold` ms) to side 1's listener at time 0 and
+    /// accepts; returns side 0's connection id.
+    fn connect_with_hold(n: &mut Net, hold: u64) -> u32 {
+        n.cms[0] = ConnManager::new(1000, 1460).with_rts_delay(hold);
+        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        n.run(1, acts);
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        n.run(0, acts);
+        let acts = n.cms[1]
+            .accept(B, n.request(), 9, Settings::default())
+            .unwrap();
+        n.run(1, acts);
+        conn
+    }
+
+    fn established_on(n: &Net, side: usize) -> bool {
+        n.app_events
+            .iter()
+            .any(|(s, _, e)| *s == side && matches!(e, AppEvent::Established { .. }))
+    }
+
+    #[test]
+    fn the_initiator_enters_rts_only_after_its_hold() {
+        let mut n = Net::new();
+        connect_with_hold(&mut n, 5);
+        // The responder is in RTS at once; the initiator has the Reply but waits.
+        assert_eq!(n.rts.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1]);
+        assert!(established_on(&n, 1) && !established_on(&n, 0));
+        assert_eq!(n.cms[0].next_timeout(), Some(5));
+        assert!(n.cms[0].handle_timeout(4).is_empty());
+        let acts = n.cms[0].handle_timeout(5);
+        n.run(0, acts);
+        assert_eq!(n.rts.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 0]);
+        assert!(established_on(&n, 0));
+        assert_eq!(n.cms[0].next_timeout(), None);
+    }
+
+    #[test]
+    fn a_connection_lost_during_the_hold_fails_instead_of_establishing() {
+        let mut n = Net::new();
+        let conn = connect_with_hold(&mut n, 5);
+        let acts = n.cms[0].handle_upcall(
+            &Upcall::TcpClosed {
+                conn,
+                reason: CloseReason::Reset,
+            },
+            2,
+        );
+        n.run(0, acts);
+        assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
+            && matches!(
+                e,
+                AppEvent::Failed {
+                    reason: Failure::TcpClosed,
+                    ..
+                }
+            )));
+        let acts = n.cms[0].handle_timeout(10);
+        n.run(0, acts);
+        assert!(!established_on(&n, 0), "no Established after the loss");
+        assert_eq!(n.rts.iter().filter(|r| r.0 == 0).count(), 0);
     }
 
     #[test]
