@@ -33,6 +33,8 @@ if [ $ci -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
     mkdir -p /dev/hugepages
     mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages 2>/dev/null || true
     echo "setup: hugepages free: $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)"
+    # The Linux siw guest the interop tests run rdma-core's rping in (QEMU, no KVM needed).
+    bash scripts/siw-guest/build.sh
 fi
 
 cargo build --workspace

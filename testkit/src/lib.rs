@@ -1,5 +1,6 @@
 //! What the process-level tests share: starting `iwarpd` and `iwarp-control` from the
-//! workspace's target directory as child processes, and stopping them so that they clean up.
+//! workspace's target directory as child processes, and stopping them so that they clean up;
+//! decoding their captures with tshark.
 //! A dev-dependency only; nothing here ships. For tests of `iwarp-control` alone,
 //! [`fake_daemon`] plays `iwarpd` on the command ring.
 
@@ -206,4 +207,72 @@ pub fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Rec
             _ => {}
         }
     }
+}
+
+/// Wireshark's iWARP dissectors must decode the capture: at least `min_fpdus` FPDUs found,
+/// none malformed, and with `crc` every FPDU's CRC checked good (without, none carries one).
+/// Skipped (with a message) where tshark is not installed; CI installs it.
+pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) {
+    // rpcordma wrongly claims small Sends (see testdata/captures/README.md).
+    let tshark = |extra: &[&str]| -> Option<std::process::Output> {
+        let out = Process::new("tshark")
+            .arg("-r")
+            .arg(pcap)
+            .args(["--disable-protocol", "rpcordma"])
+            .args(extra)
+            .output()
+            .ok()?;
+        assert!(
+            out.status.success(),
+            "tshark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(out)
+    };
+    let run = |filter: &str, field: &str| -> Option<Vec<String>> {
+        let out = tshark(&["-Y", filter, "-T", "fields", "-e", field])?;
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    let Some(fpdus) = run("iwarp_ddp_rdmap", "frame.number") else {
+        eprintln!("tshark_check: skipped (tshark not installed)");
+        return;
+    };
+    assert!(
+        fpdus.len() >= min_fpdus,
+        "{}: tshark decoded only {} FPDUs",
+        pcap.display(),
+        fpdus.len()
+    );
+    let malformed = run(
+        "_ws.malformed || _ws.expert.severity == error",
+        "frame.number",
+    )
+    .unwrap();
+    assert!(
+        malformed.is_empty(),
+        "malformed or erroneous frames: {malformed:?}"
+    );
+    // Wireshark 4.0 reports the CRC check only in its detail text: "(Good CRC32)".
+    let out = tshark(&["-V"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let good = text.matches("(Good CRC32)").count();
+    assert_eq!(
+        text.matches("Bad CRC32").count(),
+        0,
+        "tshark found bad CRCs"
+    );
+    let want = if crc { fpdus.len() } else { 0 };
+    assert_eq!(
+        good, want,
+        "FPDUs whose CRC checked good (CRC in use: {crc})"
+    );
+    eprintln!(
+        "tshark: {} FPDUs decoded, {good} CRCs good, none malformed",
+        fpdus.len()
+    );
 }

@@ -227,7 +227,7 @@ fn applications_on_different_workers_are_each_served_end_to_end() {
     // Each worker captured what its own stack sent and received: its connection's FPDUs,
     // both ways (at least the five A sent and the three answers).
     for file in ["a.pcap", "a-w1.pcap"] {
-        common::tshark_check(&dir.path().join(file), 8);
+        testkit::tshark_check(&dir.path().join(file), 8, true);
     }
 }
 
