@@ -209,35 +209,41 @@ pub fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Rec
     }
 }
 
+/// tshark on `pcap` with `extra` arguments; None where tshark is not installed.
+fn tshark(pcap: &Path, extra: &[&str]) -> Option<std::process::Output> {
+    let out = Process::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        // rpcordma wrongly claims small Sends (see testdata/captures/README.md).
+        .args(["--disable-protocol", "rpcordma"])
+        .args(extra)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(out)
+}
+
+/// `field` of every packet matching the display `filter`, in capture order (one line per
+/// packet); None where tshark is not installed.
+pub fn tshark_fields(pcap: &Path, filter: &str, field: &str) -> Option<Vec<String>> {
+    let out = tshark(pcap, &["-Y", filter, "-T", "fields", "-e", field])?;
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 /// Wireshark's iWARP dissectors must decode the capture: at least `min_fpdus` FPDUs found,
 /// none malformed, and with `crc` every FPDU's CRC checked good (without, none carries one).
 /// Skipped (with a message) where tshark is not installed; CI installs it.
 pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) {
-    // rpcordma wrongly claims small Sends (see testdata/captures/README.md).
-    let tshark = |extra: &[&str]| -> Option<std::process::Output> {
-        let out = Process::new("tshark")
-            .arg("-r")
-            .arg(pcap)
-            .args(["--disable-protocol", "rpcordma"])
-            .args(extra)
-            .output()
-            .ok()?;
-        assert!(
-            out.status.success(),
-            "tshark failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(out)
-    };
-    let run = |filter: &str, field: &str| -> Option<Vec<String>> {
-        let out = tshark(&["-Y", filter, "-T", "fields", "-e", field])?;
-        Some(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect(),
-        )
-    };
+    let run = |filter: &str, field: &str| tshark_fields(pcap, filter, field);
     let Some(fpdus) = run("iwarp_ddp_rdmap", "frame.number") else {
         eprintln!("tshark_check: skipped (tshark not installed)");
         return;
@@ -258,7 +264,7 @@ pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) {
         "malformed or erroneous frames: {malformed:?}"
     );
     // Wireshark 4.0 reports the CRC check only in its detail text: "(Good CRC32)".
-    let out = tshark(&["-V"]).unwrap();
+    let out = tshark(pcap, &["-V"]).unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let good = text.matches("(Good CRC32)").count();
     assert_eq!(

@@ -9,6 +9,8 @@
 //! ```
 //!
 //! The connection asks for MPA CRCs (siw turns them on when asked); `--no-crc` does not.
+//! `--rtr write|read` (client) asks for RFC 6581 peer-to-peer mode with that ready-to-receive
+//! message, which the client's side then sends before anything else.
 //!
 //! One ping, as rping does it: the client Sends the STag, address and length of its source
 //! buffer (16 octets: 64-bit address, 32-bit STag, 32-bit length, big-endian); the server
@@ -19,8 +21,8 @@
 //! tagged offsets of this stack's zero-based regions; the peer takes them as opaque.
 
 use iwarp_verbs::{
-    access, ConnSettings, Context, Event, MemoryRegion, QpInitAttr, QueuePair, RecvWr, SendWr, Sg,
-    SharedBuffer, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    access, ConnSettings, Context, Event, MemoryRegion, QpInitAttr, QueuePair, RecvWr, Rtr, SendWr,
+    Sg, SharedBuffer, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -53,6 +55,7 @@ struct Options {
     verbose: bool,
     validate: bool,
     crc: bool,
+    rtr: Option<Rtr>,
     dir: PathBuf,
 }
 
@@ -123,6 +126,7 @@ impl Side {
     fn settings(o: &Options) -> ConnSettings {
         ConnSettings {
             crc: o.crc,
+            peer_to_peer: o.rtr,
             ird: 1,
             ord: 1,
             ..ConnSettings::default()
@@ -339,6 +343,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options> {
         verbose: false,
         validate: false,
         crc: true,
+        rtr: None,
         dir: PathBuf::new(),
     };
     let mut role = None;
@@ -351,6 +356,19 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options> {
             "-v" => o.verbose = true,
             "-V" => o.validate = true,
             "--no-crc" => o.crc = false,
+            "--rtr" => {
+                o.rtr = Some(match value("--rtr")?.as_str() {
+                    "write" => Rtr {
+                        write: true,
+                        ..Rtr::NONE
+                    },
+                    "read" => Rtr {
+                        read: true,
+                        ..Rtr::NONE
+                    },
+                    other => return Err(format!("--rtr {other}: write or read").into()),
+                });
+            }
             "-a" => o.addr = Some(value("-a")?.parse()?),
             "-p" => o.port = value("-p")?.parse()?,
             "-C" => o.count = Some(value("-C")?.parse()?),
@@ -378,7 +396,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: rping -s [-p PORT] [-C COUNT] [-v] [--no-crc] --runtime-dir DIR\n       \
                  rping -c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V] [--no-crc] \
-                 --runtime-dir DIR"
+                 [--rtr write|read] --runtime-dir DIR"
             );
             return ExitCode::from(2);
         }
