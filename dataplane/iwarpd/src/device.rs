@@ -5,7 +5,21 @@
 use crate::port::Port;
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
 use std::collections::VecDeque;
+
+/// An IPv4 ARP packet's operation, sender and target protocol addresses; None for any other
+/// frame (checked as smoltcp checks what it parses).
+fn ipv4_arp(frame: &[u8]) -> Option<(ArpOperation, [u8; 4], [u8; 4])> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Arp {
+        return None;
+    }
+    let arp = ArpPacket::new_checked(eth.payload()).ok()?;
+    let sender = arp.source_protocol_addr().try_into().ok()?;
+    let target = arp.target_protocol_addr().try_into().ok()?;
+    Some((arp.operation(), sender, target))
+}
 
 /// Paces ARP requests: one per target address per interval, the rest dropped.
 ///
@@ -38,21 +52,23 @@ impl ArpPacer {
 
     /// A received frame: ARP from a target means it answers; its next request may go at once.
     pub fn heard(&mut self, frame: &[u8]) {
-        // Ethernet type ARP, sender protocol address at 28.
-        if frame.len() >= 42 && frame[12..14] == [8, 6] && !self.recent.is_empty() {
-            let sender = [frame[28], frame[29], frame[30], frame[31]];
+        if self.recent.is_empty() {
+            return;
+        }
+        if let Some((_, sender, _)) = ipv4_arp(frame) {
             self.recent.retain(|(t, _)| *t != sender);
         }
     }
 
     /// Whether `frame` may go out at `now`: anything but an ARP request always may.
     pub fn admits(&mut self, frame: &[u8], now: Instant) -> bool {
-        // Ethernet type ARP, operation request (RFC 826), target protocol address at 38.
-        let is_request = frame.len() >= 42 && frame[12..14] == [8, 6] && frame[20..22] == [0, 1];
-        if !is_request || self.interval == Duration::ZERO {
+        if self.interval == Duration::ZERO {
             return true;
         }
-        let target: [u8; 4] = [frame[38], frame[39], frame[40], frame[41]];
+        let target = match ipv4_arp(frame) {
+            Some((ArpOperation::Request, _, target)) => target,
+            _ => return true,
+        };
         match self.recent.iter_mut().find(|(t, _)| *t == target) {
             Some((_, last)) if now < *last + self.interval => {
                 self.dropped += 1;
@@ -230,6 +246,8 @@ mod tests {
     fn arp(op: u16, target: [u8; 4]) -> Vec<u8> {
         let mut f = vec![0; 42];
         f[12..14].copy_from_slice(&[8, 6]);
+        // Hardware Ethernet (1), protocol IPv4, address lengths 6 and 4.
+        f[14..20].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
         f[20..22].copy_from_slice(&op.to_be_bytes());
         f[38..42].copy_from_slice(&target);
         f
