@@ -344,15 +344,12 @@ impl ConnManager {
             .collect();
         for conn in due {
             if let Some(c) = self.conns.get_mut(&conn) {
-                match c.held.take() {
-                    Some((at, actions)) if at <= now => {
-                        c.established = true;
-                        out.extend(actions);
-                    }
-                    held => {
-                        c.held = held;
-                        c.cm.handle_timeout(now);
-                    }
+                // A held connection's only deadline is its hold (`Conn::next_timeout`).
+                if let Some((_, actions)) = c.held.take() {
+                    c.established = true;
+                    out.extend(actions);
+                } else {
+                    c.cm.handle_timeout(now);
                 }
             }
             self.drain(conn, &mut out);
