@@ -68,6 +68,14 @@ struct Info {
 }
 
 impl Info {
+    /// What rping's server Sends to let the client go on: its advertisement buffer, never
+    /// filled, all zeros.
+    const GO_AHEAD: Info = Info {
+        addr: 0,
+        stag: 0,
+        len: 0,
+    };
+
     fn encode(&self) -> [u8; INFO] {
         let mut b = [0; INFO];
         b[..8].copy_from_slice(&self.addr.to_be_bytes());
@@ -163,7 +171,7 @@ impl Side {
         Ok(())
     }
 
-    /// Sends an advertisement (the server's "go ahead" is all zeros, as rping's is).
+    /// Sends an advertisement (or the server's [`Info::GO_AHEAD`]).
     fn send_info(&mut self, info: Info) -> Result<()> {
         self.buf.write(SEND_AT, &info.encode())?;
         self.run(WrOpcode::Send, SEND_AT, INFO)
@@ -241,11 +249,7 @@ fn server(o: &Options) -> Result<u64> {
         if o.verbose {
             println!("server ping data: {}", s.text(SINK_AT, len)?);
         }
-        s.send_info(Info {
-            addr: 0,
-            stag: 0,
-            len: 0,
-        })?;
+        s.send_info(Info::GO_AHEAD)?;
         let Some(sink) = s.receive()? else { break };
         // What rping writes back: the text read, with its terminating zero.
         let echo = s.text(SINK_AT, len)?.len() + 1;
@@ -255,11 +259,7 @@ fn server(o: &Options) -> Result<u64> {
             remote_addr: sink.addr,
         };
         s.run(write, SINK_AT, echo)?;
-        s.send_info(Info {
-            addr: 0,
-            stag: 0,
-            len: 0,
-        })?;
+        s.send_info(Info::GO_AHEAD)?;
         pings += 1;
     }
     let _ = s.ctx.disconnect(req.conn, false);
