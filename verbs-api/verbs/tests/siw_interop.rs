@@ -224,18 +224,14 @@ fn run(guest: &Path, n: u8, ours: &[&str], theirs: &[&str]) -> Run {
     }
     let ours = ours.unwrap_or_else(|| done.recv().expect("rping"));
     let guest = std::fs::read_to_string(&console).unwrap_or_default();
-    eprintln!("--- guest\n{guest}\n--- ours");
-    eprintln!(
-        "{}{}",
-        String::from_utf8_lossy(&ours.stdout),
-        String::from_utf8_lossy(&ours.stderr)
-    );
-    Run {
+    let run = Run {
         guest,
         ours,
         pcap,
         dir: Some(dir),
-    }
+    };
+    eprintln!("--- guest\n{}\n--- ours\n{}", run.guest, run.ours_said());
+    run
 }
 
 const PINGS: u64 = 10;
