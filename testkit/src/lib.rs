@@ -245,8 +245,8 @@ pub fn tshark_fields(pcap: &Path, filter: &str, field: &str) -> Option<Vec<Strin
 /// Skipped (with a message) where tshark is not installed; CI installs it.
 pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) {
     let run = |filter: &str, field: &str| tshark_fields(pcap, filter, field);
-    // Count FPDUs, not frames: a captured frame may carry several (a TAP sees the peer
-    // kernel's GSO super-frames before segmentation).
+    // Count FPDUs, not frames: a TCP segment may carry several complete FPDUs (RFC 5044
+    // section 8), and Linux's TCP packs what siw queued behind an unacknowledged segment.
     let Some(frames) = run("iwarp_ddp_rdmap", "iwarp_mpa.ulpdulength") else {
         eprintln!("tshark_check: skipped (tshark not installed)");
         return;

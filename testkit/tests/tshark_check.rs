@@ -1,6 +1,6 @@
-//! `tshark_check` counts FPDUs, not frames. A capture taken on a TAP sees the peer kernel's GSO
-//! super-frames, each carrying several FPDUs: a frame count there once fell one short of the
-//! CRCs Wireshark checked. This test builds such a frame from a real siw capture.
+//! `tshark_check` counts FPDUs, not frames. A TCP segment may carry several complete FPDUs
+//! (RFC 5044 section 8), and Linux's TCP under siw packs them so: a frame count once fell one
+//! short of the CRCs Wireshark checked. This test builds such a segment from a real siw capture.
 
 use iwarp_testkit::{tshark_check, tshark_fields};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
@@ -46,7 +46,7 @@ fn segment(frame: &[u8]) -> Segment {
 }
 
 /// The capture with the first two back-to-back data segments of one direction (after the MPA
-/// exchange) joined into a single frame, as GSO would hand them to the TAP.
+/// exchange) joined into a single segment, as the peer's TCP would send them.
 fn with_two_fpdus_in_one_frame() -> Vec<Vec<u8>> {
     let mut frames = frames();
     for i in 8..frames.len() {
