@@ -219,6 +219,9 @@ pub struct Counters {
     pub stream_bytes_rx: u64,
     /// Frames the port could not send or deliver (see [`Port::dropped`]).
     pub drops: u64,
+    /// Repeats of unanswered ARP requests held back (see [`crate::device::ArpPacer`]): a
+    /// growing count names a neighbour that does not answer.
+    pub arp_paced: u64,
     /// Connections that ended other than by our own shutdown (peer reset or closed, user
     /// timeout, failed setup).
     pub conns_lost: u64,
@@ -631,6 +634,7 @@ impl<P: Port> Node<P> {
             fpdus_tx: self.fpdus_tx,
             stream_bytes_rx: self.stream_rx,
             drops: self.dev.port.dropped(),
+            arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
             connections: self.conns.iter().filter(|c| !c.is_over()).count() as u64,
             crc_errors: self.rnic.stats.crc_errors,

@@ -58,6 +58,7 @@ pub struct CoreCounters {
     pub fpdus_tx: AtomicU64,
     pub stream_bytes_rx: AtomicU64,
     pub drops: AtomicU64,
+    pub arp_paced: AtomicU64,
     pub conns_lost: AtomicU64,
     pub connections: AtomicU64,
     pub crc_errors: AtomicU64,
@@ -98,6 +99,7 @@ impl CoreCounters {
         self.fpdus_tx.store(c.fpdus_tx, r);
         self.stream_bytes_rx.store(c.stream_bytes_rx, r);
         self.drops.store(c.drops, r);
+        self.arp_paced.store(c.arp_paced, r);
         self.conns_lost.store(c.conns_lost, r);
         self.connections.store(c.connections, r);
         self.crc_errors.store(c.crc_errors, r);
@@ -131,7 +133,7 @@ impl CoreCounters {
         let r = Ordering::Relaxed;
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
-             stream_bytes_rx={} drops={} connections={} conns_lost={} crc_errors={} \
+             stream_bytes_rx={} drops={} arp_paced={} connections={} conns_lost={} crc_errors={} \
              terminates_sent={} terminates_received={} polls={} sleeps={} wakes_port={} \
              wakes_doorbell={} wakes_timer={}",
             self.core.map_or("-".to_string(), |c| c.to_string()),
@@ -142,6 +144,7 @@ impl CoreCounters {
             self.fpdus_tx.load(r),
             self.stream_bytes_rx.load(r),
             self.drops.load(r),
+            self.arp_paced.load(r),
             self.connections.load(r),
             self.conns_lost.load(r),
             self.crc_errors.load(r),
@@ -376,6 +379,7 @@ mod tests {
             fpdus_tx: 5,
             stream_bytes_rx: 6,
             drops: 7,
+            arp_paced: 13,
             conns_lost: 8,
             connections: 9,
             crc_errors: 10,
@@ -398,6 +402,7 @@ mod tests {
             "crc_errors=10",
             "terminates_sent=11",
             "terminates_received=12",
+            "arp_paced=13",
         ] {
             assert!(line.contains(kv), "{kv} missing from {line}");
         }

@@ -80,4 +80,10 @@ fn an_unanswered_neighbour_gets_paced_arp_requests() {
         (3..=5).contains(&requests),
         "{requests} ARP requests in 350 ms"
     );
+    // The repeats held back are counted, for the stats line.
+    assert!(
+        node.counters().arp_paced > 10,
+        "{} repeats paced",
+        node.counters().arp_paced
+    );
 }
