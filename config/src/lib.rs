@@ -171,12 +171,13 @@ pub struct Shm {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Mpa {
-    /// After a valid MPA Reply, the initiator waits this long (milliseconds) before its QP
-    /// enters RTS, so its first FPDU cannot reach a responder that has not yet handed its
-    /// socket to the QP. Linux siw (kernel 6.1) sends its Reply first, and an FPDU that
-    /// lands in between is left unread until more data arrives; when the application then
-    /// waits for an answer, both sides hang. 0 turns the hold off (peers that are ready when
-    /// they reply: this stack, hardware RNICs).
+    /// After a valid MPA Reply, the initiator waits at least this long (milliseconds) before
+    /// its QP enters RTS, so its first FPDU cannot reach a responder that has not yet handed
+    /// its socket to the QP. Linux siw sends its Reply first, and an FPDU that lands in
+    /// between is left unread until more data arrives; when the application then waits for
+    /// an answer, both sides hang. A peer slow to reply gets a longer hold: half the time its
+    /// Reply took, up to 100 ms. 0 turns the hold off (peers that are ready when they reply:
+    /// this stack, hardware RNICs).
     pub rts_delay_ms: u64,
 }
 

@@ -84,6 +84,8 @@ struct Conn {
     /// An initiator's move to RTS waiting out the hold (see [`ConnManager::with_rts_delay`]):
     /// when it is due, and the actions that make it.
     held: Option<(u64, Vec<Action>)>,
+    /// When TCP came up, which is when an initiator sent its MPA Request.
+    tcp_up_at: Option<u64>,
 }
 
 impl Conn {
@@ -94,6 +96,10 @@ impl Conn {
         }
     }
 }
+
+/// The longest an initiator holds its move to RTS for a peer that was slow to reply (see
+/// [`ConnManager::with_rts_delay`]).
+pub const MAX_RTS_HOLD_MS: u64 = 100;
 
 /// All connections of one RNIC.
 #[derive(Debug)]
@@ -127,12 +133,14 @@ impl ConnManager {
         }
     }
 
-    /// After a valid MPA Reply, an initiator waits `ms` before its QP enters RTS and its
-    /// application hears Established, so its first FPDU cannot overtake a responder still
+    /// After a valid MPA Reply, an initiator waits at least `ms` before its QP enters RTS and
+    /// its application hears Established, so its first FPDU cannot overtake a responder still
     /// handing the socket to its QP. Linux siw sends its Reply before it does that, and
-    /// data arriving in between sits unread until more data comes: a first Send that is
-    /// answered before anything else is sent then hangs both sides (seen against siw in a
-    /// VM, see `verbs-api/verbs/tests/siw_interop.rs`).
+    /// data arriving in between sits unread until more data comes: a first Send (or RTR) that
+    /// is answered before anything else is sent then hangs both sides (seen against siw in a
+    /// VM, see `verbs-api/verbs/tests/siw_interop.rs`). A peer slow to reply is slow at that
+    /// step too (a preempted VM), so the hold grows to half the time the Reply took, up to
+    /// [`MAX_RTS_HOLD_MS`]. 0 turns the hold off.
     pub fn with_rts_delay(mut self, ms: u64) -> ConnManager {
         self.rts_delay_ms = ms;
         self
@@ -173,6 +181,7 @@ impl ConnManager {
                 cm: Connection::initiator(s, now, self.timeout_ms),
                 established: false,
                 held: None,
+                tcp_up_at: None,
             },
         );
         (
@@ -287,6 +296,7 @@ impl ConnManager {
                             cm: Connection::responder(s.clone(), now, self.timeout_ms),
                             established: false,
                             held: None,
+                            tcp_up_at: None,
                         },
                     );
                     // Remember the peer for the request event.
@@ -296,6 +306,7 @@ impl ConnManager {
             },
             Upcall::TcpEstablished { conn } => {
                 if let Some(c) = self.conns.get_mut(&conn) {
+                    c.tcp_up_at = Some(now);
                     c.cm.handle_tcp_established(now);
                 }
                 self.drain(conn, &mut out);
@@ -420,9 +431,11 @@ impl ConnManager {
                             },
                         },
                     ];
-                    let (hold, now) = (self.rts_delay_ms, self.now);
+                    let (floor, now) = (self.rts_delay_ms, self.now);
                     if let Some(c) = self.conns.get_mut(&conn) {
-                        if initiator && hold > 0 {
+                        if initiator && floor > 0 {
+                            let reply_took = now.saturating_sub(c.tcp_up_at.unwrap_or(now));
+                            let hold = floor.max((reply_took / 2).min(MAX_RTS_HOLD_MS));
                             c.held = Some((now + hold, rts));
                         } else {
                             c.established = true;
@@ -476,6 +489,8 @@ mod tests {
         app_events: Vec<(usize, AppId, AppEvent)>,
         rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
         listening: Vec<(usize, u16)>,
+        /// The time upcalls are delivered at.
+        now: u64,
     }
 
     impl Net {
@@ -486,6 +501,7 @@ mod tests {
                 app_events: vec![],
                 rts: vec![],
                 listening: vec![],
+                now: 0,
             }
         }
 
@@ -548,7 +564,7 @@ mod tests {
                     Action::Daemon(_) => {}
                 }
                 for (to, u) in ups {
-                    let acts = self.cms[to].handle_upcall(&u, 0);
+                    let acts = self.cms[to].handle_upcall(&u, self.now);
                     queue.extend(acts.into_iter().map(|a| (to, a)));
                 }
             }
@@ -578,19 +594,24 @@ mod tests {
         SocketAddr::from(([10, 0, 0, 2], 5000))
     }
 
-    /// Connects side 0 (holding its RTS `hold` ms) to side 1's listener at time 0 and
-    /// accepts; returns side 0's connection id.
-    fn connect_with_hold(n: &mut Net, hold: u64) -> u32 {
+    /// Connects side 0 (holding its RTS `hold` ms) to side 1's listener at time 0, and
+    /// side 1 accepts at `accept_at`; returns side 0's connection id.
+    fn connect_with_hold_accepted_at(n: &mut Net, hold: u64, accept_at: u64) -> u32 {
         n.cms[0] = ConnManager::new(1000, 1460).with_rts_delay(hold);
         let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
         n.run(1, acts);
         let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
         n.run(0, acts);
+        n.now = accept_at;
         let acts = n.cms[1]
             .accept(B, n.request(), 9, Settings::default())
             .unwrap();
         n.run(1, acts);
         conn
+    }
+
+    fn connect_with_hold(n: &mut Net, hold: u64) -> u32 {
+        connect_with_hold_accepted_at(n, hold, 0)
     }
 
     fn established_on(n: &Net, side: usize) -> bool {
@@ -611,6 +632,30 @@ mod tests {
         let acts = n.cms[0].handle_timeout(5);
         n.run(0, acts);
         assert_eq!(n.rts.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 0]);
+        assert!(established_on(&n, 0));
+        assert_eq!(n.cms[0].next_timeout(), None);
+    }
+
+    #[test]
+    fn a_peer_slow_to_reply_gets_half_its_reply_time_as_the_hold_up_to_the_cap() {
+        // Reply 60 ms after the Request: held 30 ms, not the 5 ms floor.
+        let mut n = Net::new();
+        connect_with_hold_accepted_at(&mut n, 5, 60);
+        assert_eq!(n.cms[0].next_timeout(), Some(60 + 30));
+        assert!(n.cms[0].handle_timeout(89).is_empty());
+        let acts = n.cms[0].handle_timeout(90);
+        n.run(0, acts);
+        assert!(established_on(&n, 0));
+        // Reply after 900 ms: the hold stops at the cap.
+        let mut n = Net::new();
+        connect_with_hold_accepted_at(&mut n, 5, 900);
+        assert_eq!(n.cms[0].next_timeout(), Some(900 + MAX_RTS_HOLD_MS));
+        // A quick peer gets the floor; a floor of 0 keeps the hold off however slow the peer.
+        let mut n = Net::new();
+        connect_with_hold_accepted_at(&mut n, 5, 4);
+        assert_eq!(n.cms[0].next_timeout(), Some(4 + 5));
+        let mut n = Net::new();
+        connect_with_hold_accepted_at(&mut n, 0, 900);
         assert!(established_on(&n, 0));
         assert_eq!(n.cms[0].next_timeout(), None);
     }

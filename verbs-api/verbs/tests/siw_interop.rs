@@ -334,6 +334,17 @@ fn our_client_with_rtr(n: u8, rtr: &str) {
     let want = if rtr == "write" { "0x00" } else { "0x01" };
     let first_fpdu = first.first().and_then(|frame| frame.split(',').next());
     assert_eq!(first_fpdu, Some(want), "{first:?}");
+    // siw's first FPDU: the zero-length Read Response a Read RTR asks for, or else its
+    // server's first RDMA Read of our client's buffer.
+    let theirs = testkit::tshark_fields(
+        &r.pcap,
+        &format!("iwarp_ddp_rdmap && ip.src == 10.7{n}.0.2"),
+        "iwarp_rdma.opcode",
+    )
+    .expect("tshark installed");
+    let want = if rtr == "read" { "0x02" } else { "0x01" };
+    let first_fpdu = theirs.first().and_then(|frame| frame.split(',').next());
+    assert_eq!(first_fpdu, Some(want), "{theirs:?}");
     testkit::tshark_check(&r.pcap, 6 * PINGS as usize, true);
 }
 
@@ -342,11 +353,10 @@ fn siws_server_takes_a_zero_length_write_as_the_rtr() {
     our_client_with_rtr(6, "write");
 }
 
-/// siw 6.1 neither answers our zero-length Read RTR (no Read Response, no Terminate) nor
-/// serves the Send behind it, and its iw_cm hits a kernel BUG when we disconnect: not yet
-/// understood (README, "Not supported"). Kept to reproduce it: `--ignored`.
+/// The Read RTR is answered: siw's zero-length Read Response must reach us before our
+/// client's first Send is served. (It once looked refused; the cause was siw's responder race,
+/// which the initiator's hold now covers: README, "Interop with Linux siw".)
 #[test]
-#[ignore = "siw 6.1 does not answer a zero-length Read RTR; see the README"]
 fn siws_server_takes_a_zero_length_read_as_the_rtr() {
     our_client_with_rtr(5, "read");
 }
