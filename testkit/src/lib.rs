@@ -209,6 +209,30 @@ pub fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Rec
     }
 }
 
+/// Every frame of a pcap or pcapng file, in order (the captures come in both formats).
+pub fn capture_frames(path: &Path) -> Vec<Vec<u8>> {
+    use pcap_file::pcap::PcapReader;
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    if bytes.starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]) {
+        let mut reader = PcapNgReader::new(&bytes[..]).unwrap();
+        while let Some(block) = reader.next_block() {
+            match block.unwrap() {
+                Block::EnhancedPacket(p) => out.push(p.data.into_owned()),
+                Block::SimplePacket(p) => out.push(p.data.into_owned()),
+                _ => {}
+            }
+        }
+    } else {
+        let mut reader = PcapReader::new(&bytes[..]).unwrap();
+        while let Some(p) = reader.next_packet() {
+            out.push(p.unwrap().data.into_owned());
+        }
+    }
+    out
+}
+
 /// tshark on `pcap` with `extra` arguments; None where tshark is not installed.
 fn tshark(pcap: &Path, extra: &[&str]) -> Option<std::process::Output> {
     let out = Process::new("tshark")

@@ -2,28 +2,16 @@
 //! (RFC 5044 section 8), and Linux's TCP under siw packs them so: a frame count once fell one
 //! short of the CRCs Wireshark checked. This test builds such a segment from a real siw capture.
 
-use iwarp_testkit::{tshark_check, tshark_fields};
+use iwarp_testkit::{capture_frames, tshark_check, tshark_fields};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
+use std::path::Path;
 use std::time::Duration;
 
 const CAPTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../dataplane/wire/testdata/captures/siw-rping-crc.pcap"
 );
-
-fn frames() -> Vec<Vec<u8>> {
-    let bytes = std::fs::read(CAPTURE).unwrap();
-    let mut reader = PcapNgReader::new(&bytes[..]).unwrap();
-    let mut out = Vec::new();
-    while let Some(block) = reader.next_block() {
-        if let Block::EnhancedPacket(p) = block.unwrap() {
-            out.push(p.data.into_owned());
-        }
-    }
-    out
-}
 
 /// A TCP segment of an Ethernet/IPv4 frame: its 4-tuple, sequence number and payload offset.
 struct Segment {
@@ -48,7 +36,7 @@ fn segment(frame: &[u8]) -> Segment {
 /// The capture with the first two back-to-back data segments of one direction (after the MPA
 /// exchange) joined into a single segment, as the peer's TCP would send them.
 fn with_two_fpdus_in_one_frame() -> Vec<Vec<u8>> {
-    let mut frames = frames();
+    let mut frames = capture_frames(Path::new(CAPTURE));
     for i in 8..frames.len() {
         let a = segment(&frames[i]);
         if frames[i].len() == a.payload {
@@ -76,7 +64,7 @@ fn with_two_fpdus_in_one_frame() -> Vec<Vec<u8>> {
 #[test]
 fn a_frame_carrying_two_fpdus_counts_as_two() {
     let dir = tempfile::tempdir().unwrap();
-    let pcap = dir.path().join("gso.pcap");
+    let pcap = dir.path().join("joined.pcap");
     let header = PcapHeader {
         datalink: DataLink::ETHERNET,
         snaplen: 65535,

@@ -3,11 +3,11 @@
 //! walked through the MPA frame parser, the deframer and the DDP/RDMAP decoders; every FPDU
 //! is then re-encoded and compared with the captured bytes.
 
+use iwarp_testkit::capture_frames;
 use iwarp_wire::mpa::{self, Deframer, FpduEmitter, FrameRepr, MpaParams};
 use iwarp_wire::rdmap::{Opcode, SegmentRepr};
-use pcap_file::pcap::PcapReader;
-use pcap_file::pcapng::{Block, PcapNgReader};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 type FlowKey = ([u8; 4], u16, [u8; 4], u16);
 
@@ -35,31 +35,9 @@ impl Flow {
     }
 }
 
-/// Every frame of a pcap or pcapng file (the captures come in both).
-fn frames(path: &str) -> Vec<Vec<u8>> {
-    let bytes = std::fs::read(path).unwrap();
-    let mut out = Vec::new();
-    if bytes.starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]) {
-        let mut reader = PcapNgReader::new(&bytes[..]).unwrap();
-        while let Some(block) = reader.next_block() {
-            match block.unwrap() {
-                Block::EnhancedPacket(p) => out.push(p.data.into_owned()),
-                Block::SimplePacket(p) => out.push(p.data.into_owned()),
-                _ => {}
-            }
-        }
-    } else {
-        let mut reader = PcapReader::new(&bytes[..]).unwrap();
-        while let Some(p) = reader.next_packet() {
-            out.push(p.unwrap().data.into_owned());
-        }
-    }
-    out
-}
-
 fn read_flows(path: &str) -> BTreeMap<FlowKey, Flow> {
     let mut flows: BTreeMap<FlowKey, Flow> = BTreeMap::new();
-    for data in frames(path) {
+    for data in capture_frames(Path::new(path)) {
         // Ethernet II, IPv4, TCP.
         if data.len() < 14 || data[12..14] != [0x08, 0x00] {
             continue;
