@@ -311,6 +311,15 @@ fn our_rping_client_validates_siws_server_without_crc() {
     testkit::tshark_check(&r.pcap, 6 * PINGS as usize, false);
 }
 
+/// The RDMAP opcode of the first FPDU matching the display `filter` (the first of a frame
+/// that carries several).
+fn first_opcode(pcap: &Path, filter: &str) -> Option<String> {
+    let frames =
+        testkit::tshark_fields(pcap, filter, "iwarp_rdma.opcode").expect("tshark installed");
+    let first = frames.first()?.split(',').next()?;
+    Some(first.to_string())
+}
+
 /// RFC 6581 peer-to-peer mode: our client offers one RTR message, siw's responder agrees to
 /// it, waits for it before it tells its application the connection is up, and then serves.
 fn our_client_with_rtr(n: u8, rtr: &str) {
@@ -329,22 +338,16 @@ fn our_client_with_rtr(n: u8, rtr: &str) {
         .contains(&format!("rping client: {PINGS} pings")));
     assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
     // The RTR is the first FPDU of the connection: a zero-length Write or Read Request.
-    let first = testkit::tshark_fields(&r.pcap, "iwarp_ddp_rdmap", "iwarp_rdma.opcode")
-        .expect("tshark installed");
     let want = if rtr == "write" { "0x00" } else { "0x01" };
-    let first_fpdu = first.first().and_then(|frame| frame.split(',').next());
-    assert_eq!(first_fpdu, Some(want), "{first:?}");
+    assert_eq!(
+        first_opcode(&r.pcap, "iwarp_ddp_rdmap").as_deref(),
+        Some(want)
+    );
     // siw's first FPDU: the zero-length Read Response a Read RTR asks for, or else its
     // server's first RDMA Read of our client's buffer.
-    let theirs = testkit::tshark_fields(
-        &r.pcap,
-        &format!("iwarp_ddp_rdmap && ip.src == 10.7{n}.0.2"),
-        "iwarp_rdma.opcode",
-    )
-    .expect("tshark installed");
+    let theirs = format!("iwarp_ddp_rdmap && ip.src == 10.7{n}.0.2");
     let want = if rtr == "read" { "0x02" } else { "0x01" };
-    let first_fpdu = theirs.first().and_then(|frame| frame.split(',').next());
-    assert_eq!(first_fpdu, Some(want), "{theirs:?}");
+    assert_eq!(first_opcode(&r.pcap, &theirs).as_deref(), Some(want));
     testkit::tshark_check(&r.pcap, 6 * PINGS as usize, true);
 }
 
