@@ -240,6 +240,12 @@ fn tshark(pcap: &Path, extra: &[&str]) -> Option<std::process::Output> {
         .arg(pcap)
         // rpcordma wrongly claims small Sends (see testdata/captures/README.md).
         .args(["--disable-protocol", "rpcordma"])
+        // Decode every segment on its own, retransmissions included. With sequence analysis,
+        // Wireshark skips a retransmitted segment whole, even the FPDUs it carries for the
+        // first time (a sender retransmitting from its oldest unacknowledged octet appends
+        // what it had queued behind); every segment starts on an FPDU boundary (RFC 5044
+        // section 8), so each one decodes alone, and each copy is checked.
+        .args(["-o", "tcp.analyze_sequence_numbers:FALSE"])
         .args(extra)
         .output()
         .ok()?;
@@ -264,8 +270,8 @@ pub fn tshark_fields(pcap: &Path, filter: &str, field: &str) -> Option<Vec<Strin
     )
 }
 
-/// Wireshark's iWARP dissectors must decode the capture: at least `min_fpdus` FPDUs found,
-/// none malformed, and with `crc` every FPDU's CRC checked good (without, none carries one).
+/// Wireshark's iWARP dissectors must decode the capture: at least `min_fpdus` FPDUs found
+/// (a retransmitted copy counts again), none malformed, and with `crc` every FPDU's CRC checked good (without, none carries one).
 /// Skipped (with a message) where tshark is not installed; CI installs it.
 pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) {
     let run = |filter: &str, field: &str| tshark_fields(pcap, filter, field);

@@ -1,6 +1,8 @@
 //! `tshark_check` counts FPDUs, not frames. A TCP segment may carry several complete FPDUs
 //! (RFC 5044 section 8), and Linux's TCP under siw packs them so: a frame count once fell one
 //! short of the CRCs Wireshark checked. This test builds such a segment from a real siw capture.
+//! And it decodes retransmitted segments too: a retransmission may carry an FPDU sent for the
+//! first time, which Wireshark's sequence analysis would skip with the rest of the segment.
 
 use iwarp_testkit::{capture_frames, tshark_check, tshark_fields};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
@@ -85,4 +87,25 @@ fn a_frame_carrying_two_fpdus_counts_as_two() {
     assert_eq!(lengths.len(), 20, "{lengths:?}");
     assert_eq!(lengths.iter().filter(|l| l.contains(',')).count(), 1);
     tshark_check(&pcap, 21, true);
+}
+
+/// Our daemon's own capture from a loaded machine (three test processes on two cores): the
+/// peer's ACK came late, our TCP retransmitted the RDMA Write twice, and the second time it
+/// appended the Send queued behind it, so the Send's only copy is in a retransmission (frame
+/// 14, 112 octets from sequence 25). Sequence analysis found 7 of the 8 FPDUs here.
+#[test]
+fn an_fpdu_first_sent_in_a_retransmission_is_decoded() {
+    let pcap = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/retransmit-appends-queued-send.pcap"
+    ));
+    let Some(lengths) = tshark_fields(pcap, "frame.number == 14", "iwarp_mpa.ulpdulength") else {
+        eprintln!("skipped: tshark not installed");
+        return;
+    };
+    // The Write (49 octets of ULPDU) and the Send (50).
+    assert_eq!(lengths, ["49,50"]);
+    // Write, its two retransmissions (the second with the Send), Read Request and Response,
+    // two atomic Requests and Responses: 10 FPDUs, every CRC good.
+    tshark_check(pcap, 10, true);
 }
