@@ -11,13 +11,17 @@
 //! most the MSS, and full-size FPDUs are exactly the MSS. smoltcp cuts its send buffer into
 //! MSS-sized segments from the first unsent byte, so a run of full-size FPDUs stays aligned
 //! by itself; after a shorter FPDU the node makes smoltcp send at once (an interface poll)
-//! before queuing the next, so the next FPDU starts a segment. A retransmission after loss
-//! re-cuts from the oldest unacknowledged byte and may pack FPDUs differently; receivers
-//! (ours, siw, hardware) reassemble any split, only first transmissions are aligned.
+//! before queuing the next, so the next FPDU starts a segment. smoltcp also cuts a segment
+//! at the right edge of the peer's window, so the node queues an FPDU only when the peer's
+//! window (read off its segments by `peer_window.rs`) takes it whole. A retransmission after
+//! loss re-cuts from the oldest unacknowledged byte and may pack FPDUs differently;
+//! receivers (ours, siw, hardware) reassemble any split, only first transmissions are
+//! aligned.
 
 use crate::clock::DilatedClock;
 use crate::device::ArpPacer;
 use crate::device::PortDevice;
+use crate::peer_window::FlowKey;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
@@ -141,6 +145,11 @@ struct Conn {
     /// The listening port an accepted relay connection arrived on: steered to this worker
     /// until the connection's socket is gone, even once nobody listens there.
     accepted_on: Option<u16>,
+    /// The connection as the device tracks its peer's window; None before it is established,
+    /// or when the peer's SYN was no longer remembered (then its window is not known).
+    flow: Option<FlowKey>,
+    /// Tracking was tried (once, when the connection was first seen established).
+    flow_tried: bool,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -183,6 +192,8 @@ impl Conn {
             socket_gone: false,
             over_since: None,
             accepted_on: None,
+            flow: None,
+            flow_tried: false,
         }
     }
 
@@ -827,9 +838,27 @@ impl<P: Port> Node<P> {
             self.sockets.remove(c.handle);
             c.socket_gone = true;
             c.inbuf = Vec::new();
+            if let Some(key) = c.flow.take() {
+                self.dev.windows.forget(key);
+            }
             if let Some(port) = c.accepted_on {
                 self.release_if_unused(port);
             }
+        }
+    }
+
+    /// Starts tracking the window of connection `i`'s peer (see `peer_window.rs`).
+    fn track_window(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        c.flow_tried = true;
+        let s = self.sockets.get::<tcp::Socket>(c.handle);
+        let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+            return;
+        };
+        let IpAddress::Ipv4(peer) = remote.addr;
+        let key = FlowKey::new(local.port, peer.octets(), remote.port);
+        if self.dev.windows.adopt(key) {
+            c.flow = Some(key);
         }
     }
 
@@ -862,6 +891,9 @@ impl<P: Port> Node<P> {
         }
         if tcp_state == tcp::State::Established {
             self.conns[i].ever_established = true;
+            if !self.conns[i].flow_tried {
+                self.track_window(i);
+            }
         }
         // The peer closed its half (FIN) and the engine has read everything before it (a
         // Terminate, the last messages): a graceful disconnect by the peer. A QP with the
@@ -1086,11 +1118,22 @@ impl<P: Port> Node<P> {
         self.stream_rx += got as u64;
         busy |= got > 0;
         // Transmit: whole FPDUs only, each as it will go on the wire.
+        let flow = self.conns[i].flow;
         loop {
             let room = {
                 let s = self.sockets.get::<tcp::Socket>(handle);
-                (s.send_capacity() - s.send_queue())
-                    .min(self.tcp.max_inflight.saturating_sub(s.send_queue()))
+                let queued = s.send_queue();
+                let mut room =
+                    (s.send_capacity() - queued).min(self.tcp.max_inflight.saturating_sub(queued));
+                // Within the peer's window too, or smoltcp cuts the last FPDU at its edge.
+                // With nothing queued a window below one segment is sent into anyway: it
+                // is the peer's to open, and waiting for it could wait forever.
+                if let Some(window) = flow.and_then(|k| self.dev.windows.window(k)) {
+                    if queued > 0 {
+                        room = room.min(window.saturating_sub(queued));
+                    }
+                }
+                room
             };
             if room < self.tcp.mss || !self.rnic.wants_transmit(qp) {
                 break;

@@ -1,9 +1,10 @@
 //! Two nodes over the in-memory port pair: TCP setup, MPA, and a 4 MiB RDMA Write whose
-//! bytes are compared — the node path with no socket or file at all.
+//! bytes are compared — the node path with no socket or file at all; FPDUs kept whole in
+//! their segments when the peer's window is the limit; ARP pacing.
 
 mod common;
 
-use common::{pair, until};
+use common::{pair, pair_tcps, until};
 use iwarp_engine::{Access, SendOp, SendWr, Status};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::memory::MemoryPort;
@@ -85,5 +86,95 @@ fn an_unanswered_neighbour_gets_paced_arp_requests() {
         node.counters().arp_paced > 10,
         "{} repeats paced",
         node.counters().arp_paced
+    );
+}
+
+/// The lengths of the FPDUs that make up a TCP payload, or why it is not whole FPDUs
+/// (MPA with CRC and no markers: length field, ULPDU, pad to 4 octets, CRC).
+fn fpdus_in(payload: &[u8]) -> Result<Vec<usize>, String> {
+    let mut at = 0;
+    let mut lengths = Vec::new();
+    while at < payload.len() {
+        let Some(field) = payload.get(at..at + 2) else {
+            return Err(format!("a length field cut at {at} of {}", payload.len()));
+        };
+        let ulpdu = usize::from(u16::from_be_bytes([field[0], field[1]]));
+        let fpdu = (2 + ulpdu).next_multiple_of(4) + 4;
+        lengths.push(fpdu);
+        at += fpdu;
+    }
+    if at == payload.len() {
+        Ok(lengths)
+    } else {
+        Err(format!(
+            "an FPDU of {} octets runs {} past the segment's end",
+            lengths.last().unwrap(),
+            at - payload.len()
+        ))
+    }
+}
+
+/// The peer's receive buffer (8000 octets: five segments and a bit) is far below what the
+/// sender may have in flight (256 KiB). smoltcp alone sends up to the window's edge and cuts
+/// the FPDU there; the node queues an FPDU only when the peer's window takes it whole, so
+/// every segment of a 1 MiB RDMA Write holds whole FPDUs (RFC 5044 section 8).
+#[test]
+fn fpdus_stay_whole_when_the_peers_window_is_the_limit() {
+    use iwarpd::node::TcpSettings;
+    use iwarpd::port::pcap::PcapPort;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], [2, 0, 0, 0, 8, 0x0b], 1500);
+    let small = TcpSettings {
+        rx_buffer: 8000,
+        ..TcpSettings::default()
+    };
+    let pb = PcapPort::new(pb, &pcap).unwrap();
+    let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), small, TcpSettings::default());
+    let len = 1 << 20;
+    let a_mem = a.mem(len, Access::ALL);
+    let b_mem = b.mem(len, Access::ALL);
+    b_mem.fill(5);
+    let op = SendOp::Write {
+        remote_stag: a_mem.stag,
+        remote_to: a_mem.sge(0, 0).to,
+    };
+    b.node
+        .rnic
+        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
+        .unwrap();
+    let mut done = false;
+    until(&mut a, &mut b, 60, |_, b| {
+        done |= b.wcs().iter().any(|w| w.status == Status::Success);
+        done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)
+    });
+    assert!(
+        a_mem.bytes(0, len) == b_mem.bytes(0, len),
+        "placed bytes differ"
+    );
+    drop(b);
+
+    // B's data segments after its MPA Request: Ethernet, IPv4 and TCP headers, then FPDUs.
+    let mut segments = 0;
+    let mut octets = 0;
+    for frame in iwarp_testkit::capture_frames(&pcap) {
+        if frame[6..12] != [2, 0, 0, 0, 8, 0x0b] || frame[12..14] != [8, 0] || frame[23] != 6 {
+            continue;
+        }
+        let tcp = 14 + usize::from(frame[14] & 0x0f) * 4;
+        let payload = &frame[tcp + usize::from(frame[tcp + 12] >> 4) * 4..];
+        if payload.is_empty() || payload.starts_with(b"MPA ID Req Frame") {
+            continue;
+        }
+        let seq = u32::from_be_bytes(frame[tcp + 4..tcp + 8].try_into().unwrap());
+        let fpdus = fpdus_in(payload).unwrap_or_else(|e| panic!("segment at {seq}: {e}"));
+        segments += 1;
+        octets += fpdus.iter().sum::<usize>();
+    }
+    // At least the Write's 1 MiB went by in whole FPDUs.
+    assert!(
+        octets > len,
+        "{octets} octets of FPDUs in {segments} segments"
     );
 }

@@ -110,8 +110,19 @@ pub fn pair_tcp<P: Port, Q: Port>(
     settings: Settings,
     tcp: TcpSettings,
 ) -> (End<P>, End<Q>) {
-    let mut a = End::with_tcp(pa, A_IP, tcp);
-    let mut b = End::with_tcp(pb, B_IP, tcp);
+    pair_tcps(pa, pb, settings, tcp, tcp)
+}
+
+/// [`pair_tcp`] with TCP settings of each end's own.
+pub fn pair_tcps<P: Port, Q: Port>(
+    pa: P,
+    pb: Q,
+    settings: Settings,
+    tcp_a: TcpSettings,
+    tcp_b: TcpSettings,
+) -> (End<P>, End<Q>) {
+    let mut a = End::with_tcp(pa, A_IP, tcp_a);
+    let mut b = End::with_tcp(pb, B_IP, tcp_b);
     a.conn = a.node.listen(7174, a.qp, settings.clone()).unwrap();
     b.conn = b.node.connect(A_IP, 7174, 40000, b.qp, settings).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
