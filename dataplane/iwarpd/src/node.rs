@@ -1119,7 +1119,7 @@ impl<P: Port> Node<P> {
         busy |= got > 0;
         // Transmit: whole FPDUs only, each as it will go on the wire.
         let flow = self.conns[i].flow;
-        loop {
+        while self.rnic.wants_transmit(qp) {
             let room = {
                 let s = self.sockets.get::<tcp::Socket>(handle);
                 let queued = s.send_queue();
@@ -1128,14 +1128,14 @@ impl<P: Port> Node<P> {
                 // Within the peer's window too, or smoltcp cuts the last FPDU at its edge.
                 // With nothing queued a window below one segment is sent into anyway: it
                 // is the peer's to open, and waiting for it could wait forever.
-                if let Some(window) = flow.and_then(|k| self.dev.windows.window(k)) {
-                    if queued > 0 {
+                if queued > 0 {
+                    if let Some(window) = flow.and_then(|k| self.dev.windows.window(k)) {
                         room = room.min(window.saturating_sub(queued));
                     }
                 }
                 room
             };
-            if room < self.tcp.mss || !self.rnic.wants_transmit(qp) {
+            if room < self.tcp.mss {
                 break;
             }
             let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
