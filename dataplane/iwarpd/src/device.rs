@@ -1,8 +1,8 @@
 //! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts into a small queue of
 //! recycled buffers (no allocation per frame once warm) and go out through the port, ARP
-//! requests paced (see [`ArpPacer`]), and each peer's TCP window read on the way in.
+//! requests paced (see [`ArpPacer`]), and each TCP peer's window and resets read on the way in.
 
-use crate::peer_window::PeerWindows;
+use crate::peer_tcp::PeerTcp;
 use crate::port::Port;
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
@@ -102,9 +102,9 @@ pub struct PortDevice<P: Port> {
     pool: Vec<Vec<u8>>,
     txbuf: Vec<u8>,
     pub arp: ArpPacer,
-    /// The windows of the peers the node's connections talk to, read as smoltcp takes
-    /// each frame, so they match what its sockets have processed.
-    pub windows: PeerWindows,
+    /// What the peers of the node's connections said (window, reset), read as smoltcp takes
+    /// each frame, so it matches what its sockets have processed.
+    pub peers: PeerTcp,
     pub rx_frames: u64,
     pub tx_frames: u64,
     pub rx_bytes: u64,
@@ -120,7 +120,7 @@ impl<P: Port> PortDevice<P> {
             pool: (0..RX_BURST).map(|_| Vec::with_capacity(frame)).collect(),
             txbuf: vec![0; frame],
             arp: ArpPacer::new(Duration::ZERO),
-            windows: PeerWindows::default(),
+            peers: PeerTcp::default(),
             rx_frames: 0,
             tx_frames: 0,
             rx_bytes: 0,
@@ -208,7 +208,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_, P>)> {
         let buf = self.rxq.pop_front()?;
-        self.windows.observe(&buf);
+        self.peers.observe(&buf);
         Some((
             RxToken {
                 buf,

@@ -13,7 +13,7 @@
 //! by itself; after a shorter FPDU the node makes smoltcp send at once (an interface poll)
 //! before queuing the next, so the next FPDU starts a segment. smoltcp also cuts a segment
 //! at the right edge of the peer's window, so the node queues an FPDU only when the peer's
-//! window (read off its segments by `peer_window.rs`) takes it whole. A retransmission after
+//! window (read off its segments by `peer_tcp.rs`) takes it whole. A retransmission after
 //! loss re-cuts from the oldest unacknowledged byte and may pack FPDUs differently;
 //! receivers (ours, siw, hardware) reassemble any split, only first transmissions are
 //! aligned.
@@ -21,7 +21,7 @@
 use crate::clock::DilatedClock;
 use crate::device::ArpPacer;
 use crate::device::PortDevice;
-use crate::peer_window::FlowKey;
+use crate::peer_tcp::FlowKey;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
@@ -110,6 +110,9 @@ const INCOMING_IDS: u32 = 1 << 24;
 
 /// How long an ended relay connection's socket may linger to finish (send its RST or FIN).
 const RECLAIM_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a connection whose QP is gone may take to finish its graceful close (the peer's
+/// acknowledgement and FIN) before it is reset.
+const ORPHAN_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
 /// ARP requests to one neighbour, at most one per this much real time (see [`ArpPacer`]):
 /// ten a second where smoltcp on the dilated clock would send a thousand.
 const ARP_REPEAT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -150,6 +153,9 @@ struct Conn {
     flow: Option<FlowKey>,
     /// Tracking was tried (once, when the connection was first seen established).
     flow_tried: bool,
+    /// When the connection outlived its QP, finishing a graceful close (see
+    /// [`Node::relay_release`]).
+    orphaned_since: Option<std::time::Instant>,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -194,6 +200,7 @@ impl Conn {
             accepted_on: None,
             flow: None,
             flow_tried: false,
+            orphaned_since: None,
         }
     }
 
@@ -548,6 +555,31 @@ impl<P: Port> Node<P> {
         Ok(())
     }
 
+    /// Lets relay connection `conn` go on without its QP, which is being destroyed. One
+    /// whose graceful close was asked for finishes that close, as a kernel socket closed
+    /// after shutdown does: the FIN follows what is already in TCP (work the QP had not
+    /// handed to TCP yet is flushed with it), and the peer's TCP still gets and acknowledges
+    /// everything before the FIN, where a RST now would let it discard what its RNIC has not
+    /// read yet. It is reset if data comes for the QP that is gone, or after
+    /// [`ORPHAN_LINGER`]. Any other connection is aborted (RST).
+    pub fn relay_release(&mut self, conn: u32) -> Result<(), String> {
+        let i = self.live(conn)?;
+        let c = &mut self.conns[i];
+        let draining =
+            c.qp.is_some_and(|qp| self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Closing));
+        if !(c.closing || draining) {
+            self.abort(i);
+            return Ok(());
+        }
+        if !c.closing {
+            self.sockets.get_mut::<tcp::Socket>(c.handle).close();
+            c.closing = true;
+        }
+        c.qp = None;
+        c.orphaned_since = Some(std::time::Instant::now());
+        Ok(())
+    }
+
     /// The engine QP bound to relay connection `conn`, if it is live and has one.
     pub fn qp_of_conn(&self, conn: u32) -> Option<u32> {
         self.conns
@@ -839,7 +871,7 @@ impl<P: Port> Node<P> {
             c.socket_gone = true;
             c.inbuf = Vec::new();
             if let Some(key) = c.flow.take() {
-                self.dev.windows.forget(key);
+                self.dev.peers.forget(key);
             }
             if let Some(port) = c.accepted_on {
                 self.release_if_unused(port);
@@ -847,8 +879,8 @@ impl<P: Port> Node<P> {
         }
     }
 
-    /// Starts tracking the window of connection `i`'s peer (see `peer_window.rs`).
-    fn track_window(&mut self, i: usize) {
+    /// Starts tracking what connection `i`'s peer says that smoltcp keeps to itself (see `peer_tcp.rs`).
+    fn track_peer(&mut self, i: usize) {
         let c = &mut self.conns[i];
         c.flow_tried = true;
         let s = self.sockets.get::<tcp::Socket>(c.handle);
@@ -857,7 +889,7 @@ impl<P: Port> Node<P> {
         };
         let IpAddress::Ipv4(peer) = remote.addr;
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
-        if self.dev.windows.adopt(key) {
+        if self.dev.peers.adopt(key) {
             c.flow = Some(key);
         }
     }
@@ -889,10 +921,18 @@ impl<P: Port> Node<P> {
             self.reclaim(i, tcp_state);
             return false;
         }
+        // A connection that outlived its QP has nobody to hand data to (Linux resets a closed
+        // socket that receives data, too), and it lingers a bounded time.
+        if let Some(since) = self.conns[i].orphaned_since {
+            if unread || since.elapsed() >= ORPHAN_LINGER {
+                self.abort(i);
+                return true;
+            }
+        }
         if tcp_state == tcp::State::Established {
             self.conns[i].ever_established = true;
             if !self.conns[i].flow_tried {
-                self.track_window(i);
+                self.track_peer(i);
             }
         }
         // The peer closed its half (FIN) and the engine has read everything before it (a
@@ -923,13 +963,20 @@ impl<P: Port> Node<P> {
             && !may_send
             && tcp_state != tcp::State::Established
         {
-            let graceful = matches!(
-                tcp_state,
-                tcp::State::TimeWait
-                    | tcp::State::Closed
-                    | tcp::State::LastAck
-                    | tcp::State::Closing
-            );
+            // smoltcp ends both a reset and a finished close in Closed; the peer's RST,
+            // when seen, tells them apart.
+            let reset = tcp_state == tcp::State::Closed
+                && self.conns[i]
+                    .flow
+                    .is_some_and(|k| self.dev.peers.was_reset(k));
+            let graceful = !reset
+                && matches!(
+                    tcp_state,
+                    tcp::State::TimeWait
+                        | tcp::State::Closed
+                        | tcp::State::LastAck
+                        | tcp::State::Closing
+                );
             let reason = if graceful || self.conns[i].closing {
                 CloseReason::Graceful
             } else {
@@ -1129,7 +1176,7 @@ impl<P: Port> Node<P> {
                 // With nothing queued a window below one segment is sent into anyway: it
                 // is the peer's to open, and waiting for it could wait forever.
                 if queued > 0 {
-                    if let Some(window) = flow.and_then(|k| self.dev.windows.window(k)) {
+                    if let Some(window) = flow.and_then(|k| self.dev.peers.window(k)) {
                         room = room.min(window.saturating_sub(queued));
                     }
                 }

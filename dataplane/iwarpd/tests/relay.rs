@@ -1,18 +1,22 @@
 //! Relay mode (the control plane runs MPA, the node carries the bytes) over the embedded
-//! port: many connections opened and closed leave no state behind in either node.
+//! port: many connections opened and closed leave no state behind in either node; a
+//! connection closing gracefully outlives its QP without a reset.
 
 mod common;
 
 use common::{segment_dir, End, A_IP, B_IP};
+use iwarp_abi::command::CloseReason;
 use iwarpd::node::NodeEvent;
+use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::unix::UnixPort;
+use iwarpd::port::Port;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 /// Polls both nodes until `done` holds for the events seen so far.
-fn until(
-    a: &mut End<UnixPort>,
-    b: &mut End<UnixPort>,
+fn until<P: Port, Q: Port>(
+    a: &mut End<P>,
+    b: &mut End<Q>,
     seen: &mut Vec<(char, NodeEvent)>,
     done: impl Fn(&[(char, NodeEvent)]) -> bool,
 ) {
@@ -160,4 +164,87 @@ fn an_accepted_connection_outlives_its_listener_on_a_shared_port() {
         }
     }
     assert_eq!(got, request);
+}
+
+/// A QP destroyed right after its graceful disconnect, as rping does, leaves its connection
+/// to finish the close: the FIN after the last FPDU, and no RST, which would let the peer's
+/// TCP discard what its RNIC had not read yet (siw's rping client lost our last Send so).
+/// Data that comes for the QP that is gone resets the connection (Linux resets a closed
+/// socket that receives data, too); a connection not closing is reset at once.
+#[test]
+fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
+    let dir = segment_dir("iwarp-relay-release");
+    let pcap = dir.path().join("a.pcap");
+    let port = UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2a], 1500).unwrap();
+    let mut a = End::new(PcapPort::new(port, &pcap).unwrap(), A_IP);
+    let mut b = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2b], 1500).unwrap(),
+        B_IP,
+    );
+    a.node.relay_listen(7202, 4).unwrap();
+    let open = |a: &mut End<PcapPort<UnixPort>>, b: &mut End<UnixPort>, id: u32| {
+        b.node
+            .relay_connect(id, SocketAddrV4::new(A_IP, 7202))
+            .unwrap();
+        let mut seen = Vec::new();
+        until(a, b, &mut seen, |s| {
+            s.iter()
+                .any(|e| matches!(e, ('a', NodeEvent::Incoming { .. })))
+                && s.iter()
+                    .any(|e| matches!(e, ('b', NodeEvent::Established { conn }) if *conn == id))
+        });
+        seen.iter()
+            .find_map(|e| match e {
+                ('a', NodeEvent::Incoming { conn, .. }) => Some(*conn),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let closed = |seen: &[(char, NodeEvent)], who: char| {
+        seen.iter().find_map(|e| match e {
+            (w, NodeEvent::Closed { reason, .. }) if *w == who => Some(*reason),
+            _ => None,
+        })
+    };
+    let resets = |pcap: &std::path::Path| {
+        iwarp_testkit::capture_frames(pcap)
+            .iter()
+            .filter(|f| f.len() >= 54 && f[12..14] == [8, 0] && f[23] == 6 && f[47] & 0x04 != 0)
+            .count()
+    };
+
+    // Closing: released, the close goes on; B hears the FIN and closes its half (a relay
+    // connection still in setup ends at once), and both ends are over gracefully. A hears
+    // of it too (control ignores it).
+    let conn = open(&mut a, &mut b, 1);
+    a.node.relay_close(conn).unwrap();
+    a.node.relay_release(conn).unwrap();
+    let mut seen = Vec::new();
+    until(&mut a, &mut b, &mut seen, |s| closed(s, 'a').is_some());
+    assert_eq!(closed(&seen, 'b'), Some(CloseReason::Graceful));
+    assert_eq!(resets(&pcap), 0, "A reset a connection closing gracefully");
+
+    // Released while closing, then data comes: reset.
+    let conn = open(&mut a, &mut b, 2);
+    a.node.relay_close(conn).unwrap();
+    a.node.relay_release(conn).unwrap();
+    b.node.relay_send(2, b"for a QP that is gone").unwrap();
+    let t = Instant::now();
+    while resets(&pcap) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no reset for the data"
+        );
+        a.node.poll();
+        b.node.poll();
+    }
+    assert_eq!(resets(&pcap), 1);
+
+    // Not closing: reset at once.
+    let conn = open(&mut a, &mut b, 3);
+    a.node.relay_release(conn).unwrap();
+    let mut seen = Vec::new();
+    until(&mut a, &mut b, &mut seen, |s| closed(s, 'b').is_some());
+    assert_eq!(closed(&seen, 'b'), Some(CloseReason::Reset));
+    assert_eq!(resets(&pcap), 2);
 }

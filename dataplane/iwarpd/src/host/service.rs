@@ -465,8 +465,10 @@ impl Host {
             }
             Command::DestroyQp { qp } => {
                 let eqp = self.engine_qp(qp)?;
+                // A connection closing gracefully finishes that close without the QP; any
+                // other is reset.
                 if let Some(conn) = node.conn_of_qp(eqp) {
-                    let _ = node.relay_abort(conn);
+                    let _ = node.relay_release(conn);
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
                 let _ = node.rnic.modify_qp(eqp, QpState::Error);

@@ -1,6 +1,7 @@
-//! The receive window each TCP peer advertises, read off the segments it sends.
+//! What each TCP peer's segments say that smoltcp keeps to itself: the receive window it
+//! advertises, and whether it reset the connection.
 //!
-//! smoltcp cuts a segment at the right edge of the peer's window. When the node has queued
+//! The window. smoltcp cuts a segment at the right edge of the peer's window. When the node has queued
 //! more than the window holds, the last segment carries part of an FPDU and the rest follows
 //! in another segment: an FPDU split across segments, which RFC 5044 section 8 forbids a
 //! sender that knows FPDU boundaries to do. Linux peers (siw) advertise about 64 KiB at
@@ -8,6 +9,11 @@
 //! the device reads it from every segment the peer sends (the scale from the peer's SYN, the
 //! window field of later segments) and the node queues an FPDU only when the window takes
 //! it whole.
+//!
+//! The reset. A socket the peer reset and one closed by FIN exchange both end in smoltcp's
+//! Closed state; the RST seen here tells the node which, so the control plane and the
+//! application hear "reset" and not "graceful" (smoltcp validates the RST itself; one that
+//! does not close the socket changes nothing, since a graceful end is seen before Closed).
 //!
 //! Only connections the node adopts are tracked, so a flood of SYNs costs a fixed ring of
 //! slots and nothing more.
@@ -43,16 +49,18 @@ struct Flow {
     ack: TcpSeqNumber,
     /// Octets the peer takes beyond `ack`.
     window: usize,
+    /// The peer sent a RST.
+    reset: bool,
 }
 
 #[derive(Default)]
-pub struct PeerWindows {
+pub struct PeerTcp {
     syns: Vec<(FlowKey, Flow)>,
     next_syn: usize,
     flows: FxHashMap<FlowKey, Flow>,
 }
 
-impl PeerWindows {
+impl PeerTcp {
     /// Reads the window of a received frame (Ethernet, IPv4, TCP); anything else, or
     /// anything too short to hold what its headers claim, is ignored.
     pub fn observe(&mut self, frame: &[u8]) {
@@ -74,7 +82,11 @@ impl PeerWindows {
         let key = FlowKey::new(tcp.dst_port(), ip.src_addr().octets(), tcp.src_port());
         if tcp.syn() {
             self.syn(key, &tcp);
-        } else if tcp.ack() && !tcp.rst() {
+        } else if tcp.rst() {
+            if let Some(flow) = self.flows.get_mut(&key) {
+                flow.reset = true;
+            }
+        } else if tcp.ack() {
             if let Some(flow) = self.flows.get_mut(&key) {
                 let ack = tcp.ack_number();
                 // An older segment (reordered, retransmitted) does not take back a newer
@@ -107,6 +119,7 @@ impl PeerWindows {
             scale,
             ack: tcp.ack_number(),
             window: usize::from(tcp.window_len()),
+            reset: false,
         };
         if let Some(slot) = self.syns.iter_mut().find(|(k, _)| *k == key) {
             slot.1 = flow;
@@ -135,6 +148,11 @@ impl PeerWindows {
     /// The octets the peer last said it takes beyond what it acknowledged.
     pub fn window(&self, key: FlowKey) -> Option<usize> {
         self.flows.get(&key).map(|f| f.window)
+    }
+
+    /// Whether the peer sent a RST on the connection.
+    pub fn was_reset(&self, key: FlowKey) -> bool {
+        self.flows.get(&key).is_some_and(|f| f.reset)
     }
 
     /// Stops tracking a connection whose socket is gone.
@@ -209,7 +227,7 @@ mod tests {
 
     #[test]
     fn the_syns_scale_applies_to_later_windows_but_not_its_own() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::Syn, Some(1), 64240, Some(7)));
         assert!(w.adopt(key()));
         assert_eq!(w.window(key()), Some(64240));
@@ -219,7 +237,7 @@ mod tests {
 
     #[test]
     fn without_the_option_the_window_is_unscaled() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::Syn, None, 8192, None));
         assert!(w.adopt(key()));
         w.observe(&segment(TcpControl::None, Some(10), 6000, None));
@@ -228,7 +246,7 @@ mod tests {
 
     #[test]
     fn an_older_acknowledgement_does_not_take_back_a_newer_window() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::Syn, Some(1), 1000, Some(2)));
         w.adopt(key());
         w.observe(&segment(TcpControl::None, Some(5000), 100, None));
@@ -238,7 +256,7 @@ mod tests {
 
     #[test]
     fn acknowledgements_compare_across_the_sequence_wrap() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::Syn, Some(u32::MAX - 4), 1000, Some(2)));
         w.adopt(key());
         // 5 comes after 2^32 - 5.
@@ -250,7 +268,7 @@ mod tests {
 
     #[test]
     fn only_adopted_connections_are_tracked_and_a_syn_flood_costs_the_ring() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::None, Some(10), 6000, None));
         assert_eq!(w.window(key()), None, "no SYN seen, nothing adopted");
         w.observe(&segment(TcpControl::Syn, None, 8192, None));
@@ -272,8 +290,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_is_remembered_for_the_connection() {
+        let mut w = PeerTcp::default();
+        w.observe(&segment(TcpControl::Syn, Some(1), 1000, None));
+        w.adopt(key());
+        w.observe(&segment(TcpControl::None, Some(10), 900, None));
+        assert!(!w.was_reset(key()));
+        w.observe(&segment(TcpControl::Rst, Some(10), 0, None));
+        assert!(w.was_reset(key()));
+        assert_eq!(w.window(key()), Some(900), "a RST's window is not one");
+    }
+
+    #[test]
     fn frames_that_are_not_whole_tcp_segments_are_ignored() {
-        let mut w = PeerWindows::default();
+        let mut w = PeerTcp::default();
         let syn = segment(TcpControl::Syn, None, 8192, Some(3));
         for len in 0..syn.len() {
             w.observe(&syn[..len]);
