@@ -4,8 +4,7 @@
 
 mod common;
 
-use common::{pair, pair_tcps, until};
-use iwarp_engine::{Access, SendOp, SendWr, Status};
+use common::{pair, pair_tcps, write_b_to_a};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::memory::MemoryPort;
 
@@ -13,31 +12,7 @@ use iwarpd::port::memory::MemoryPort;
 fn rdma_write_over_the_in_memory_link() {
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], [2, 0, 0, 0, 8, 0x0b], 1500);
     let (mut a, mut b) = pair(pa, pb, Settings::default());
-    let len = 4 << 20;
-    let a_mem = a.mem(len, Access::ALL);
-    let b_mem = b.mem(len, Access::ALL);
-    b_mem.fill(11);
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    b.node
-        .rnic
-        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
-        .unwrap();
-    let mut done = false;
-    until(&mut a, &mut b, 60, |_, b| {
-        for w in b.wcs() {
-            assert_eq!(w.status, Status::Success);
-            done = true;
-        }
-        // Segments are placed in order: the last 4 KiB arrive last.
-        done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)
-    });
-    assert!(
-        a_mem.bytes(0, len) == b_mem.bytes(0, len),
-        "placed bytes differ"
-    );
+    write_b_to_a(&mut a, &mut b, 4 << 20, 11);
     assert_eq!(a.node.counters().drops + b.node.counters().drops, 0);
 }
 
@@ -133,26 +108,7 @@ fn fpdus_stay_whole_when_the_peers_window_is_the_limit() {
     let pb = PcapPort::new(pb, &pcap).unwrap();
     let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), small, TcpSettings::default());
     let len = 1 << 20;
-    let a_mem = a.mem(len, Access::ALL);
-    let b_mem = b.mem(len, Access::ALL);
-    b_mem.fill(5);
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    b.node
-        .rnic
-        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
-        .unwrap();
-    let mut done = false;
-    until(&mut a, &mut b, 60, |_, b| {
-        done |= b.wcs().iter().any(|w| w.status == Status::Success);
-        done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)
-    });
-    assert!(
-        a_mem.bytes(0, len) == b_mem.bytes(0, len),
-        "placed bytes differ"
-    );
+    write_b_to_a(&mut a, &mut b, len, 5);
     drop(b);
 
     // B's data segments after its MPA Request: Ethernet, IPv4 and TCP headers, then FPDUs.

@@ -2,7 +2,7 @@
 //! polling loops.
 #![allow(dead_code)]
 
-use iwarp_engine::{Access, QpCaps, Sge, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Sge, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::Port;
@@ -154,6 +154,35 @@ pub fn until<P: Port, Q: Port>(
         a.node.poll();
         b.node.poll();
     }
+}
+
+/// B RDMA-Writes `len` octets (a pattern from `seed`) into A's memory, waits for its
+/// completion and for the last octets to be placed, and checks every octet.
+pub fn write_b_to_a<P: Port, Q: Port>(a: &mut End<P>, b: &mut End<Q>, len: usize, seed: u8) {
+    let a_mem = a.mem(len, Access::ALL);
+    let b_mem = b.mem(len, Access::ALL);
+    b_mem.fill(seed);
+    let op = SendOp::Write {
+        remote_stag: a_mem.stag,
+        remote_to: a_mem.sge(0, 0).to,
+    };
+    b.node
+        .rnic
+        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
+        .unwrap();
+    let mut done = false;
+    until(a, b, 60, |_, b| {
+        for w in b.wcs() {
+            assert_eq!(w.status, Status::Success);
+            done = true;
+        }
+        // Segments are placed in order: the last 4 KiB arrive last.
+        done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)
+    });
+    assert!(
+        a_mem.bytes(0, len) == b_mem.bytes(0, len),
+        "placed bytes differ"
+    );
 }
 
 pub fn segment_dir(name: &str) -> tempfile::TempDir {
