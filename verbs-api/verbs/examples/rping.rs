@@ -17,8 +17,12 @@
 //! RDMA Reads the source and Sends an empty "go ahead"; the client Sends its sink buffer;
 //! the server RDMA Writes what it read (up to its terminating zero) into the sink and Sends
 //! "go ahead" again. With `-V` the client compares sink and source. The server serves one
-//! connection until the client disconnects (or `-C` pings) and exits 0. Addresses are
-//! tagged offsets of this stack's zero-based regions; the peer takes them as opaque.
+//! connection until the client disconnects and exits 0; with `-C` it also checks that the
+//! client stopped after that many pings. The client closes first, as with rdma-core's rping
+//! server: a server closing first races siw's rping client, whose QP can take the FIN before
+//! the client reposts its receive, and the client then waits for a flush that never comes.
+//! Addresses are tagged offsets of this stack's zero-based regions; the peer takes them as
+//! opaque.
 
 use iwarp_verbs::{
     access, ConnSettings, Context, Event, MemoryRegion, QpInitAttr, QueuePair, RecvWr, Rtr, SendWr,
@@ -261,6 +265,16 @@ fn server(o: &Options) -> Result<u64> {
         s.run(write, SINK_AT, echo)?;
         s.send_info(Info::GO_AHEAD)?;
         pings += 1;
+    }
+    if o.count.is_some_and(|c| pings == c) {
+        // The client disconnects after its last ping: our posted receive comes back flushed
+        // (or the event comes first).
+        match s.receive() {
+            Ok(None) => {}
+            Ok(Some(_)) => return Err(format!("the client pinged again after {pings}").into()),
+            Err(e) if e.to_string().starts_with("disconnected") => {}
+            Err(e) => return Err(e),
+        }
     }
     let _ = s.ctx.disconnect(req.conn, false);
     Ok(pings)
