@@ -6,7 +6,7 @@
 mod common;
 
 use common::{pair_tcp, until, End};
-use iwarp_engine::{Access, SendOp, SendWr, Status};
+use iwarp_engine::{Access, Status};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::TcpSettings;
 use iwarpd::port::memory::MemoryPort;
@@ -24,14 +24,7 @@ fn frames_per_round_trip(ack_delay: Duration) -> f64 {
     let (mut a, mut b) = pair_tcp(pa, pb, Settings::default(), tcp);
     let (ma, mb) = (a.mem(128, Access::ALL), b.mem(128, Access::ALL));
     let write = |from: &mut End<MemoryPort>, src: &common::Mem, dst: &common::Mem, id| {
-        let op = SendOp::Write {
-            remote_stag: dst.stag,
-            remote_to: dst.sge(64, 0).to,
-        };
-        from.node
-            .rnic
-            .post_send(from.qp, SendWr::new(id, op, &[src.sge(0, 64)]))
-            .unwrap();
+        from.post_write(id, src.sge(0, 64), dst, 64)
     };
     let before = a.node.counters().tx_frames;
     for i in 1..=ROUNDS {
@@ -79,14 +72,7 @@ fn a_lone_small_segment_waits_for_its_ack_a_burst_of_full_ones_does_not() {
     let (ma, mb) = (a.mem(8192, Access::ALL), b.mem(8192, Access::ALL));
     ma.fill(5);
     let mut write = |a: &mut End<MemoryPort>, id: u64, len: usize| {
-        let op = SendOp::Write {
-            remote_stag: mb.stag,
-            remote_to: mb.sge(0, 0).to,
-        };
-        a.node
-            .rnic
-            .post_send(a.qp, SendWr::new(id, op, &[ma.sge(0, len)]))
-            .unwrap();
+        a.post_write(id, ma.sge(0, len), &mb, 0);
         // A sends everything in one turn, B takes it all in in one turn.
         a.node.poll();
         let before = b.node.counters().tx_frames;

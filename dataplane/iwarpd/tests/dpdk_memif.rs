@@ -40,14 +40,7 @@ fn two_nodes_over_dpdk_memif() {
     let a_mem = a.mem(len, Access::ALL);
     let b_mem = b.mem(len, Access::ALL);
     b_mem.fill(11);
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    b.node
-        .rnic
-        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
-        .unwrap();
+    b.post_write(1, b_mem.sge(0, len), &a_mem, 0);
     a.node
         .rnic
         .post_recv(a.qp, RecvWr::new(2, &[a_mem.sge(0, 64)]))

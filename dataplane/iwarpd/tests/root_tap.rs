@@ -82,14 +82,7 @@ fn transfer(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize) -> Duratio
     while done < total / chunk {
         assert!(Instant::now() < deadline, "stalled at {done}");
         if sent < total / chunk && sent - done < 4 {
-            let op = SendOp::Write {
-                remote_stag: a_mem.stag,
-                remote_to: a_mem.sge(0, 0).to,
-            };
-            b.node
-                .rnic
-                .post_send(b.qp, SendWr::new(sent as u64, op, &[b_mem.sge(0, chunk)]))
-                .unwrap();
+            b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
         a.node.poll();
@@ -208,17 +201,14 @@ fn two_workers_on_a_multi_queue_tap() {
     m1.fill(21);
     mb0.fill(42);
     // Worker 1 writes into B; B writes into worker 0.
-    let write = |dst: &common::Mem| SendOp::Write {
-        remote_stag: dst.stag,
-        remote_to: dst.sge(0, 0).to,
+    a1.post_write(1, m1.sge(0, len), &mb1, 0);
+    let to_worker_0 = SendOp::Write {
+        remote_stag: m0.stag,
+        remote_to: m0.sge(0, 0).to,
     };
-    a1.node
-        .rnic
-        .post_send(a1.qp, SendWr::new(1, write(&mb1), &[m1.sge(0, len)]))
-        .unwrap();
     b.node
         .rnic
-        .post_send(b_qp2, SendWr::new(2, write(&m0), &[mb0.sge(0, len)]))
+        .post_send(b_qp2, SendWr::new(2, to_worker_0, &[mb0.sge(0, len)]))
         .unwrap();
     let t = Instant::now();
     while mb1.bytes(len - 8, 8) != m1.bytes(len - 8, 8)

@@ -34,14 +34,7 @@ fn every_rdma_operation_over_the_default_port() {
     let b_mem = b.mem(big, Access::ALL);
     b_mem.fill(7);
     // Write B -> A, 1 MiB.
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    b.node
-        .rnic
-        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, big)]))
-        .unwrap();
+    b.post_write(1, b_mem.sge(0, big), &a_mem, 0);
     let mut got = Vec::new();
     until(&mut a, &mut b, 30, |_, b| {
         got.extend(b.wcs());
@@ -229,14 +222,7 @@ fn loss_recovery_at_one_percent() {
     while done < total / chunk || a.node.counters().stream_bytes_rx < (total as u64) {
         assert!(Instant::now() < deadline, "transfer stalled");
         if sent < total / chunk && sent - done < 4 {
-            let op = SendOp::Write {
-                remote_stag: a_mem.stag,
-                remote_to: a_mem.sge(0, 0).to,
-            };
-            b.node
-                .rnic
-                .post_send(b.qp, SendWr::new(sent as u64, op, &[b_mem.sge(0, chunk)]))
-                .unwrap();
+            b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
         a.node.poll();
@@ -314,14 +300,7 @@ fn a_dead_peer_is_reported_and_the_others_keep_being_served() {
     // C starts a transfer to A, then dies (its node and port vanish without a word).
     let a_mem = a.mem(1 << 20, Access::ALL);
     let c_mem = c.mem(1 << 20, Access::ALL);
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    c.node
-        .rnic
-        .post_send(c.qp, SendWr::new(1, op, &[c_mem.sge(0, 1 << 20)]))
-        .unwrap();
+    c.post_write(1, c_mem.sge(0, 1 << 20), &a_mem, 0);
     for _ in 0..20 {
         a.node.poll();
         c.node.poll();

@@ -89,6 +89,17 @@ impl<P: Port> End<P> {
         };
         Mem { ptr, len, stag }
     }
+    /// Posts RDMA Write `id` of `src` (this end's memory) to the peer's `dst` at `dst_off`.
+    pub fn post_write(&mut self, id: u64, src: Sge, dst: &Mem, dst_off: usize) {
+        let op = SendOp::Write {
+            remote_stag: dst.stag,
+            remote_to: dst.sge(dst_off, 0).to,
+        };
+        self.node
+            .rnic
+            .post_send(self.qp, SendWr::new(id, op, &[src]))
+            .unwrap();
+    }
     pub fn wcs(&mut self) -> Vec<WorkCompletion> {
         let mut out = vec![WorkCompletion::default(); 64];
         let n = self.node.rnic.poll_cq(self.cq, &mut out).unwrap();
@@ -162,14 +173,7 @@ pub fn write_b_to_a<P: Port, Q: Port>(a: &mut End<P>, b: &mut End<Q>, len: usize
     let a_mem = a.mem(len, Access::ALL);
     let b_mem = b.mem(len, Access::ALL);
     b_mem.fill(seed);
-    let op = SendOp::Write {
-        remote_stag: a_mem.stag,
-        remote_to: a_mem.sge(0, 0).to,
-    };
-    b.node
-        .rnic
-        .post_send(b.qp, SendWr::new(1, op, &[b_mem.sge(0, len)]))
-        .unwrap();
+    b.post_write(1, b_mem.sge(0, len), &a_mem, 0);
     let mut done = false;
     until(a, b, 60, |_, b| {
         for w in b.wcs() {
