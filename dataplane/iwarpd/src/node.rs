@@ -148,8 +148,8 @@ struct Conn {
     /// The listening port an accepted relay connection arrived on: steered to this worker
     /// until the connection's socket is gone, even once nobody listens there.
     accepted_on: Option<u16>,
-    /// The connection as the device tracks its peer's window; None before it is established,
-    /// or when the peer's SYN was no longer remembered (then its window is not known).
+    /// The connection as the device tracks its peer (window, reset); None before it is
+    /// established, or when the peer's SYN was no longer remembered (then neither is known).
     flow: Option<FlowKey>,
     /// Tracking was tried (once, when the connection was first seen established).
     flow_tried: bool,
@@ -879,7 +879,8 @@ impl<P: Port> Node<P> {
         }
     }
 
-    /// Starts tracking what connection `i`'s peer says that smoltcp keeps to itself (see `peer_tcp.rs`).
+    /// Starts tracking what connection `i`'s peer says that smoltcp keeps to itself (see
+    /// `peer_tcp.rs`).
     fn track_peer(&mut self, i: usize) {
         let c = &mut self.conns[i];
         c.flow_tried = true;

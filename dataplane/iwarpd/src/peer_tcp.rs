@@ -1,14 +1,13 @@
 //! What each TCP peer's segments say that smoltcp keeps to itself: the receive window it
 //! advertises, and whether it reset the connection.
 //!
-//! The window. smoltcp cuts a segment at the right edge of the peer's window. When the node has queued
-//! more than the window holds, the last segment carries part of an FPDU and the rest follows
-//! in another segment: an FPDU split across segments, which RFC 5044 section 8 forbids a
-//! sender that knows FPDU boundaries to do. Linux peers (siw) advertise about 64 KiB at
-//! first, less than the node's own in-flight bound. smoltcp keeps the window to itself, so
-//! the device reads it from every segment the peer sends (the scale from the peer's SYN, the
-//! window field of later segments) and the node queues an FPDU only when the window takes
-//! it whole.
+//! The window. smoltcp cuts a segment at the right edge of the peer's window. When the node
+//! has queued more than the window holds, the last segment carries part of an FPDU and the
+//! rest follows in another segment: an FPDU split across segments, which RFC 5044 section 8
+//! forbids a sender that knows FPDU boundaries to do. Linux peers (siw) advertise about
+//! 64 KiB at first, less than the node's own in-flight bound. So the device reads the window
+//! from every segment the peer sends (the scale from the peer's SYN, the window field of
+//! later segments) and the node queues an FPDU only when the window takes it whole.
 //!
 //! The reset. A socket the peer reset and one closed by FIN exchange both end in smoltcp's
 //! Closed state; the RST seen here tells the node which, so the control plane and the
@@ -40,7 +39,7 @@ impl FlowKey {
     }
 }
 
-/// What the peer last said about its window.
+/// What the peer last said about its window, and whether it reset the connection.
 #[derive(Debug, Clone, Copy)]
 struct Flow {
     /// The shift of the peer's window field (RFC 7323); zero without the option.
