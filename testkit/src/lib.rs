@@ -366,7 +366,7 @@ pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) -> Option<Decoded>
         pcap.display(),
     );
     eprintln!(
-        "tshark: {fpdus} FPDUs decoded, {good} CRCs good, none malformed; \
+        "tshark: {fpdus} FPDUs decoded, {good} CRCs good, no first transmission malformed; \
          re-cut retransmissions left out: {left_out:?}"
     );
     Some(Decoded {
