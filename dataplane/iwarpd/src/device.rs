@@ -112,14 +112,14 @@ pub struct PortDevice<P: Port> {
 }
 
 impl<P: Port> PortDevice<P> {
-    pub fn new(port: P) -> PortDevice<P> {
+    pub fn new(port: P, arp: ArpPacer) -> PortDevice<P> {
         let frame = port.mtu() + 14;
         PortDevice {
             port,
             rxq: VecDeque::with_capacity(RX_BURST),
             pool: (0..RX_BURST).map(|_| Vec::with_capacity(frame)).collect(),
             txbuf: vec![0; frame],
-            arp: ArpPacer::new(Duration::ZERO),
+            arp,
             peers: PeerTcp::default(),
             rx_frames: 0,
             tx_frames: 0,

@@ -148,11 +148,10 @@ struct Conn {
     /// The listening port an accepted relay connection arrived on: steered to this worker
     /// until the connection's socket is gone, even once nobody listens there.
     accepted_on: Option<u16>,
-    /// The connection as the device tracks its peer (window, reset); None before it is
-    /// established, or when the peer's SYN was no longer remembered (then neither is known).
+    /// The connection as the device tracks its peer (window, reset), from when it was first
+    /// seen established; None before, or when the peer's SYN was no longer remembered (then
+    /// neither is known).
     flow: Option<FlowKey>,
-    /// Tracking was tried (once, when the connection was first seen established).
-    flow_tried: bool,
     /// When the connection outlived its QP, finishing a graceful close (see
     /// [`Node::relay_release`]).
     orphaned_since: Option<std::time::Instant>,
@@ -199,7 +198,6 @@ impl Conn {
             over_since: None,
             accepted_on: None,
             flow: None,
-            flow_tried: false,
             orphaned_since: None,
         }
     }
@@ -277,8 +275,7 @@ pub struct Node<P: Port> {
 impl<P: Port> Node<P> {
     pub fn new(port: P, ip: Ipv4Addr, prefix: u8, tcp: TcpSettings) -> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);
-        let mut dev = PortDevice::new(port);
-        dev.arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
+        let mut dev = PortDevice::new(port, ArpPacer::new(clock.real_to_virtual(ARP_REPEAT)));
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([
@@ -651,6 +648,7 @@ impl<P: Port> Node<P> {
                 c.state = ConnState::Relay;
                 c.ever_established = true;
                 self.conns.push(c);
+                self.track_peer(self.conns.len() - 1);
                 let peer = match remote.map(|e| e.addr) {
                     Some(IpAddress::Ipv4(a)) => {
                         SocketAddrV4::new(Ipv4Addr::from(a.octets()), remote.map_or(0, |e| e.port))
@@ -883,7 +881,6 @@ impl<P: Port> Node<P> {
     /// `peer_tcp.rs`).
     fn track_peer(&mut self, i: usize) {
         let c = &mut self.conns[i];
-        c.flow_tried = true;
         let s = self.sockets.get::<tcp::Socket>(c.handle);
         let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
             return;
@@ -930,11 +927,9 @@ impl<P: Port> Node<P> {
                 return true;
             }
         }
-        if tcp_state == tcp::State::Established {
+        if tcp_state == tcp::State::Established && !self.conns[i].ever_established {
             self.conns[i].ever_established = true;
-            if !self.conns[i].flow_tried {
-                self.track_peer(i);
-            }
+            self.track_peer(i);
         }
         // The peer closed its half (FIN) and the engine has read everything before it (a
         // Terminate, the last messages): a graceful disconnect by the peer. A QP with the
