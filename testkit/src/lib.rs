@@ -233,6 +233,53 @@ pub fn capture_frames(path: &Path) -> Vec<Vec<u8>> {
     out
 }
 
+/// The TCP segment an Ethernet II / IPv4 frame of a capture carries, as the tests read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSegment<'a> {
+    pub src_mac: [u8; 6],
+    /// Address and port of the sender and of the receiver.
+    pub src: ([u8; 4], u16),
+    pub dst: ([u8; 4], u16),
+    pub seq: u32,
+    pub syn: bool,
+    pub rst: bool,
+    /// Where the payload starts in the frame.
+    pub payload_at: usize,
+    /// The payload, up to the IPv4 total length (no Ethernet padding).
+    pub payload: &'a [u8],
+}
+
+/// The TCP segment in `frame`; None for any other frame, or one shorter than its headers say.
+pub fn tcp_segment(frame: &[u8]) -> Option<TcpSegment<'_>> {
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
+    if *ip.get(9)? != 6 || ihl < 20 {
+        return None;
+    }
+    let tcp = ip.get(ihl..total)?;
+    let doff = usize::from(*tcp.get(12)? >> 4) * 4;
+    if doff < 20 {
+        return None;
+    }
+    let payload = tcp.get(doff..)?;
+    let addr = |at: usize| [ip[at], ip[at + 1], ip[at + 2], ip[at + 3]];
+    let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+    Some(TcpSegment {
+        src_mac: frame[6..12].try_into().unwrap(),
+        src: (addr(12), port(0)),
+        dst: (addr(16), port(2)),
+        seq: u32::from_be_bytes(tcp[4..8].try_into().unwrap()),
+        syn: tcp[13] & 0x02 != 0,
+        rst: tcp[13] & 0x04 != 0,
+        payload_at: 14 + ihl + doff,
+        payload,
+    })
+}
+
 /// tshark on `pcap` with `extra` arguments; None where tshark is not installed. Without
 /// `analysis` every segment is decoded on its own, retransmissions included: with TCP
 /// sequence analysis Wireshark skips a retransmitted segment whole, even FPDUs it carries for

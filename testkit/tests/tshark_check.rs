@@ -5,7 +5,7 @@
 //! first time, which Wireshark's sequence analysis would skip with the rest of the segment;
 //! but a retransmission that smoltcp re-cut across FPDUs is left out, not failed.
 
-use iwarp_testkit::{capture_frames, tshark_check, tshark_fields};
+use iwarp_testkit::{capture_frames, tcp_segment, tshark_check, tshark_fields};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::path::Path;
@@ -20,45 +20,25 @@ const RECUT: &str = concat!(
     "/testdata/siw-fast-retransmit-recut.pcap"
 );
 
-/// A TCP segment of an Ethernet/IPv4 frame: its 4-tuple, sequence number and payload offset.
-struct Segment {
-    tuple: [u8; 12],
-    seq: u32,
-    payload: usize,
-}
-
-fn segment(frame: &[u8]) -> Segment {
-    let ihl = (frame[14] & 0x0f) as usize * 4;
-    let tcp = 14 + ihl;
-    let mut tuple = [0; 12];
-    tuple[..8].copy_from_slice(&frame[26..34]);
-    tuple[8..].copy_from_slice(&frame[tcp..tcp + 4]);
-    Segment {
-        tuple,
-        seq: u32::from_be_bytes(frame[tcp + 4..tcp + 8].try_into().unwrap()),
-        payload: tcp + (frame[tcp + 12] >> 4) as usize * 4,
-    }
-}
-
 /// The capture with the first two back-to-back data segments of one direction (after the MPA
 /// exchange) joined into a single segment, as the peer's TCP would send them.
 fn with_two_fpdus_in_one_frame() -> Vec<Vec<u8>> {
     let mut frames = capture_frames(Path::new(CAPTURE));
     for i in 8..frames.len() {
-        let a = segment(&frames[i]);
-        if frames[i].len() == a.payload {
+        let Some(a) = tcp_segment(&frames[i]).filter(|a| !a.payload.is_empty()) else {
             continue;
-        }
+        };
         let next = (i + 1..frames.len()).find(|&j| {
-            let b = segment(&frames[j]);
-            b.tuple == a.tuple && frames[j].len() > b.payload
+            tcp_segment(&frames[j])
+                .is_some_and(|b| (b.src, b.dst) == (a.src, a.dst) && !b.payload.is_empty())
         });
         let Some(j) = next else { continue };
-        let b = segment(&frames[j]);
-        if b.seq != a.seq.wrapping_add((frames[i].len() - a.payload) as u32) {
+        let b = tcp_segment(&frames[j]).unwrap();
+        if b.seq != a.seq.wrapping_add(a.payload.len() as u32) {
             continue;
         }
-        let tail = frames.remove(j)[b.payload..].to_vec();
+        let tail = frames[j][b.payload_at..].to_vec();
+        frames.remove(j);
         let joined = &mut frames[i];
         joined.extend_from_slice(&tail);
         let ip_len = (joined.len() - 14) as u16;

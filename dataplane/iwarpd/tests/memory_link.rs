@@ -111,20 +111,21 @@ fn fpdus_stay_whole_when_the_peers_window_is_the_limit() {
     write_b_to_a(&mut a, &mut b, len, 5);
     drop(b);
 
-    // B's data segments after its MPA Request: Ethernet, IPv4 and TCP headers, then FPDUs.
+    // B's data segments after its MPA Request: FPDUs only.
     let mut segments = 0;
     let mut octets = 0;
     for frame in iwarp_testkit::capture_frames(&pcap) {
-        if frame[6..12] != [2, 0, 0, 0, 8, 0x0b] || frame[12..14] != [8, 0] || frame[23] != 6 {
+        let Some(seg) = iwarp_testkit::tcp_segment(&frame) else {
+            continue;
+        };
+        let payload = seg.payload;
+        if seg.src_mac != [2, 0, 0, 0, 8, 0x0b]
+            || payload.is_empty()
+            || payload.starts_with(b"MPA ID Req Frame")
+        {
             continue;
         }
-        let tcp = 14 + usize::from(frame[14] & 0x0f) * 4;
-        let payload = &frame[tcp + usize::from(frame[tcp + 12] >> 4) * 4..];
-        if payload.is_empty() || payload.starts_with(b"MPA ID Req Frame") {
-            continue;
-        }
-        let seq = u32::from_be_bytes(frame[tcp + 4..tcp + 8].try_into().unwrap());
-        let fpdus = fpdus_in(payload).unwrap_or_else(|e| panic!("segment at {seq}: {e}"));
+        let fpdus = fpdus_in(payload).unwrap_or_else(|e| panic!("segment at {}: {e}", seg.seq));
         segments += 1;
         octets += fpdus.iter().sum::<usize>();
     }

@@ -209,7 +209,7 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
     let resets = |pcap: &std::path::Path| {
         iwarp_testkit::capture_frames(pcap)
             .iter()
-            .filter(|f| f.len() >= 54 && f[12..14] == [8, 0] && f[23] == 6 && f[47] & 0x04 != 0)
+            .filter(|f| iwarp_testkit::tcp_segment(f).is_some_and(|s| s.rst))
             .count()
     };
 

@@ -3,7 +3,7 @@
 //! walked through the MPA frame parser, the deframer and the DDP/RDMAP decoders; every FPDU
 //! is then re-encoded and compared with the captured bytes.
 
-use iwarp_testkit::capture_frames;
+use iwarp_testkit::{capture_frames, tcp_segment};
 use iwarp_wire::mpa::{self, Deframer, FpduEmitter, FrameRepr, MpaParams};
 use iwarp_wire::rdmap::{Opcode, SegmentRepr};
 use std::collections::BTreeMap;
@@ -38,32 +38,18 @@ impl Flow {
 fn read_flows(path: &str) -> BTreeMap<FlowKey, Flow> {
     let mut flows: BTreeMap<FlowKey, Flow> = BTreeMap::new();
     for data in capture_frames(Path::new(path)) {
-        // Ethernet II, IPv4, TCP.
-        if data.len() < 14 || data[12..14] != [0x08, 0x00] {
+        let Some(seg) = tcp_segment(&data) else {
             continue;
-        }
-        let ip = &data[14..];
-        let ihl = (ip[0] & 0x0f) as usize * 4;
-        let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-        if ip[9] != 6 {
-            continue;
-        }
-        let tcp = &ip[ihl..total];
-        let doff = (tcp[12] >> 4) as usize * 4;
-        let key = (
-            [ip[12], ip[13], ip[14], ip[15]],
-            u16::from_be_bytes([tcp[0], tcp[1]]),
-            [ip[16], ip[17], ip[18], ip[19]],
-            u16::from_be_bytes([tcp[2], tcp[3]]),
-        );
-        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+        };
+        let key = (seg.src.0, seg.src.1, seg.dst.0, seg.dst.1);
         let flow = flows.entry(key).or_default();
-        if tcp[13] & 0x02 != 0 {
-            flow.isn = Some(seq);
+        if seg.syn {
+            flow.isn = Some(seg.seq);
         }
-        let payload = &tcp[doff..];
-        if !payload.is_empty() {
-            flow.segments.entry(seq).or_insert_with(|| payload.to_vec());
+        if !seg.payload.is_empty() {
+            flow.segments
+                .entry(seg.seq)
+                .or_insert_with(|| seg.payload.to_vec());
         }
     }
     flows
