@@ -50,17 +50,52 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
+/// rdma-core's rping protocol on this stack (rping's own option letters).
+#[derive(clap::Parser)]
+#[command(name = "rping")]
 struct Options {
+    /// Server: serve one connection.
+    #[arg(
+        short = 's',
+        required_unless_present = "client",
+        conflicts_with = "client"
+    )]
     server: bool,
+    /// Client: connect to the server at -a.
+    #[arg(short = 'c', requires = "addr")]
+    client: bool,
+    /// The server's address (client).
+    #[arg(short = 'a')]
     addr: Option<IpAddr>,
+    #[arg(short = 'p', default_value_t = 7174)]
     port: u16,
+    /// Pings: the client sends this many; the server checks the client stopped there.
+    #[arg(short = 'C')]
     count: Option<u64>,
+    /// Octets per ping.
+    #[arg(short = 'S', default_value_t = 64)]
     size: usize,
+    /// Print every ping's data.
+    #[arg(short = 'v')]
     verbose: bool,
+    /// Client: compare what the server wrote back with what it read.
+    #[arg(short = 'V')]
     validate: bool,
+    /// Ask for no MPA CRC.
+    #[arg(long = "no-crc", action = clap::ArgAction::SetFalse)]
     crc: bool,
-    rtr: Option<Rtr>,
+    /// Client: RFC 6581 peer-to-peer mode with this ready-to-receive message.
+    #[arg(long, value_enum)]
+    rtr: Option<RtrKind>,
+    /// The endpoint (its daemon's runtime directory).
+    #[arg(long = "runtime-dir", env = "IWARP_RUNTIME_DIR")]
     dir: PathBuf,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RtrKind {
+    Write,
+    Read,
 }
 
 /// What a peer advertises in its 16 octets.
@@ -138,7 +173,16 @@ impl Side {
     fn settings(o: &Options) -> ConnSettings {
         ConnSettings {
             crc: o.crc,
-            peer_to_peer: o.rtr,
+            peer_to_peer: o.rtr.map(|kind| match kind {
+                RtrKind::Write => Rtr {
+                    write: true,
+                    ..Rtr::NONE
+                },
+                RtrKind::Read => Rtr {
+                    read: true,
+                    ..Rtr::NONE
+                },
+            }),
             ird: 1,
             ord: 1,
             ..ConnSettings::default()
@@ -347,74 +391,12 @@ fn client(o: &Options, addr: IpAddr) -> Result<u64> {
     Ok(pings)
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Options> {
-    let mut o = Options {
-        server: false,
-        addr: None,
-        port: 7174,
-        count: None,
-        size: 64,
-        verbose: false,
-        validate: false,
-        crc: true,
-        rtr: None,
-        dir: PathBuf::new(),
-    };
-    let mut role = None;
-    let mut dir = std::env::var_os("IWARP_RUNTIME_DIR").map(PathBuf::from);
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "-s" => role = Some(true),
-            "-c" => role = Some(false),
-            "-v" => o.verbose = true,
-            "-V" => o.validate = true,
-            "--no-crc" => o.crc = false,
-            "--rtr" => {
-                o.rtr = Some(match value("--rtr")?.as_str() {
-                    "write" => Rtr {
-                        write: true,
-                        ..Rtr::NONE
-                    },
-                    "read" => Rtr {
-                        read: true,
-                        ..Rtr::NONE
-                    },
-                    other => return Err(format!("--rtr {other}: write or read").into()),
-                });
-            }
-            "-a" => o.addr = Some(value("-a")?.parse()?),
-            "-p" => o.port = value("-p")?.parse()?,
-            "-C" => o.count = Some(value("-C")?.parse()?),
-            "-S" => o.size = value("-S")?.parse()?,
-            "--runtime-dir" => dir = Some(value("--runtime-dir")?.into()),
-            other => return Err(format!("unknown argument {other:?}").into()),
-        }
-    }
-    o.server = role.ok_or("-s (server) or -c (client)")?;
-    o.dir = dir.ok_or("--runtime-dir (or IWARP_RUNTIME_DIR) names the endpoint")?;
-    if !(MIN_SIZE..=MAX_SIZE).contains(&o.size) {
-        return Err(format!("-S {}: the size is {MIN_SIZE} to {MAX_SIZE}", o.size).into());
-    }
-    if !o.server && o.addr.is_none() {
-        return Err("the client needs -a ADDR".into());
-    }
-    Ok(o)
-}
-
 fn main() -> ExitCode {
-    let o = match parse(std::env::args().skip(1)) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("rping: {e}");
-            eprintln!(
-                "usage: rping -s [-p PORT] [-C COUNT] [-v] [--no-crc] --runtime-dir DIR\n       \
-                 rping -c -a ADDR [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V] [--no-crc] \
-                 [--rtr write|read] --runtime-dir DIR"
-            );
-            return ExitCode::from(2);
-        }
-    };
+    let o = <Options as clap::Parser>::parse();
+    if !(MIN_SIZE..=MAX_SIZE).contains(&o.size) {
+        eprintln!("rping: -S {}: the size is {MIN_SIZE} to {MAX_SIZE}", o.size);
+        return ExitCode::from(2);
+    }
     let (role, r) = match o.addr {
         Some(addr) if !o.server => ("client", client(&o, addr)),
         _ => ("server", server(&o)),
