@@ -362,7 +362,7 @@ fn node_pair_measures_the_frame_path() {
     // Two nodes on one thread over an in-memory link: the round trip and one hop, as
     // percentiles (no time is asserted, only that a measurement was made and printed).
     let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
-        .arg("2000")
+        .args(["latency", "--iterations", "2000"])
         .output()
         .unwrap();
     assert!(
@@ -384,5 +384,39 @@ fn node_pair_measures_the_frame_path() {
             .parse()
             .unwrap();
         assert!(p50 > 0.0, "{line}");
+    }
+}
+
+#[test]
+fn node_pair_measures_the_rate_of_each_operation() {
+    // Many messages in flight through the frame path: a rate is printed, and the 64 B Sends
+    // went several to a TCP segment (fewer frames than messages). No time is asserted.
+    for (op, unit) in [("sends", "M msg/s"), ("writes", "Gbit/s")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
+            .args(["rate", "--op", op, "--seconds", "0.2"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rate: f64 = text
+            .split(&format!(" {unit}"))
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no rate in {text}"));
+        assert!(rate > 0.0, "{text}");
+        if op == "sends" {
+            let frames: f64 = text
+                .split(" frames")
+                .next()
+                .and_then(|head| head.rsplit(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no frame count in {text}"));
+            assert!(frames < 0.5, "64 B Sends not packed: {text}");
+        }
     }
 }

@@ -1,17 +1,24 @@
 //! The frame path's own cost: two iwarpd nodes (smoltcp TCP and the RNIC engine, as a
-//! worker runs them) on one thread, joined by an in-memory Ethernet link, RDMA Write 64 B
-//! ping-pong. No scheduler, no second core, no system call: what remains is the software a
-//! frame crosses on its way through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the
-//! post that starts it, twice per round trip. Percentiles of the round trip and of one hop
-//! (half of it), in microseconds.
+//! worker runs them) on one thread, joined by an in-memory Ethernet link. No scheduler, no
+//! second core, no system call: what remains is the software a frame crosses on its way
+//! through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the post that starts it.
 //!
-//!     cargo run --release -p iwarp-bench --bin node-pair [-- ITERATIONS [ACK_DELAY_US]]
+//!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
+//!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
 //!
-//! With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides its answer instead of
-//! going out alone.
+//! `latency`: RDMA Write 64 B ping-pong; percentiles of the round trip and of one hop (half
+//! of it), in microseconds. With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides
+//! its answer instead of going out alone.
+//!
+//! `rate`: many messages in flight from one node to the other, both on this one thread, so
+//! the figure is what one core does running both ends of the path: 64 B Sends per second
+//! (batches of 256, each received before the next is posted) or 64 KiB RDMA Write bandwidth
+//! (batches of 8, each closed by an 8-byte RDMA Read, whose response arrives after the
+//! Writes are placed), with frames and TCP segments per message.
 
+use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
-use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Sge, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::memory::MemoryPort;
@@ -20,6 +27,42 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 const LEN: usize = 64;
+/// Registered memory of each end in `rate` mode: 8 Writes of 64 KiB, or 256 Sends of 64 B.
+const RATE_MEM: usize = 8 << 16;
+
+#[derive(Parser)]
+#[command(about = "Two iwarpd nodes on one thread: the frame path's latency and rate")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// RDMA Write 64 B ping-pong.
+    Latency {
+        #[arg(long, default_value_t = 100_000)]
+        iterations: u64,
+        /// `tcp.ack_delay_us` of both nodes.
+        #[arg(long, default_value_t = 0)]
+        ack_delay_us: u64,
+    },
+    /// Many messages in flight, one direction.
+    Rate {
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        #[arg(long, value_enum, default_value_t = RateOp::Sends)]
+        op: RateOp,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RateOp {
+    /// 64 B Sends.
+    Sends,
+    /// 64 KiB RDMA Writes.
+    Writes,
+}
 
 struct End {
     node: Node<MemoryPort>,
@@ -31,7 +74,7 @@ struct End {
 }
 
 impl End {
-    fn new(port: MemoryPort, ip: Ipv4Addr, tcp: TcpSettings) -> End {
+    fn new(port: MemoryPort, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize) -> End {
         let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
         let cq = node.rnic.create_cq(1024);
@@ -41,12 +84,12 @@ impl End {
             srq: None,
         };
         let qp = node.rnic.create_qp(pd, cq, cq, caps).expect("QP");
-        // Two halves: what this end sends from, and what the other end writes into.
-        let mem = Box::leak(vec![0u64; 2 * LEN / 8].into_boxed_slice());
+        // Latency: two halves, what this end sends from and what the other end writes into.
+        let mem = Box::leak(vec![0u64; mem_len / 8].into_boxed_slice());
         let buf = NonNull::new(mem.as_mut_ptr() as *mut u8).expect("non-null");
         let va = buf.as_ptr() as u64;
         // SAFETY: leaked, so valid for the whole run.
-        let stag = unsafe { node.rnic.register_mr(pd, buf, 2 * LEN, Access::ALL, va) };
+        let stag = unsafe { node.rnic.register_mr(pd, buf, mem_len, Access::ALL, va) };
         End {
             node,
             qp,
@@ -85,31 +128,30 @@ impl End {
             .expect("post");
     }
 
-    fn reap(&mut self, wcs: &mut [WorkCompletion]) {
+    /// Completions taken off the CQ, all successful.
+    fn reap(&mut self, wcs: &mut [WorkCompletion]) -> usize {
         let n = self.node.rnic.poll_cq(self.cq, wcs).expect("poll CQ");
         assert!(wcs[..n]
             .iter()
             .all(|w| w.status == iwarp_engine::Status::Success));
+        n
+    }
+
+    fn sge(&self, offset: usize, len: usize) -> Sge {
+        Sge {
+            stag: self.stag,
+            to: self.buf.as_ptr() as u64 + offset as u64,
+            len: len as u32,
+        }
     }
 }
 
-fn main() {
-    let iterations: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(100_000);
-    let ack_us: u64 = std::env::args()
-        .nth(2)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(0);
-    let tcp = TcpSettings {
-        ack_delay: Duration::from_micros(ack_us),
-        ..TcpSettings::default()
-    };
+/// Two connected ends, A the active side.
+fn pair(tcp: TcpSettings, mem_len: usize) -> (End, End) {
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let mut a = End::new(pa, ip_a, tcp);
-    let mut b = End::new(pb, ip_b, tcp);
+    let mut a = End::new(pa, ip_a, tcp, mem_len);
+    let mut b = End::new(pb, ip_b, tcp, mem_len);
     a.conn = a
         .node
         .listen(7174, a.qp, Settings::default())
@@ -126,6 +168,25 @@ fn main() {
         a.node.poll();
         b.node.poll();
     }
+    (a, b)
+}
+
+fn main() {
+    match Cli::parse().mode {
+        Mode::Latency {
+            iterations,
+            ack_delay_us,
+        } => latency(iterations, ack_delay_us),
+        Mode::Rate { seconds, op } => rate(seconds, op),
+    }
+}
+
+fn latency(iterations: u64, ack_us: u64) {
+    let tcp = TcpSettings {
+        ack_delay: Duration::from_micros(ack_us),
+        ..TcpSettings::default()
+    };
+    let (mut a, mut b) = pair(tcp, 2 * LEN);
     let (a_va, b_va) = (a.buf.as_ptr() as u64, b.buf.as_ptr() as u64);
     let mut wcs = vec![WorkCompletion::default(); 64];
     let mut rtt = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
@@ -168,5 +229,99 @@ fn main() {
             us(&rtt, 0.999, div),
             rtt.max() as f64 / 1e3 / div as f64,
         );
+    }
+}
+
+/// One batch from A to B, polled until B has it all.
+fn batch(a: &mut End, b: &mut End, op: RateOp, wcs: &mut [WorkCompletion]) -> u64 {
+    const SENDS: usize = 256;
+    const WRITES: usize = 8;
+    const WRITE_LEN: usize = 64 << 10;
+    match op {
+        RateOp::Sends => {
+            for i in 0..SENDS {
+                let sge = b.sge(64 * i, 64);
+                b.node
+                    .rnic
+                    .post_recv(b.qp, RecvWr::new(i as u64, &[sge]))
+                    .expect("recv");
+                let send = SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                };
+                let mut wr = SendWr::new(i as u64, send, &[a.sge(64 * i, 64)]);
+                wr.signaled = i == SENDS - 1;
+                a.node.rnic.post_send(a.qp, wr).expect("post");
+            }
+            let (mut sent, mut received) = (0, 0);
+            while sent < 1 || received < SENDS {
+                a.node.poll();
+                b.node.poll();
+                sent += a.reap(wcs);
+                received += b.reap(wcs);
+            }
+            SENDS as u64
+        }
+        RateOp::Writes => {
+            let b_va = b.buf.as_ptr() as u64;
+            for i in 0..WRITES {
+                let op = SendOp::Write {
+                    remote_stag: b.stag,
+                    remote_to: b_va + (i * WRITE_LEN) as u64,
+                };
+                let mut wr = SendWr::new(i as u64, op, &[a.sge(i * WRITE_LEN, WRITE_LEN)]);
+                wr.signaled = false;
+                a.node.rnic.post_send(a.qp, wr).expect("post");
+            }
+            let read = SendOp::Read {
+                remote_stag: b.stag,
+                remote_to: b_va,
+            };
+            a.node
+                .rnic
+                .post_send(a.qp, SendWr::new(u64::MAX, read, &[a.sge(0, 8)]))
+                .expect("post read");
+            let mut done = 0;
+            while done < 1 {
+                a.node.poll();
+                b.node.poll();
+                done += a.reap(wcs);
+            }
+            (WRITES * WRITE_LEN) as u64
+        }
+    }
+}
+
+fn rate(seconds: f64, op: RateOp) {
+    let (mut a, mut b) = pair(TcpSettings::default(), RATE_MEM);
+    let mut wcs = vec![WorkCompletion::default(); 256];
+    for _ in 0..50 {
+        batch(&mut a, &mut b, op, &mut wcs);
+    }
+    let (frames0, fpdus0) = (a.node.counters().tx_frames, a.node.counters().fpdus_tx);
+    let start = Instant::now();
+    let (mut units, mut batches) = (0u64, 0u64);
+    while start.elapsed().as_secs_f64() < seconds {
+        units += batch(&mut a, &mut b, op, &mut wcs);
+        batches += 1;
+    }
+    let dt = start.elapsed().as_secs_f64();
+    let c = a.node.counters();
+    let (frames, fpdus) = (c.tx_frames - frames0, c.fpdus_tx - fpdus0);
+    match op {
+        RateOp::Sends => println!(
+            "node-pair: 64 B Sends, two nodes on one thread: {:.2} M msg/s, {:.3} frames and \
+             {:.3} FPDUs from A per message",
+            units as f64 / dt / 1e6,
+            frames as f64 / units as f64,
+            fpdus as f64 / units as f64,
+        ),
+        RateOp::Writes => println!(
+            "node-pair: 64 KiB RDMA Writes, two nodes on one thread: {:.2} Gbit/s, {:.1} frames \
+             and {:.1} FPDUs from A per Write",
+            units as f64 * 8.0 / dt / 1e9,
+            frames as f64 / (batches * 8) as f64,
+            fpdus as f64 / (batches * 8) as f64,
+        ),
     }
 }

@@ -152,6 +152,8 @@ struct Conn {
     /// seen established; None before, or when the peer's SYN was no longer remembered (then
     /// neither is known).
     flow: Option<FlowKey>,
+    /// The MSS of the peer's SYN, once `flow` is known: FPDUs are no larger than it or ours.
+    peer_mss: Option<usize>,
     /// When the connection outlived its QP, finishing a graceful close (see
     /// [`Node::relay_release`]).
     orphaned_since: Option<std::time::Instant>,
@@ -198,6 +200,7 @@ impl Conn {
             over_since: None,
             accepted_on: None,
             flow: None,
+            peer_mss: None,
             orphaned_since: None,
         }
     }
@@ -257,6 +260,11 @@ pub struct Node<P: Port> {
     sockets: SocketSet<'static>,
     dev: PortDevice<P>,
     clock: DilatedClock,
+    /// The current poll turn's start, in smoltcp's time: what every egress in the turn runs
+    /// at, so that the time the turn itself takes cannot expire a retransmission timer
+    /// between two groups of FPDUs (smoltcp would resend from the oldest unacknowledged
+    /// octet, cutting across FPDUs, the group just queued with it).
+    turn_now: smoltcp::time::Instant,
     tcp: TcpSettings,
     conns: Vec<Conn>,
     fpdu: Vec<u8>,
@@ -294,6 +302,7 @@ impl<P: Port> Node<P> {
             iface,
             sockets: SocketSet::new(Vec::new()),
             dev,
+            turn_now: clock.now(),
             clock,
             tcp,
             conns: Vec::new(),
@@ -515,6 +524,10 @@ impl<P: Port> Node<P> {
         if self.conns[i].state != ConnState::Relay {
             return Err(format!("connection {conn} is not in MPA setup"));
         }
+        let params = ConnParams {
+            max_fpdu: params.max_fpdu.min(self.segment_size(i)),
+            ..params
+        };
         self.rnic
             .connect(qp, params)
             .map_err(|e| format!("QP to RTS: {e:?}"))?;
@@ -761,6 +774,7 @@ impl<P: Port> Node<P> {
         // One clock read per turn: TCP sees the turn's start for what it receives and sends
         // (the turn lasts microseconds; a clock read costs as much as a TCP segment here).
         let now = self.clock.now();
+        self.turn_now = now;
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         for _ in 0..8 {
             let n = self.dev.fill();
@@ -889,7 +903,18 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
         if self.dev.peers.adopt(key) {
             c.flow = Some(key);
+            c.peer_mss = self.dev.peers.mss(key);
         }
+    }
+
+    /// The largest TCP segment of connection `i`, and so its largest FPDU: our MSS, or the
+    /// peer's where smaller (never below 64 octets, which every FPDU header fits in; a peer
+    /// asking for less gets cut FPDUs, as it would from any sender).
+    fn segment_size(&self, i: usize) -> usize {
+        let ours = self.tcp.mss;
+        self.conns[i]
+            .peer_mss
+            .map_or(ours, |peer| peer.clamp(64, ours))
     }
 
     /// Gives up the steering of `port` once nothing here uses it: no listener, no accepted
@@ -1098,7 +1123,7 @@ impl<P: Port> Node<P> {
                     ird: n.ird,
                     ord: n.ord,
                     rdmap_version: n.rdmap_version,
-                    max_fpdu: self.tcp.mss,
+                    max_fpdu: self.segment_size(i),
                     max_rx_ulpdu: 65535,
                     // RFC 6581 peer-to-peer: the RTR negotiation agreed on (one kind).
                     p2p: n.rtr.and_then(|r| {
@@ -1160,8 +1185,14 @@ impl<P: Port> Node<P> {
         }
         self.stream_rx += got as u64;
         busy |= got > 0;
-        // Transmit: whole FPDUs only, each as it will go on the wire.
+        // Transmit: whole FPDUs only, each as it will go on the wire, packed several to a
+        // segment while they fit (RFC 5044 section 8 allows it; a burst of small messages then
+        // costs one segment per MSS rather than one per message). smoltcp cuts what is
+        // queued into segments of `seg` octets from the first unsent one, so a group that
+        // does not end on that cut is sent on its own before more is queued behind it.
         let flow = self.conns[i].flow;
+        let seg = self.segment_size(i);
+        let mut open = 0;
         while self.rnic.wants_transmit(qp) {
             let room = {
                 let s = self.sockets.get::<tcp::Socket>(handle);
@@ -1178,22 +1209,27 @@ impl<P: Port> Node<P> {
                 }
                 room
             };
-            if room < self.tcp.mss {
+            if room < seg {
                 break;
             }
             let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
                 break;
             };
+            if open + n > seg {
+                self.iface_egress(self.turn_now);
+                open = 0;
+            }
             let _ = self
                 .sockets
                 .get_mut::<tcp::Socket>(handle)
                 .send_slice(&self.fpdu[..n]);
+            open = (open + n) % seg;
             self.fpdus_tx += 1;
             busy = true;
-            if n < self.tcp.mss {
-                // Send it now, alone, so the next FPDU starts a segment.
-                self.iface_poll();
-            }
+        }
+        if open > 0 {
+            // The group goes now, so that the next FPDU queued starts a segment.
+            self.iface_egress(self.turn_now);
         }
         // A QP in Error has sent its last FPDU (a Terminate, if any, is queued): the stream
         // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too; so does one

@@ -1,5 +1,10 @@
-//! What each TCP peer's segments say that smoltcp keeps to itself: the receive window it
-//! advertises, and whether it reset the connection.
+//! What each TCP peer's segments say that smoltcp keeps to itself: the largest segment it
+//! takes, the receive window it advertises, and whether it reset the connection.
+//!
+//! The segment size. smoltcp sends segments no larger than the MSS the peer's SYN named (536
+//! octets when it named none), which may be below our own (a peer behind a smaller MTU, a
+//! tunnel). An FPDU larger than that would be cut in two, so the node bounds the
+//! connection's FPDUs by the smaller of the two.
 //!
 //! The window. smoltcp cuts a segment at the right edge of the peer's window. When the node
 //! has queued more than the window holds, the last segment carries part of an FPDU and the
@@ -25,6 +30,9 @@ use smoltcp::wire::{
 /// SYNs remembered until their connection is adopted; a later SYN takes the oldest slot.
 const SYN_SLOTS: usize = 256;
 
+/// The MSS of a peer whose SYN carries no MSS option (IPv4, RFC 9293 section 3.7.1).
+const DEFAULT_MSS: u16 = 536;
+
 /// A connection as its peer's segments name it: our port, the peer's address and port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey(u64);
@@ -44,6 +52,8 @@ impl FlowKey {
 struct Flow {
     /// The shift of the peer's window field (RFC 7323); zero without the option.
     scale: u8,
+    /// The MSS option of the peer's SYN (RFC 9293 section 3.7.1: 536 without one).
+    mss: u16,
     /// The acknowledgement number the window counts from.
     ack: TcpSeqNumber,
     /// Octets the peer takes beyond `ack`.
@@ -99,7 +109,7 @@ impl PeerTcp {
     }
 
     fn syn(&mut self, key: FlowKey, tcp: &TcpPacket<&[u8]>) {
-        let mut scale = 0;
+        let (mut scale, mut mss) = (0, DEFAULT_MSS);
         let mut options = tcp.options();
         while !options.is_empty() {
             let Ok((rest, option)) = TcpOption::parse(options) else {
@@ -109,6 +119,7 @@ impl PeerTcp {
                 TcpOption::EndOfList => break,
                 // RFC 7323 section 2.3: a shift above 14 is taken as 14.
                 TcpOption::WindowScale(s) => scale = s.min(14),
+                TcpOption::MaxSegmentSize(m) => mss = m,
                 _ => {}
             }
             options = rest;
@@ -116,6 +127,7 @@ impl PeerTcp {
         // A SYN's own window is never scaled (RFC 7323 section 2.2).
         let flow = Flow {
             scale,
+            mss,
             ack: tcp.ack_number(),
             window: usize::from(tcp.window_len()),
             reset: false,
@@ -149,6 +161,11 @@ impl PeerTcp {
         self.flows.get(&key).map(|f| f.window)
     }
 
+    /// The largest segment the peer takes, as its SYN said.
+    pub fn mss(&self, key: FlowKey) -> Option<usize> {
+        self.flows.get(&key).map(|f| usize::from(f.mss))
+    }
+
     /// Whether the peer sent a RST on the connection.
     pub fn was_reset(&self, key: FlowKey) -> bool {
         self.flows.get(&key).is_some_and(|f| f.reset)
@@ -178,6 +195,16 @@ mod tests {
 
     /// A frame from the peer's port 5000 to our port 7174.
     fn segment(control: TcpControl, ack: Option<u32>, window: u16, scale: Option<u8>) -> Vec<u8> {
+        segment_with_mss(control, ack, window, scale, None)
+    }
+
+    fn segment_with_mss(
+        control: TcpControl,
+        ack: Option<u32>,
+        window: u16,
+        scale: Option<u8>,
+        mss: Option<u16>,
+    ) -> Vec<u8> {
         let tcp = TcpRepr {
             src_port: 5000,
             dst_port: 7174,
@@ -186,7 +213,7 @@ mod tests {
             ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
             window_len: window,
             window_scale: scale,
-            max_seg_size: None,
+            max_seg_size: mss,
             sack_permitted: false,
             sack_ranges: [None; 3],
             timestamp: None,
@@ -286,6 +313,24 @@ mod tests {
         assert_eq!(w.tracked(), 1);
         w.forget(key());
         assert_eq!(w.window(key()), None);
+    }
+
+    #[test]
+    fn the_syns_mss_is_remembered_and_536_stands_in_for_none() {
+        let mut w = PeerTcp::default();
+        w.observe(&segment_with_mss(
+            TcpControl::Syn,
+            Some(1),
+            1000,
+            Some(7),
+            Some(1160),
+        ));
+        assert!(w.adopt(key()));
+        assert_eq!(w.mss(key()), Some(1160));
+        w.forget(key());
+        w.observe(&segment(TcpControl::Syn, Some(1), 1000, None));
+        assert!(w.adopt(key()));
+        assert_eq!(w.mss(key()), Some(536));
     }
 
     #[test]

@@ -1,12 +1,33 @@
 //! Two nodes over the in-memory port pair: TCP setup, MPA, and a 4 MiB RDMA Write whose
 //! bytes are compared — the node path with no socket or file at all; FPDUs kept whole in
-//! their segments when the peer's window is the limit; ARP pacing.
+//! their segments when the peer's window or MSS is the limit, and packed several to a
+//! segment when small; ARP pacing.
 
 mod common;
 
-use common::{pair, pair_tcps, write_b_to_a};
+use common::{pair, pair_tcps, until, write_b_to_a};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::memory::MemoryPort;
+use std::path::Path;
+
+const B_MAC: [u8; 6] = [2, 0, 0, 0, 8, 0x0b];
+
+/// The FPDU lengths of every data segment B sent after its MPA Request, one list per
+/// segment; a segment that is not whole FPDUs fails the test.
+fn b_segments(pcap: &Path) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    for frame in iwarp_testkit::capture_frames(pcap) {
+        let Some(seg) = iwarp_testkit::tcp_segment(&frame) else {
+            continue;
+        };
+        let payload = seg.payload;
+        if seg.src_mac != B_MAC || payload.is_empty() || payload.starts_with(b"MPA ID Req Frame") {
+            continue;
+        }
+        out.push(fpdus_in(payload).unwrap_or_else(|e| panic!("segment at {}: {e}", seg.seq)));
+    }
+    out
+}
 
 #[test]
 fn rdma_write_over_the_in_memory_link() {
@@ -112,26 +133,109 @@ fn fpdus_stay_whole_when_the_peers_window_is_the_limit() {
     drop(b);
 
     // B's data segments after its MPA Request: FPDUs only.
-    let mut segments = 0;
-    let mut octets = 0;
-    for frame in iwarp_testkit::capture_frames(&pcap) {
-        let Some(seg) = iwarp_testkit::tcp_segment(&frame) else {
-            continue;
-        };
-        let payload = seg.payload;
-        if seg.src_mac != [2, 0, 0, 0, 8, 0x0b]
-            || payload.is_empty()
-            || payload.starts_with(b"MPA ID Req Frame")
-        {
-            continue;
-        }
-        let fpdus = fpdus_in(payload).unwrap_or_else(|e| panic!("segment at {}: {e}", seg.seq));
-        segments += 1;
-        octets += fpdus.iter().sum::<usize>();
-    }
+    let segments = b_segments(&pcap);
+    let octets: usize = segments.iter().flatten().sum();
     // At least the Write's 1 MiB went by in whole FPDUs.
     assert!(
         octets > len,
-        "{octets} octets of FPDUs in {segments} segments"
+        "{octets} octets of FPDUs in {} segments",
+        segments.len()
     );
+}
+
+/// A peer behind a smaller MTU (1200: MSS 1160) gets segments of its MSS, not ours (1460),
+/// and FPDUs no larger: each segment still whole FPDUs.
+#[test]
+fn fpdus_fit_the_peers_mss_when_it_is_below_ours() {
+    use iwarpd::node::TcpSettings;
+    use iwarpd::port::pcap::PcapPort;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 1500);
+    let narrow = TcpSettings {
+        mss: 1160,
+        ..TcpSettings::default()
+    };
+    let pb = PcapPort::new(pb, &pcap).unwrap();
+    let (mut a, mut b) = pair_tcps(
+        pa.with_mtu(1200),
+        pb,
+        Settings::default(),
+        narrow,
+        TcpSettings::default(),
+    );
+    let len = 256 << 10;
+    write_b_to_a(&mut a, &mut b, len, 9);
+    drop(b);
+    let segments = b_segments(&pcap);
+    let octets: usize = segments.iter().flatten().sum();
+    assert!(octets > len, "{octets} octets of FPDUs");
+    let largest = segments.iter().flatten().max().copied().unwrap();
+    assert_eq!(
+        largest, 1160,
+        "the largest FPDU fills the peer's MSS exactly"
+    );
+}
+
+/// A burst of small Sends leaves several FPDUs to a segment (never more than one MSS, each
+/// whole), and every message arrives, in order, byte for byte.
+#[test]
+fn small_fpdus_are_packed_several_to_a_segment() {
+    use iwarp_engine::{Access, RecvWr, SendOp, SendWr, Status};
+    use iwarpd::port::pcap::PcapPort;
+
+    const N: usize = 200;
+    const LEN: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 1500);
+    let pb = PcapPort::new(pb, &pcap).unwrap();
+    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    let a_mem = a.mem(N * LEN, Access::ALL);
+    let b_mem = b.mem(N * LEN, Access::ALL);
+    b_mem.fill(3);
+    for i in 0..N {
+        let wr = RecvWr::new(i as u64, &[a_mem.sge(i * LEN, LEN)]);
+        a.node.rnic.post_recv(a.qp, wr).unwrap();
+    }
+    for i in 0..N {
+        let send = SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        };
+        let wr = SendWr::new(i as u64, send, &[b_mem.sge(i * LEN, LEN)]);
+        b.node.rnic.post_send(b.qp, wr).unwrap();
+    }
+    let mut received = Vec::new();
+    until(&mut a, &mut b, 20, |a, b| {
+        b.wcs();
+        received.extend(a.wcs().into_iter().map(|w| {
+            assert_eq!(w.status, Status::Success);
+            w.wr_id
+        }));
+        received.len() == N
+    });
+    assert_eq!(received, (0..N as u64).collect::<Vec<_>>());
+    assert!(a_mem.bytes(0, N * LEN) == b_mem.bytes(0, N * LEN));
+    drop(b);
+    let segments = b_segments(&pcap);
+    let fpdus: usize = segments.iter().map(Vec::len).sum();
+    assert_eq!(fpdus, N, "one FPDU per Send");
+    assert!(
+        segments.iter().all(|s| s.iter().sum::<usize>() <= 1460),
+        "a segment over the MSS"
+    );
+    // 64 octets of payload make an 88-octet FPDU: 16 fit in 1460.
+    let most = segments.iter().map(Vec::len).max().unwrap();
+    assert_eq!(most, 16, "FPDUs in the fullest segment");
+    assert!(
+        segments.len() <= N.div_ceil(8),
+        "{} segments for {N} Sends",
+        segments.len()
+    );
+    // Wireshark reads every FPDU of a packed segment, CRCs good.
+    if let Some(d) = iwarp_testkit::tshark_check(&pcap, N, true) {
+        assert!(d.left_out.is_empty(), "retransmissions: {:?}", d.left_out);
+    }
 }

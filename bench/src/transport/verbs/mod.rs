@@ -671,7 +671,16 @@ impl Stream for VerbsStream {
             n = now.saturating_sub(self.reported) as usize;
             self.reported = now;
             if n == 0 && self.receiver.as_ref().is_some_and(|h| h.is_finished()) {
-                return Err(err("the receiver stopped"));
+                // Say why: the receiver's own error, not only that it ended.
+                let why = match self.receiver.take().map(|h| h.join()) {
+                    Some(Ok((b, r))) => {
+                        self.b = Some(b);
+                        r.err()
+                            .map_or_else(|| "no error".to_string(), |e| e.to_string())
+                    }
+                    _ => "it panicked".to_string(),
+                };
+                return Err(err(format!("the receiver stopped: {why}")));
             }
         }
         Ok(n)

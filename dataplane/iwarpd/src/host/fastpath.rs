@@ -133,14 +133,17 @@ impl HostQp {
         p
     }
 
-    /// Moves up to [`BURST`] RQ entries into the engine.
+    /// Moves every RQ entry the ring holds into the engine (until the engine's RQ is full).
+    /// Not a burst: a receive posted before a message arrives must be in the engine when
+    /// the message is, however many messages one turn brings (packed small Sends bring
+    /// dozens); the ring's depth bounds the work.
     pub fn pump_rq(&mut self, rnic: &mut Rnic) -> Pumped {
         let mut p = Pumped::default();
         let Some(rq) = self.rq.as_mut() else { return p };
         if rq.is_corrupt() {
             return p;
         }
-        for _ in 0..BURST {
+        loop {
             let wr = match self.rq_stash.take() {
                 Some(wr) => wr,
                 None => {
@@ -250,14 +253,15 @@ impl HostSrq {
         }
     }
 
-    /// Moves up to [`BURST`] S-RQ entries into the engine. A malformed entry has no QP to
+    /// Moves every S-RQ entry the ring holds into the engine (until it is full), as
+    /// [`HostQp::pump_rq`] does and for the same reason. A malformed entry has no QP to
     /// complete on (an S-RQ serves many) and is dropped with a warning.
     pub fn pump(&mut self, rnic: &mut Rnic) -> Pumped {
         let mut p = Pumped::default();
         if self.ring.is_corrupt() {
             return p;
         }
-        for _ in 0..BURST {
+        loop {
             let wr = match self.stash.take() {
                 Some(wr) => wr,
                 None => {
@@ -473,6 +477,43 @@ mod tests {
             got.iter().any(|c| c.wr_id == 50),
             "the send completed (error or flush)"
         );
+    }
+
+    /// Every receive the application posted is in the engine after one pump, not a burst's
+    /// worth: 16 packed Sends arriving in the turn after 100 receives were posted must find
+    /// them all. What the engine's RQ cannot take waits, in order, for the next pump.
+    #[test]
+    fn one_pump_moves_every_posted_receive() {
+        let mut rnic = Rnic::new();
+        let pd = rnic.alloc_pd();
+        let ecq = rnic.create_cq(256);
+        let caps = QpCaps {
+            sq_depth: 4,
+            rq_depth: 64,
+            srq: None,
+        };
+        let eqp = rnic.create_qp(pd, ecq, ecq, caps).unwrap();
+        let sq_seg = seg("sq3", ring::ring_bytes::<SendWqe>(4));
+        let rq_seg = seg("rq3", ring::ring_bytes::<RecvWqe>(128));
+        let (_app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 4).unwrap();
+        let (mut app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 128).unwrap();
+        let mut qp = HostQp::new(3, eqp, sq_c, Some(rq_c));
+        for i in 0..100 {
+            app_rq.push(RecvWqe::new(i, &[]).unwrap()).unwrap();
+        }
+        const { assert!(BURST < 64) };
+        assert_eq!(
+            qp.pump_rq(&mut rnic).posted,
+            64,
+            "all the engine's RQ holds"
+        );
+        assert_eq!(qp.pump_rq(&mut rnic).posted, 0, "the engine is full");
+        // The engine's receives flushed back: the first 64, in order.
+        rnic.modify_qp(eqp, QpState::Error).unwrap();
+        let mut wcs = vec![WorkCompletion::default(); 128];
+        let n = rnic.poll_cq(ecq, &mut wcs).unwrap();
+        let ids: Vec<u64> = wcs[..n].iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, (0..64).collect::<Vec<_>>());
     }
 
     /// A CQE ring the application never polls: completions stay in the engine (no loss in

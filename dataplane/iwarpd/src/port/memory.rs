@@ -39,6 +39,13 @@ impl MemoryPort {
             },
         )
     }
+
+    /// This end with another MTU: a link whose ends differ, as across a tunnel, so that one
+    /// end's TCP advertises a smaller MSS than the other's.
+    pub fn with_mtu(mut self, mtu: usize) -> MemoryPort {
+        self.mtu = mtu;
+        self
+    }
 }
 
 impl Port for MemoryPort {
