@@ -7,7 +7,7 @@ use iwarp_bench::daemons::Endpoints;
 use std::path::{Path, PathBuf};
 
 /// iwarpd and iwarp-control of this test's profile, built only when missing: a rebuild here
-/// with other features (`cargo test --workspace --features iwarpd/dpdk` built iwarpd with
+/// with other features (the test command's `--features iwarpd/dpdk` built iwarpd with
 /// DPDK) would replace the binary the other crates' tests run.
 fn daemons() -> (PathBuf, PathBuf) {
     (

@@ -420,3 +420,45 @@ fn node_pair_measures_the_rate_of_each_operation() {
         }
     }
 }
+
+#[cfg(feature = "dpdk")]
+#[test]
+fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
+    // The frame path of two nodes joined by net_memif, a busy-polling thread each: a
+    // measurement is made and printed (no time is asserted). Root: hugepages, /var/run.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("node_pair_runs_over_dpdk_memif_on_two_pinned_threads: skipped (needs root)");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
+        .args([
+            "latency",
+            "--link",
+            "memif",
+            "--threads",
+            "2",
+            "--iterations",
+            "2000",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("DPDK net_memif"), "{text}");
+    assert!(text.contains("cores 0 and 1"), "{text}");
+    let hop = text
+        .lines()
+        .find(|l| l.starts_with("one hop"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let p50: f64 = hop["one hop".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{hop}"));
+    assert!(p50 > 0.0, "{hop}");
+}

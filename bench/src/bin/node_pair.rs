@@ -5,10 +5,15 @@
 //!
 //!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
 //!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
+//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- latency --link memif --threads 2
 //!
 //! `latency`: RDMA Write 64 B ping-pong; percentiles of the round trip and of one hop (half
 //! of it), in microseconds. With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides
-//! its answer instead of going out alone.
+//! its answer instead of going out alone. `--link memif` joins the nodes by DPDK's `net_memif`
+//! (a server and a client in this process, root, hugepages when free) instead of the
+//! in-memory link; `--threads 2` gives each node its own thread pinned to its own core
+//! (`--cores`), each polling only its node, busy: two daemons' frame paths, without the
+//! applications and their rings.
 //!
 //! `rate`: many messages in flight from one node to the other, both on this one thread, so
 //! the figure is what one core does running both ends of the path: 64 B Sends per second
@@ -21,7 +26,10 @@ use hdrhistogram::Histogram;
 use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
+#[cfg(feature = "dpdk")]
+use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use iwarpd::port::memory::MemoryPort;
+use iwarpd::port::Port;
 use std::net::Ipv4Addr;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
@@ -31,7 +39,7 @@ const LEN: usize = 64;
 const RATE_MEM: usize = 8 << 16;
 
 #[derive(Parser)]
-#[command(about = "Two iwarpd nodes on one thread: the frame path's latency and rate")]
+#[command(about = "Two iwarpd nodes: the frame path's latency and rate")]
 struct Cli {
     #[command(subcommand)]
     mode: Mode,
@@ -46,6 +54,15 @@ enum Mode {
         /// `tcp.ack_delay_us` of both nodes.
         #[arg(long, default_value_t = 0)]
         ack_delay_us: u64,
+        /// What joins the two nodes.
+        #[arg(long, value_enum, default_value_t = Link::Memory)]
+        link: Link,
+        /// 1: both nodes polled in turn by one thread; 2: a pinned thread per node.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        threads: u8,
+        /// The cores of the two threads (with --threads 2).
+        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [0, 1])]
+        cores: Vec<usize>,
     },
     /// Many messages in flight, one direction.
     Rate {
@@ -57,6 +74,14 @@ enum Mode {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Link {
+    /// Two queues in memory (no system call, no DPDK).
+    Memory,
+    /// DPDK `net_memif` (needs the `dpdk` feature and root).
+    Memif,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum RateOp {
     /// 64 B Sends.
     Sends,
@@ -64,8 +89,8 @@ enum RateOp {
     Writes,
 }
 
-struct End {
-    node: Node<MemoryPort>,
+struct End<P: Port> {
+    node: Node<P>,
     qp: u32,
     cq: u32,
     stag: u32,
@@ -73,8 +98,13 @@ struct End {
     conn: usize,
 }
 
-impl End {
-    fn new(port: MemoryPort, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize) -> End {
+// SAFETY: `buf` points into a leaked allocation that only the thread owning this End reads
+// or writes (its own engine places into it inside `poll`, on that thread); the node moves
+// with the End, so nothing is shared between threads.
+unsafe impl<P: Port + Send> Send for End<P> {}
+
+impl<P: Port> End<P> {
+    fn new(port: P, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize) -> End<P> {
         let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
         let cq = node.rnic.create_cq(1024);
@@ -146,9 +176,44 @@ impl End {
     }
 }
 
+/// The in-memory link's two ports.
+fn memory_ports() -> (MemoryPort, MemoryPort) {
+    MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500)
+}
+
+/// A `net_memif` server and client in this process, on one socket.
+#[cfg(feature = "dpdk")]
+fn memif_ports() -> Result<(DpdkPort, DpdkPort), String> {
+    let pid = std::process::id();
+    let sock = format!("/tmp/iwarp-node-pair-{pid}.sock");
+    let free = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("HugePages_Free:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
+        .map(String::from)
+        .to_vec();
+    args.push(format!("--file-prefix=node-pair-{pid}"));
+    if free > 0 {
+        args.extend(["--in-memory".into(), "-m".into(), "256".into()]);
+    } else {
+        eprintln!("node-pair: no hugepages free, DPDK on ordinary memory (--no-huge)");
+        args.extend(["--no-huge".into(), "-m".into(), "512".into()]);
+    }
+    args.push(format!("--vdev=net_memif0,role=server,socket={sock},id=0"));
+    args.push(format!("--vdev=net_memif1,role=client,socket={sock},id=0"));
+    eal_init(&args).map_err(|e| format!("DPDK EAL ({}): {e}", args.join(" ")))?;
+    let a = DpdkPort::open("net_memif0", 1500).map_err(|e| e.to_string())?;
+    let b = DpdkPort::open("net_memif1", 1500).map_err(|e| e.to_string())?;
+    Ok((a, b))
+}
+
 /// Two connected ends, A the active side.
-fn pair(tcp: TcpSettings, mem_len: usize) -> (End, End) {
-    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize) -> (End<P>, End<P>) {
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let mut a = End::new(pa, ip_a, tcp, mem_len);
     let mut b = End::new(pb, ip_b, tcp, mem_len);
@@ -176,22 +241,110 @@ fn main() {
         Mode::Latency {
             iterations,
             ack_delay_us,
-        } => latency(iterations, ack_delay_us),
+            link,
+            threads,
+            cores,
+        } => {
+            let run = Latency {
+                iterations,
+                ack_us: ack_delay_us,
+                cores: (threads == 2).then(|| [cores[0], cores[1]]),
+            };
+            match link {
+                Link::Memory => {
+                    let (pa, pb) = memory_ports();
+                    latency(pa, pb, "in-memory link", &run);
+                }
+                #[cfg(feature = "dpdk")]
+                Link::Memif => match memif_ports() {
+                    Ok((pa, pb)) => latency(pa, pb, "DPDK net_memif", &run),
+                    Err(e) => {
+                        eprintln!("node-pair: {e}");
+                        std::process::exit(1);
+                    }
+                },
+                #[cfg(not(feature = "dpdk"))]
+                Link::Memif => {
+                    eprintln!(
+                        "node-pair: --link memif needs the dpdk feature \
+                         (cargo run --release -p iwarp-bench --features dpdk --bin node-pair)"
+                    );
+                    std::process::exit(2);
+                }
+            }
+        }
         Mode::Rate { seconds, op } => rate(seconds, op),
     }
 }
 
-fn latency(iterations: u64, ack_us: u64) {
+struct Latency {
+    iterations: u64,
+    ack_us: u64,
+    /// A pinned thread per node on these cores; None: both nodes on this thread.
+    cores: Option<[usize; 2]>,
+}
+
+fn pin(core: usize) {
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        eprintln!("node-pair: could not pin a thread to core {core}");
+        std::process::exit(2);
+    }
+}
+
+fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
     let tcp = TcpSettings {
-        ack_delay: Duration::from_micros(ack_us),
+        ack_delay: Duration::from_micros(run.ack_us),
         ..TcpSettings::default()
     };
-    let (mut a, mut b) = pair(tcp, 2 * LEN);
+    let (a, b) = pair(pa, pb, tcp, 2 * LEN);
+    let warmup = run.iterations / 10;
+    let total = warmup + run.iterations;
+    let (rtt, frames) = match run.cores {
+        None => one_thread(a, b, total, warmup),
+        Some(cores) => two_threads(a, b, total, warmup, cores),
+    };
+    let iterations = run.iterations;
+    let ack_us = run.ack_us;
+    let us =
+        |h: &Histogram<u64>, q: f64, div: u64| h.value_at_quantile(q) as f64 / 1e3 / div as f64;
+    let threads = match run.cores {
+        None => "both on one thread".to_string(),
+        Some([x, y]) => format!("a thread each on cores {x} and {y}, polling busy"),
+    };
+    println!(
+        "node-pair: RDMA Write {LEN} B ping-pong, two nodes over the {link}, {threads}, \
+         {iterations} round trips, ACK delay {ack_us} us ({:.1} frames from A per round trip)",
+        frames as f64 / total as f64
+    );
+    println!("             p50      p90      p99    p99.9      max   (microseconds)");
+    for (name, div) in [("round trip", 1), ("one hop", 2)] {
+        println!(
+            "{name:<10} {:>7.3}  {:>7.3}  {:>7.3}  {:>7.3}  {:>7.3}",
+            us(&rtt, 0.5, div),
+            us(&rtt, 0.9, div),
+            us(&rtt, 0.99, div),
+            us(&rtt, 0.999, div),
+            rtt.max() as f64 / 1e3 / div as f64,
+        );
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
+}
+
+/// The ping-pong with both nodes polled in turn by this thread. Round trips and A's frames.
+fn one_thread<P: Port>(
+    mut a: End<P>,
+    mut b: End<P>,
+    total: u64,
+    warmup: u64,
+) -> (Histogram<u64>, u64) {
     let (a_va, b_va) = (a.buf.as_ptr() as u64, b.buf.as_ptr() as u64);
     let mut wcs = vec![WorkCompletion::default(); 64];
-    let mut rtt = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let (frames0, warmup) = (a.node.counters().tx_frames, iterations / 10);
-    for i in 0..warmup + iterations {
+    let mut rtt = histogram();
+    let frames0 = a.node.counters().tx_frames;
+    for i in 0..total {
         let tag = (i % 255) as u8 + 1;
         let start = Instant::now();
         a.write(b.stag, b_va, tag);
@@ -211,29 +364,63 @@ fn latency(iterations: u64, ack_us: u64) {
         a.reap(&mut wcs);
         b.reap(&mut wcs);
     }
-    let frames = a.node.counters().tx_frames - frames0;
-    let us =
-        |h: &Histogram<u64>, q: f64, div: u64| h.value_at_quantile(q) as f64 / 1e3 / div as f64;
-    println!(
-        "node-pair: RDMA Write {LEN} B ping-pong, two nodes on one thread, {iterations} round \
-         trips, ACK delay {ack_us} us ({:.1} frames from A per round trip)",
-        frames as f64 / (warmup + iterations) as f64
-    );
-    println!("             p50      p90      p99    p99.9      max   (microseconds)");
-    for (name, div) in [("round trip", 1), ("one hop", 2)] {
-        println!(
-            "{name:<10} {:>7.3}  {:>7.3}  {:>7.3}  {:>7.3}  {:>7.3}",
-            us(&rtt, 0.5, div),
-            us(&rtt, 0.9, div),
-            us(&rtt, 0.99, div),
-            us(&rtt, 0.999, div),
-            rtt.max() as f64 / 1e3 / div as f64,
-        );
+    (rtt, a.node.counters().tx_frames - frames0)
+}
+
+/// The ping-pong with a pinned thread per node, each polling only its own: B answers each
+/// Write that lands with one of the same tag, A times the round trips.
+fn two_threads<P: Port + Send + 'static>(
+    mut a: End<P>,
+    mut b: End<P>,
+    total: u64,
+    warmup: u64,
+    cores: [usize; 2],
+) -> (Histogram<u64>, u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let (a_va, b_va, a_stag, b_stag) =
+        (a.buf.as_ptr() as u64, b.buf.as_ptr() as u64, a.stag, b.stag);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_b = stop.clone();
+    let responder = std::thread::spawn(move || {
+        pin(cores[1]);
+        let mut wcs = vec![WorkCompletion::default(); 64];
+        let mut expect = 1u8;
+        while !stop_b.load(Ordering::Relaxed) {
+            b.node.poll();
+            if b.landed() == expect {
+                b.write(a_stag, a_va, expect);
+                b.reap(&mut wcs);
+                expect = expect % 255 + 1;
+            }
+        }
+        b
+    });
+    pin(cores[0]);
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    let mut rtt = histogram();
+    let frames0 = a.node.counters().tx_frames;
+    for i in 0..total {
+        let tag = (i % 255) as u8 + 1;
+        let start = Instant::now();
+        a.write(b_stag, b_va, tag);
+        while a.landed() != tag {
+            a.node.poll();
+        }
+        let ns = start.elapsed().as_nanos() as u64;
+        if i >= warmup {
+            rtt.record(ns.max(1)).expect("record");
+        }
+        a.reap(&mut wcs);
     }
+    stop.store(true, Ordering::Relaxed);
+    let _b = responder.join().expect("responder thread");
+    (rtt, a.node.counters().tx_frames - frames0)
 }
 
 /// One batch from A to B, polled until B has it all.
-fn batch(a: &mut End, b: &mut End, op: RateOp, wcs: &mut [WorkCompletion]) -> u64 {
+fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCompletion]) -> u64 {
     const SENDS: usize = 256;
     const WRITES: usize = 8;
     const WRITE_LEN: usize = 64 << 10;
@@ -293,7 +480,8 @@ fn batch(a: &mut End, b: &mut End, op: RateOp, wcs: &mut [WorkCompletion]) -> u6
 }
 
 fn rate(seconds: f64, op: RateOp) {
-    let (mut a, mut b) = pair(TcpSettings::default(), RATE_MEM);
+    let (pa, pb) = memory_ports();
+    let (mut a, mut b) = pair(pa, pb, TcpSettings::default(), RATE_MEM);
     let mut wcs = vec![WorkCompletion::default(); 256];
     for _ in 0..50 {
         batch(&mut a, &mut b, op, &mut wcs);
