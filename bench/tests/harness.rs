@@ -357,33 +357,51 @@ fn verbs_operations_without_an_endpoint_fail_cleanly() {
     assert!(err.contains("no control.sock"), "{err}");
 }
 
+/// node-pair's output for `args`; it must succeed.
+fn node_pair(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The p50 of the row starting `row` (the first number after its name).
+fn p50_of(text: &str, row: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(row))
+        .unwrap_or_else(|| panic!("no {row} row in {text}"));
+    line[row.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"))
+}
+
+/// The number just before `unit` in `text`.
+fn number_before(text: &str, unit: &str) -> f64 {
+    text.split(unit)
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before {unit:?} in {text}"))
+}
+
 #[test]
 fn node_pair_measures_the_frame_path() {
     // Two nodes on one thread over an in-memory link: the round trip and one hop, as
     // percentiles (no time is asserted, only that a measurement was made and printed).
-    let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
-        .args(["latency", "--iterations", "2000"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = node_pair(&["latency", "--iterations", "2000"]);
     assert!(text.contains("2000 round trips"), "{text}");
     for row in ["round trip", "one hop"] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(row))
-            .unwrap_or_else(|| panic!("{text}"));
-        let p50: f64 = line[row.len()..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(p50 > 0.0, "{line}");
+        assert!(p50_of(&text, row) > 0.0, "{text}");
     }
 }
 
@@ -391,31 +409,11 @@ fn node_pair_measures_the_frame_path() {
 fn node_pair_measures_the_rate_of_each_operation() {
     // Many messages in flight through the frame path: a rate is printed, and the 64 B Sends
     // went several to a TCP segment (fewer frames than messages). No time is asserted.
-    for (op, unit) in [("sends", "M msg/s"), ("writes", "Gbit/s")] {
-        let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
-            .args(["rate", "--op", op, "--seconds", "0.2"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rate: f64 = text
-            .split(&format!(" {unit}"))
-            .next()
-            .and_then(|head| head.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no rate in {text}"));
-        assert!(rate > 0.0, "{text}");
+    for (op, unit) in [("sends", " M msg/s"), ("writes", " Gbit/s")] {
+        let text = node_pair(&["rate", "--op", op, "--seconds", "0.2"]);
+        assert!(number_before(&text, unit) > 0.0, "{text}");
         if op == "sends" {
-            let frames: f64 = text
-                .split(" frames")
-                .next()
-                .and_then(|head| head.rsplit(' ').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no frame count in {text}"));
+            let frames = number_before(&text, " frames");
             assert!(frames < 0.5, "64 B Sends not packed: {text}");
         }
     }
@@ -431,34 +429,17 @@ fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
         eprintln!("node_pair_runs_over_dpdk_memif_on_two_pinned_threads: skipped (needs root)");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_node-pair"))
-        .args([
-            "latency",
-            "--link",
-            "memif",
-            "--threads",
-            "2",
-            "--iterations",
-            "2000",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = [
+        "latency",
+        "--link",
+        "memif",
+        "--threads",
+        "2",
+        "--iterations",
+        "2000",
+    ];
+    let text = node_pair(&args);
     assert!(text.contains("DPDK net_memif"), "{text}");
     assert!(text.contains("cores 0 and 1"), "{text}");
-    let hop = text
-        .lines()
-        .find(|l| l.starts_with("one hop"))
-        .unwrap_or_else(|| panic!("{text}"));
-    let p50: f64 = hop["one hop".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{hop}"));
-    assert!(p50 > 0.0, "{hop}");
+    assert!(p50_of(&text, "one hop") > 0.0, "{text}");
 }

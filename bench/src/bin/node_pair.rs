@@ -333,7 +333,34 @@ fn histogram() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
 }
 
-/// The ping-pong with both nodes polled in turn by this thread. Round trips and A's frames.
+/// Times `total` round trips A starts with a Write of each tag to B (`peer`: its STag and
+/// address), recording those after `warmup`; `back` returns once B's Write of the tag has
+/// landed in A. The round trips, and the frames A sent.
+fn time_round_trips<P: Port>(
+    a: &mut End<P>,
+    peer: (u32, u64),
+    total: u64,
+    warmup: u64,
+    mut back: impl FnMut(&mut End<P>, u8),
+) -> (Histogram<u64>, u64) {
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    let mut rtt = histogram();
+    let frames0 = a.node.counters().tx_frames;
+    for i in 0..total {
+        let tag = (i % 255) as u8 + 1;
+        let start = Instant::now();
+        a.write(peer.0, peer.1, tag);
+        back(a, tag);
+        let ns = start.elapsed().as_nanos() as u64;
+        if i >= warmup {
+            rtt.record(ns.max(1)).expect("record");
+        }
+        a.reap(&mut wcs);
+    }
+    (rtt, a.node.counters().tx_frames - frames0)
+}
+
+/// The ping-pong with both nodes polled in turn by this thread.
 fn one_thread<P: Port>(
     mut a: End<P>,
     mut b: End<P>,
@@ -342,12 +369,7 @@ fn one_thread<P: Port>(
 ) -> (Histogram<u64>, u64) {
     let (a_va, b_va) = (a.buf.as_ptr() as u64, b.buf.as_ptr() as u64);
     let mut wcs = vec![WorkCompletion::default(); 64];
-    let mut rtt = histogram();
-    let frames0 = a.node.counters().tx_frames;
-    for i in 0..total {
-        let tag = (i % 255) as u8 + 1;
-        let start = Instant::now();
-        a.write(b.stag, b_va, tag);
+    time_round_trips(&mut a, (b.stag, b_va), total, warmup, |a, tag| {
         while b.landed() != tag {
             a.node.poll();
             b.node.poll();
@@ -357,14 +379,8 @@ fn one_thread<P: Port>(
             b.node.poll();
             a.node.poll();
         }
-        let ns = start.elapsed().as_nanos() as u64;
-        if i >= warmup {
-            rtt.record(ns.max(1)).expect("record");
-        }
-        a.reap(&mut wcs);
         b.reap(&mut wcs);
-    }
-    (rtt, a.node.counters().tx_frames - frames0)
+    })
 }
 
 /// The ping-pong with a pinned thread per node, each polling only its own: B answers each
@@ -398,25 +414,14 @@ fn two_threads<P: Port + Send + 'static>(
         b
     });
     pin(cores[0]);
-    let mut wcs = vec![WorkCompletion::default(); 64];
-    let mut rtt = histogram();
-    let frames0 = a.node.counters().tx_frames;
-    for i in 0..total {
-        let tag = (i % 255) as u8 + 1;
-        let start = Instant::now();
-        a.write(b_stag, b_va, tag);
+    let measured = time_round_trips(&mut a, (b_stag, b_va), total, warmup, |a, tag| {
         while a.landed() != tag {
             a.node.poll();
         }
-        let ns = start.elapsed().as_nanos() as u64;
-        if i >= warmup {
-            rtt.record(ns.max(1)).expect("record");
-        }
-        a.reap(&mut wcs);
-    }
+    });
     stop.store(true, Ordering::Relaxed);
     let _b = responder.join().expect("responder thread");
-    (rtt, a.node.counters().tx_frames - frames0)
+    measured
 }
 
 /// One batch from A to B, polled until B has it all.
