@@ -424,9 +424,7 @@ fn node_pair_measures_the_rate_of_each_operation() {
 fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
     // The frame path of two nodes joined by net_memif, a busy-polling thread each: a
     // measurement is made and printed (no time is asserted). Root: hugepages, /var/run.
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("node_pair_runs_over_dpdk_memif_on_two_pinned_threads: skipped (needs root)");
+    if !iwarp_testkit::root_or_skip("node_pair_runs_over_dpdk_memif_on_two_pinned_threads") {
         return;
     }
     let args = [

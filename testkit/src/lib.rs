@@ -15,6 +15,17 @@ use std::time::{Duration, Instant};
 /// How long a process may take to show its runtime files.
 pub const START: Duration = Duration::from_secs(20);
 
+/// For the tests that need root (TAP, bridges, DPDK with hugepages): true when running as
+/// root; otherwise says on stderr that `test` is skipped, and why.
+pub fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("{test}: skipped (needs root)");
+    }
+    root
+}
+
 /// A child process stopped on drop: SIGTERM first, so it removes its segments and runtime
 /// files, SIGKILL if it has not exited within seconds.
 pub struct Proc(pub Child);

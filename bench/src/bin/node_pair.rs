@@ -1,7 +1,8 @@
 //! The frame path's own cost: two iwarpd nodes (smoltcp TCP and the RNIC engine, as a
-//! worker runs them) on one thread, joined by an in-memory Ethernet link. No scheduler, no
-//! second core, no system call: what remains is the software a frame crosses on its way
-//! through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the post that starts it.
+//! worker runs them), by default on one thread joined by an in-memory Ethernet link. No
+//! scheduler, no second core, no system call: what remains is the software a frame crosses
+//! on its way through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the post that
+//! starts it.
 //!
 //!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
 //!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
@@ -19,7 +20,7 @@
 //! the figure is what one core does running both ends of the path: 64 B Sends per second
 //! (batches of 256, each received before the next is posted) or 64 KiB RDMA Write bandwidth
 //! (batches of 8, each closed by an 8-byte RDMA Read, whose response arrives after the
-//! Writes are placed), with frames and TCP segments per message.
+//! Writes are placed), with the frames and FPDUs the sender sent per message.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
@@ -35,8 +36,12 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 const LEN: usize = 64;
-/// Registered memory of each end in `rate` mode: 8 Writes of 64 KiB, or 256 Sends of 64 B.
-const RATE_MEM: usize = 8 << 16;
+/// `rate` mode's batches: Sends of 64 B, or RDMA Writes of `WRITE_LEN`.
+const SENDS: usize = 256;
+const WRITES: usize = 8;
+const WRITE_LEN: usize = 64 << 10;
+/// Registered memory of each end in `rate` mode: room for a batch of either.
+const RATE_MEM: usize = WRITES * WRITE_LEN;
 
 #[derive(Parser)]
 #[command(about = "Two iwarpd nodes: the frame path's latency and rate")]
@@ -186,19 +191,11 @@ fn memory_ports() -> (MemoryPort, MemoryPort) {
 fn memif_ports() -> Result<(DpdkPort, DpdkPort), String> {
     let pid = std::process::id();
     let sock = format!("/tmp/iwarp-node-pair-{pid}.sock");
-    let free = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("HugePages_Free:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .unwrap_or(0);
     let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
         .map(String::from)
         .to_vec();
     args.push(format!("--file-prefix=node-pair-{pid}"));
-    if free > 0 {
+    if iwarp_abi::segment::free_hugepages() > 0 {
         args.extend(["--in-memory".into(), "-m".into(), "256".into()]);
     } else {
         eprintln!("node-pair: no hugepages free, DPDK on ordinary memory (--no-huge)");
@@ -426,9 +423,6 @@ fn two_threads<P: Port + Send + 'static>(
 
 /// One batch from A to B, polled until B has it all.
 fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCompletion]) -> u64 {
-    const SENDS: usize = 256;
-    const WRITES: usize = 8;
-    const WRITE_LEN: usize = 64 << 10;
     match op {
         RateOp::Sends => {
             for i in 0..SENDS {
@@ -513,8 +507,8 @@ fn rate(seconds: f64, op: RateOp) {
             "node-pair: 64 KiB RDMA Writes, two nodes on one thread: {:.2} Gbit/s, {:.1} frames \
              and {:.1} FPDUs from A per Write",
             units as f64 * 8.0 / dt / 1e9,
-            frames as f64 / (batches * 8) as f64,
-            fpdus as f64 / (batches * 8) as f64,
+            frames as f64 / (batches * WRITES as u64) as f64,
+            fpdus as f64 / (batches * WRITES as u64) as f64,
         ),
     }
 }

@@ -5,8 +5,9 @@
 //!   Ethernet, TAP, DPDK, pcap capture wrapper, a lossy wrapper for tests), and
 //!   `port/steer.rs`, which shares one port among several workers.
 //! - `device.rs`: smoltcp's `phy::Device` over a port.
-//! - `peer_tcp.rs`: what each TCP peer's segments say that smoltcp keeps to itself: its
-//!   window (the node queues only FPDUs that go whole) and whether it reset the connection.
+//! - `peer_tcp.rs`: what each TCP peer's segments say that smoltcp keeps to itself: its MSS
+//!   and window (the node sizes and queues only FPDUs that go whole) and whether it reset
+//!   the connection.
 //! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
 //!   configured minimum RTO.
 //! - `node.rs`: one RNIC on one port: TCP per QP, MPA setup, FPDU-aligned transmission.

@@ -8,10 +8,12 @@
 //! the command ring; until it exists the node drives it itself.)
 //!
 //! FPDU alignment (RFC 5044 section 8): the engine gives one FPDU per `poll_transmit`, at
-//! most the MSS, and full-size FPDUs are exactly the MSS. smoltcp cuts its send buffer into
-//! MSS-sized segments from the first unsent byte, so a run of full-size FPDUs stays aligned
-//! by itself; after a shorter FPDU the node makes smoltcp send at once (an interface poll)
-//! before queuing the next, so the next FPDU starts a segment. smoltcp also cuts a segment
+//! most the connection's segment size (our MSS, or the peer's where smaller), and full-size
+//! FPDUs are exactly that. smoltcp cuts its send buffer into segments of that size from the
+//! first unsent byte, so a run of full-size FPDUs stays aligned by itself; shorter FPDUs are
+//! queued as a group while they fit in one segment, and the node makes smoltcp send the
+//! group at once (an interface poll) before queuing more, so the next FPDU starts a
+//! segment. smoltcp also cuts a segment
 //! at the right edge of the peer's window, so the node queues an FPDU only when the peer's
 //! window (read off its segments by `peer_tcp.rs`) takes it whole. A retransmission after
 //! loss re-cuts from the oldest unacknowledged byte and may pack FPDUs differently;
@@ -148,12 +150,10 @@ struct Conn {
     /// The listening port an accepted relay connection arrived on: steered to this worker
     /// until the connection's socket is gone, even once nobody listens there.
     accepted_on: Option<u16>,
-    /// The connection as the device tracks its peer (window, reset), from when it was first
+    /// The connection as the device tracks its peer (MSS, window, reset), from when it was first
     /// seen established; None before, or when the peer's SYN was no longer remembered (then
     /// neither is known).
     flow: Option<FlowKey>,
-    /// The MSS of the peer's SYN, once `flow` is known: FPDUs are no larger than it or ours.
-    peer_mss: Option<usize>,
     /// When the connection outlived its QP, finishing a graceful close (see
     /// [`Node::relay_release`]).
     orphaned_since: Option<std::time::Instant>,
@@ -200,7 +200,6 @@ impl Conn {
             over_since: None,
             accepted_on: None,
             flow: None,
-            peer_mss: None,
             orphaned_since: None,
         }
     }
@@ -903,7 +902,6 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
         if self.dev.peers.adopt(key) {
             c.flow = Some(key);
-            c.peer_mss = self.dev.peers.mss(key);
         }
     }
 
@@ -913,7 +911,8 @@ impl<P: Port> Node<P> {
     fn segment_size(&self, i: usize) -> usize {
         let ours = self.tcp.mss;
         self.conns[i]
-            .peer_mss
+            .flow
+            .and_then(|k| self.dev.peers.mss(k))
             .map_or(ours, |peer| peer.clamp(64, ours))
     }
 

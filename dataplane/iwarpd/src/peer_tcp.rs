@@ -47,7 +47,8 @@ impl FlowKey {
     }
 }
 
-/// What the peer last said about its window, and whether it reset the connection.
+/// What the peer's SYN said (window scale, MSS), what it last said about its window, and
+/// whether it reset the connection.
 #[derive(Debug, Clone, Copy)]
 struct Flow {
     /// The shift of the peer's window field (RFC 7323); zero without the option.

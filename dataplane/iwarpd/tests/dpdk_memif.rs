@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn two_nodes_over_dpdk_memif() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("two_nodes_over_dpdk_memif: skipped (needs root)");
+    if !iwarp_testkit::root_or_skip("two_nodes_over_dpdk_memif") {
         return;
     }
     let sock = format!("/tmp/iwarp-memif-{}.sock", std::process::id());

@@ -11,11 +11,6 @@ use iwarpd::port::tap::TapPort;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
         .args(["-c", cmd])
@@ -126,8 +121,7 @@ fn transfer(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize) -> Duratio
 
 #[test]
 fn two_nodes_over_tap_and_a_bridge_with_and_without_loss() {
-    if !is_root() {
-        eprintln!("two_nodes_over_tap_and_a_bridge: skipped (needs root)");
+    if !iwarp_testkit::root_or_skip("two_nodes_over_tap_and_a_bridge") {
         return;
     }
     let ta =
@@ -158,8 +152,7 @@ fn two_workers_on_a_multi_queue_tap() {
     use common::B_IP;
     use iwarpd::node::ConnState;
     use iwarpd::port::steer::Steering;
-    if !is_root() {
-        eprintln!("two_workers_on_a_multi_queue_tap: skipped (needs root)");
+    if !iwarp_testkit::root_or_skip("two_workers_on_a_multi_queue_tap") {
         return;
     }
     let _ = sh("ip link del iwtapM 2>/dev/null");

@@ -234,9 +234,7 @@ fn applications_on_different_workers_are_each_served_end_to_end() {
 #[cfg(feature = "dpdk")]
 #[test]
 fn over_dpdk_memif_each_worker_has_its_own_queue() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("over_dpdk_memif_each_worker_has_its_own_queue: skipped (needs root)");
+    if !testkit::root_or_skip("over_dpdk_memif_each_worker_has_its_own_queue") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
