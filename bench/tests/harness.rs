@@ -405,16 +405,38 @@ fn node_pair_measures_the_frame_path() {
     }
 }
 
+/// The per-core busy shares a two-thread rate run prints, sender first.
+fn busy_shares(text: &str) -> (f64, f64) {
+    let line = text
+        .lines()
+        .find(|l| l.contains("sender core"))
+        .unwrap_or_else(|| panic!("no busy line in {text}"));
+    let share = |who: &str| number_before(line.split(who).nth(1).unwrap_or(""), " %");
+    (share("sender core "), share("receiver core "))
+}
+
 #[test]
 fn node_pair_measures_the_rate_of_each_operation() {
-    // Many messages in flight through the frame path: a rate is printed, and the 64 B Sends
-    // went several to a TCP segment (fewer frames than messages). No time is asserted.
+    // Many messages in flight through the frame path, both nodes on one thread and then a
+    // pinned thread each: a rate is printed, and the 64 B Sends went several to a TCP
+    // segment (fewer frames than messages). With two threads each core's busy share is a
+    // percentage. No time is asserted.
     for (op, unit) in [("sends", " M msg/s"), ("writes", " Gbit/s")] {
-        let text = node_pair(&["rate", "--op", op, "--seconds", "0.2"]);
-        assert!(number_before(&text, unit) > 0.0, "{text}");
-        if op == "sends" {
-            let frames = number_before(&text, " frames");
-            assert!(frames < 0.5, "64 B Sends not packed: {text}");
+        for threads in ["1", "2"] {
+            let args = ["rate", "--op", op, "--seconds", "0.2", "--threads", threads];
+            let text = node_pair(&args);
+            assert!(number_before(&text, unit) > 0.0, "{text}");
+            if op == "sends" {
+                let frames = number_before(&text, " frames");
+                assert!(frames < 0.5, "64 B Sends not packed: {text}");
+            }
+            if threads == "2" {
+                let (sender, receiver) = busy_shares(&text);
+                assert!(sender > 0.0 && sender <= 100.0, "{text}");
+                assert!(receiver > 0.0 && receiver <= 100.0, "{text}");
+            } else {
+                assert!(!text.contains("sender core"), "{text}");
+            }
         }
     }
 }
@@ -440,4 +462,19 @@ fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
     assert!(text.contains("DPDK net_memif"), "{text}");
     assert!(text.contains("cores 0 and 1"), "{text}");
     assert!(p50_of(&text, "one hop") > 0.0, "{text}");
+    // And a stream of 64 B Sends, each end on its core.
+    let args = [
+        "rate",
+        "--link",
+        "memif",
+        "--threads",
+        "2",
+        "--seconds",
+        "0.3",
+    ];
+    let text = node_pair(&args);
+    assert!(text.contains("DPDK net_memif"), "{text}");
+    assert!(number_before(&text, " M msg/s") > 0.0, "{text}");
+    let (sender, receiver) = busy_shares(&text);
+    assert!(sender > 0.0 && receiver > 0.0, "{text}");
 }

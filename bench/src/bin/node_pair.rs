@@ -7,20 +7,28 @@
 //!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
 //!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
 //!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- latency --link memif --threads 2
+//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- rate --link memif --threads 2
 //!
 //! `latency`: RDMA Write 64 B ping-pong; percentiles of the round trip and of one hop (half
 //! of it), in microseconds. With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides
-//! its answer instead of going out alone. `--link memif` joins the nodes by DPDK's `net_memif`
-//! (a server and a client in this process, root, hugepages when free) instead of the
-//! in-memory link; `--threads 2` gives each node its own thread pinned to its own core
-//! (`--cores`), each polling only its node, busy: two daemons' frame paths, without the
-//! applications and their rings.
+//! its answer instead of going out alone.
 //!
-//! `rate`: many messages in flight from one node to the other, both on this one thread, so
-//! the figure is what one core does running both ends of the path: 64 B Sends per second
-//! (batches of 256, each received before the next is posted) or 64 KiB RDMA Write bandwidth
-//! (batches of 8, each closed by an 8-byte RDMA Read, whose response arrives after the
-//! Writes are placed), with the frames and FPDUs the sender sent per message.
+//! `rate`: many messages in flight from one node to the other. On one thread the figure is
+//! what one core does running both ends of the path: 64 B Sends per second (batches of 256,
+//! each received before the next is posted) or 64 KiB RDMA Write bandwidth (batches of 8,
+//! each closed by an 8-byte RDMA Read, whose response arrives after the Writes are placed).
+//! With a thread per node it is a stream, each end on its own core: Sends as a credit-based
+//! application sends them (never more in flight than the receiver has receives posted, 1024,
+//! each posted again as it completes), Writes eight in flight, each posted as one completes;
+//! it prints the share of each core's time spent in turns that moved something, so the
+//! busier core names the bound, and its rate is what one core does at its end of the path.
+//! Both print the frames and FPDUs the sender sent per message.
+//!
+//! Both modes: `--link memif` joins the nodes by DPDK's `net_memif` (a server and a client
+//! in this process, root, hugepages when free) instead of the in-memory link (whose mutex
+//! two threads contend for: memif is the link to read per-core figures from); `--threads 2`
+//! gives each node its own thread pinned to its own core (`--cores`), each polling only its
+//! node, busy: two daemons' frame paths, without the applications and their rings.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
@@ -38,6 +46,9 @@ use std::time::{Duration, Instant};
 const LEN: usize = 64;
 /// `rate` mode's batches: Sends of 64 B, or RDMA Writes of `WRITE_LEN`.
 const SENDS: usize = 256;
+/// Receives the receiving node keeps posted in a two-thread Send stream, and so the Sends
+/// the sender may have in flight (its credit).
+const STREAM_RECVS: usize = 1024;
 const WRITES: usize = 8;
 const WRITE_LEN: usize = 64 << 10;
 /// Registered memory of each end in `rate` mode: room for a batch of either.
@@ -59,15 +70,8 @@ enum Mode {
         /// `tcp.ack_delay_us` of both nodes.
         #[arg(long, default_value_t = 0)]
         ack_delay_us: u64,
-        /// What joins the two nodes.
-        #[arg(long, value_enum, default_value_t = Link::Memory)]
-        link: Link,
-        /// 1: both nodes polled in turn by one thread; 2: a pinned thread per node.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
-        threads: u8,
-        /// The cores of the two threads (with --threads 2).
-        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [0, 1])]
-        cores: Vec<usize>,
+        #[command(flatten)]
+        place: Placement,
     },
     /// Many messages in flight, one direction.
     Rate {
@@ -75,7 +79,30 @@ enum Mode {
         seconds: f64,
         #[arg(long, value_enum, default_value_t = RateOp::Sends)]
         op: RateOp,
+        #[command(flatten)]
+        place: Placement,
     },
+}
+
+/// What joins the nodes and which threads run them.
+#[derive(clap::Args)]
+struct Placement {
+    /// What joins the two nodes.
+    #[arg(long, value_enum, default_value_t = Link::Memory)]
+    link: Link,
+    /// 1: both nodes polled in turn by one thread; 2: a pinned thread per node.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    threads: u8,
+    /// The cores of the two threads (with --threads 2).
+    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [0, 1])]
+    cores: Vec<usize>,
+}
+
+impl Placement {
+    /// The cores of a thread per node; None: both nodes on this thread.
+    fn cores(&self) -> Option<[usize; 2]> {
+        (self.threads == 2).then(|| [self.cores[0], self.cores[1]])
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -112,10 +139,10 @@ impl<P: Port> End<P> {
     fn new(port: P, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize) -> End<P> {
         let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
-        let cq = node.rnic.create_cq(1024);
+        let cq = node.rnic.create_cq(2 * STREAM_RECVS);
         let caps = QpCaps {
-            sq_depth: 256,
-            rq_depth: 256,
+            sq_depth: STREAM_RECVS,
+            rq_depth: STREAM_RECVS,
             srq: None,
         };
         let qp = node.rnic.create_qp(pd, cq, cq, caps).expect("QP");
@@ -234,43 +261,63 @@ fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize) -> (End<P>, End
 }
 
 fn main() {
-    match Cli::parse().mode {
+    let (job, place) = match Cli::parse().mode {
         Mode::Latency {
             iterations,
             ack_delay_us,
-            link,
-            threads,
-            cores,
+            place,
         } => {
             let run = Latency {
                 iterations,
                 ack_us: ack_delay_us,
-                cores: (threads == 2).then(|| [cores[0], cores[1]]),
+                cores: place.cores(),
             };
-            match link {
-                Link::Memory => {
-                    let (pa, pb) = memory_ports();
-                    latency(pa, pb, "in-memory link", &run);
-                }
-                #[cfg(feature = "dpdk")]
-                Link::Memif => match memif_ports() {
-                    Ok((pa, pb)) => latency(pa, pb, "DPDK net_memif", &run),
-                    Err(e) => {
-                        eprintln!("node-pair: {e}");
-                        std::process::exit(1);
-                    }
-                },
-                #[cfg(not(feature = "dpdk"))]
-                Link::Memif => {
-                    eprintln!(
-                        "node-pair: --link memif needs the dpdk feature \
-                         (cargo run --release -p iwarp-bench --features dpdk --bin node-pair)"
-                    );
-                    std::process::exit(2);
-                }
-            }
+            (Job::Latency(run), place)
         }
-        Mode::Rate { seconds, op } => rate(seconds, op),
+        Mode::Rate { seconds, op, place } => {
+            let run = Rate {
+                seconds,
+                op,
+                cores: place.cores(),
+            };
+            (Job::Rate(run), place)
+        }
+    };
+    match place.link {
+        Link::Memory => {
+            let (pa, pb) = memory_ports();
+            job.run(pa, pb, "in-memory link");
+        }
+        #[cfg(feature = "dpdk")]
+        Link::Memif => match memif_ports() {
+            Ok((pa, pb)) => job.run(pa, pb, "DPDK net_memif"),
+            Err(e) => {
+                eprintln!("node-pair: {e}");
+                std::process::exit(1);
+            }
+        },
+        #[cfg(not(feature = "dpdk"))]
+        Link::Memif => {
+            eprintln!(
+                "node-pair: --link memif needs the dpdk feature \
+                 (cargo run --release -p iwarp-bench --features dpdk --bin node-pair)"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+enum Job {
+    Latency(Latency),
+    Rate(Rate),
+}
+
+impl Job {
+    fn run<P: Port + Send + 'static>(&self, pa: P, pb: P, link: &str) {
+        match self {
+            Job::Latency(run) => latency(pa, pb, link, run),
+            Job::Rate(run) => rate(pa, pb, link, run),
+        }
     }
 }
 
@@ -478,37 +525,287 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
     }
 }
 
-fn rate(seconds: f64, op: RateOp) {
-    let (pa, pb) = memory_ports();
+struct Rate {
+    seconds: f64,
+    op: RateOp,
+    /// A pinned thread per node on these cores; None: both nodes on this thread.
+    cores: Option<[usize; 2]>,
+}
+
+/// What a rate run moved: units (messages, or octets for Writes), messages, seconds, and
+/// with a thread per node the share of each core's time spent in turns that moved something.
+struct Moved {
+    units: u64,
+    messages: u64,
+    seconds: f64,
+    busy: Option<[f64; 2]>,
+}
+
+fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
     let (mut a, mut b) = pair(pa, pb, TcpSettings::default(), RATE_MEM);
     let mut wcs = vec![WorkCompletion::default(); 256];
     for _ in 0..50 {
-        batch(&mut a, &mut b, op, &mut wcs);
+        batch(&mut a, &mut b, run.op, &mut wcs);
     }
     let (frames0, fpdus0) = (a.node.counters().tx_frames, a.node.counters().fpdus_tx);
-    let start = Instant::now();
-    let (mut units, mut batches) = (0u64, 0u64);
-    while start.elapsed().as_secs_f64() < seconds {
-        units += batch(&mut a, &mut b, op, &mut wcs);
-        batches += 1;
-    }
-    let dt = start.elapsed().as_secs_f64();
+    let (a, moved) = match run.cores {
+        None => {
+            let start = Instant::now();
+            let (mut units, mut messages) = (0u64, 0u64);
+            while start.elapsed().as_secs_f64() < run.seconds {
+                units += batch(&mut a, &mut b, run.op, &mut wcs);
+                messages += match run.op {
+                    RateOp::Sends => SENDS as u64,
+                    RateOp::Writes => WRITES as u64,
+                };
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            let moved = Moved {
+                units,
+                messages,
+                seconds,
+                busy: None,
+            };
+            (a, moved)
+        }
+        Some(cores) => stream(a, b, run.op, run.seconds, cores),
+    };
     let c = a.node.counters();
     let (frames, fpdus) = (c.tx_frames - frames0, c.fpdus_tx - fpdus0);
-    match op {
+    let threads = match run.cores {
+        None => "both on one thread".to_string(),
+        Some([x, y]) => format!("sender on core {x}, receiver on core {y}, polling busy"),
+    };
+    let per = |n: u64| n as f64 / moved.messages.max(1) as f64;
+    match run.op {
         RateOp::Sends => println!(
-            "node-pair: 64 B Sends, two nodes on one thread: {:.2} M msg/s, {:.3} frames and \
+            "node-pair: 64 B Sends over the {link}, {threads}: {:.2} M msg/s, {:.3} frames and \
              {:.3} FPDUs from A per message",
-            units as f64 / dt / 1e6,
-            frames as f64 / units as f64,
-            fpdus as f64 / units as f64,
+            moved.units as f64 / moved.seconds / 1e6,
+            per(frames),
+            per(fpdus),
         ),
         RateOp::Writes => println!(
-            "node-pair: 64 KiB RDMA Writes, two nodes on one thread: {:.2} Gbit/s, {:.1} frames \
+            "node-pair: 64 KiB RDMA Writes over the {link}, {threads}: {:.2} Gbit/s, {:.1} frames \
              and {:.1} FPDUs from A per Write",
-            units as f64 * 8.0 / dt / 1e9,
-            frames as f64 / (batches * WRITES as u64) as f64,
-            fpdus as f64 / (batches * WRITES as u64) as f64,
+            moved.units as f64 * 8.0 / moved.seconds / 1e9,
+            per(frames),
+            per(fpdus),
         ),
     }
+    if let Some([sender, receiver]) = moved.busy {
+        println!(
+            "node-pair: time in turns that moved something: sender core {:.0} %, receiver core \
+             {:.0} %",
+            sender * 100.0,
+            receiver * 100.0
+        );
+    }
+}
+
+/// Time in turns that did work. The clock is read only on idle turns (a run of busy turns
+/// is timed from the end of the idle turn before it to the end of the idle turn after it),
+/// so measuring costs a loop that is kept busy nothing.
+struct Load {
+    start: Instant,
+    busy: Duration,
+    idle_end: Instant,
+    in_busy: bool,
+}
+
+impl Load {
+    fn new() -> Load {
+        let now = Instant::now();
+        Load {
+            start: now,
+            busy: Duration::ZERO,
+            idle_end: now,
+            in_busy: false,
+        }
+    }
+
+    fn turn(&mut self, worked: bool) {
+        if worked {
+            self.in_busy = true;
+            return;
+        }
+        let now = Instant::now();
+        if self.in_busy {
+            self.busy += now - self.idle_end;
+            self.in_busy = false;
+        }
+        self.idle_end = now;
+    }
+
+    /// The busy share of the time from the start to `now`.
+    fn share(&self, now: Instant) -> f64 {
+        let open = if self.in_busy {
+            now - self.idle_end
+        } else {
+            Duration::ZERO
+        };
+        (self.busy + open).as_secs_f64() / (now - self.start).as_secs_f64().max(1e-9)
+    }
+}
+
+/// The stream with a pinned thread per node, each polling only its own, for `seconds`:
+/// Sends as credit-based applications send them (never more in flight than the receiver has
+/// receives posted, each receive posted again as it completes), or 64 KiB Writes with
+/// `WRITES` in flight, each posted as one completes. Ends with nothing in flight.
+fn stream<P: Port + Send + 'static>(
+    mut a: End<P>,
+    mut b: End<P>,
+    op: RateOp,
+    seconds: f64,
+    cores: [usize; 2],
+) -> (End<P>, Moved) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // Receives completed at B (Sends only).
+    let received = Arc::new(AtomicU64::new(0));
+    if op == RateOp::Sends {
+        for slot in 0..STREAM_RECVS {
+            let sge = b.sge(64 * slot, 64);
+            b.node
+                .rnic
+                .post_recv(b.qp, RecvWr::new(slot as u64, &[sge]))
+                .expect("recv");
+        }
+    }
+    let (b_stag, b_va) = (b.stag, b.buf.as_ptr() as u64);
+    let (stop_b, received_b) = (stop.clone(), received.clone());
+    let receiver = std::thread::spawn(move || {
+        pin(cores[1]);
+        let mut wcs = vec![WorkCompletion::default(); 256];
+        let mut load = Load::new();
+        let mut total = 0u64;
+        while !stop_b.load(Ordering::Relaxed) {
+            let mut worked = b.node.poll();
+            let n = b.reap(&mut wcs);
+            for wc in &wcs[..n] {
+                let sge = b.sge(64 * wc.wr_id as usize, 64);
+                b.node
+                    .rnic
+                    .post_recv(b.qp, RecvWr::new(wc.wr_id, &[sge]))
+                    .expect("recv again");
+            }
+            if n > 0 {
+                worked = true;
+                total += n as u64;
+                // SYNC POINT: Release pairs with the sender's Acquire: its credit.
+                received_b.store(total, Ordering::Release);
+            }
+            load.turn(worked);
+        }
+        let share = load.share(Instant::now());
+        (b, share)
+    });
+    pin(cores[0]);
+    let mut wcs = vec![WorkCompletion::default(); 256];
+    let mut load = Load::new();
+    let start = load.start;
+    let deadline = start + Duration::from_secs_f64(seconds);
+    // Posted, and completed at A (Writes: each signalled; Sends: every 64th).
+    let (mut posted, mut completed) = (0u64, 0u64);
+    // At the deadline: messages that had arrived, seconds, the sender's busy share.
+    let mut counted: Option<(u64, f64, f64)> = None;
+    let mut turns: u64 = 0;
+    loop {
+        let mut worked = false;
+        let in_flight_limit = match op {
+            RateOp::Sends => received.load(Ordering::Acquire) + STREAM_RECVS as u64,
+            RateOp::Writes => completed + WRITES as u64,
+        };
+        while counted.is_none() && posted < in_flight_limit {
+            let wr = match op {
+                RateOp::Sends => {
+                    let send = SendOp::Send {
+                        solicited: false,
+                        invalidate: None,
+                    };
+                    let slot = (posted % STREAM_RECVS as u64) as usize;
+                    let mut wr = SendWr::new(posted, send, &[a.sge(64 * slot, 64)]);
+                    wr.signaled = posted % 64 == 63;
+                    wr
+                }
+                RateOp::Writes => {
+                    let slot = (posted % WRITES as u64) as usize;
+                    let write = SendOp::Write {
+                        remote_stag: b_stag,
+                        remote_to: b_va + (slot * WRITE_LEN) as u64,
+                    };
+                    SendWr::new(posted, write, &[a.sge(slot * WRITE_LEN, WRITE_LEN)])
+                }
+            };
+            match a.node.rnic.post_send(a.qp, wr) {
+                Ok(()) => posted += 1,
+                Err(iwarp_engine::VerbsError::QueueFull) => break,
+                Err(e) => panic!("post: {e:?}"),
+            }
+            worked = true;
+        }
+        worked |= a.node.poll();
+        let n = a.reap(&mut wcs);
+        if n > 0 {
+            worked = true;
+            completed += match op {
+                RateOp::Sends => 64 * n as u64,
+                RateOp::Writes => n as u64,
+            };
+        }
+        load.turn(worked);
+        turns += 1;
+        if turns.is_multiple_of(1024) && receiver.is_finished() {
+            // It only ends when told to: it failed, and its panic says why.
+            let _ = receiver.join();
+            eprintln!("node-pair: the receiving thread stopped");
+            std::process::exit(1);
+        }
+        if counted.is_none() && turns.is_multiple_of(16) && Instant::now() >= deadline {
+            let now = Instant::now();
+            // What arrived by the deadline is what counts; then the rest drains.
+            let arrived = match op {
+                RateOp::Sends => received.load(Ordering::Acquire),
+                RateOp::Writes => completed,
+            };
+            counted = Some((arrived, (now - start).as_secs_f64(), load.share(now)));
+        }
+        let drained = match op {
+            RateOp::Sends => received.load(Ordering::Acquire) == posted,
+            RateOp::Writes => completed == posted,
+        };
+        if counted.is_some() && drained {
+            break;
+        }
+    }
+    let (messages, seconds, sender) = counted.unwrap_or_default();
+    // Writes: a Read behind them returns only once they are placed at B.
+    if op == RateOp::Writes {
+        let read = SendOp::Read {
+            remote_stag: b_stag,
+            remote_to: b_va,
+        };
+        a.node
+            .rnic
+            .post_send(a.qp, SendWr::new(u64::MAX, read, &[a.sge(0, 8)]))
+            .expect("post read");
+        while a.reap(&mut wcs) == 0 {
+            a.node.poll();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (_b, receiver) = receiver.join().expect("receiver thread");
+    let units = match op {
+        RateOp::Sends => messages,
+        RateOp::Writes => messages * WRITE_LEN as u64,
+    };
+    let moved = Moved {
+        units,
+        messages,
+        seconds,
+        busy: Some([sender, receiver]),
+    };
+    (a, moved)
 }
