@@ -181,17 +181,15 @@ impl phy::RxToken for RxToken<'_> {
 
 impl<P: Port> phy::TxToken for TxToken<'_, P> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        if self.buf.len() < len {
-            self.buf.resize(len, 0);
+        let (arp, now) = (self.arp, self.now);
+        let (r, sent) = self.port.tx_with(len, self.buf, |frame| {
+            let r = f(frame);
+            (r, arp.admits(frame, now))
+        });
+        if sent {
+            *self.frames += 1;
+            *self.bytes += len as u64;
         }
-        let r = f(&mut self.buf[..len]);
-        if !self.arp.admits(&self.buf[..len], self.now) {
-            return r;
-        }
-        // A port that cannot send drops the frame; TCP retransmits.
-        let _ = self.port.tx(&self.buf[..len]);
-        *self.frames += 1;
-        *self.bytes += len as u64;
         r
     }
 }

@@ -1,16 +1,17 @@
 //! A DPDK port (feature `dpdk`): frames through a DPDK ethdev (a real NIC bound to vfio-pci
 //! in production; `net_memif`, `net_af_packet`, `net_tap` or `net_ring` virtual devices in
-//! tests), one RX and one TX queue per poll-mode worker, bursts of 32, frames copied into
-//! and out of mbufs, one mbuf pool per queue.
+//! tests), one RX and one TX queue per poll-mode worker, bursts of 32, one mbuf pool per
+//! queue. smoltcp builds each frame it sends straight into an mbuf ([`Port::tx_with`]);
+//! received frames are copied out of theirs.
 //!
 //! With several workers each [`DpdkPort`] is one queue pair of the device: a worker receives
 //! what the device put on its queue (memif: what the peer sent on the queue of the same
 //! number; a NIC: by its hash, or everything on queue 0 without RSS) and
 //! [`super::steer`] hands each frame to the worker that owns its connection.
 //!
-//! Not done yet: zero-copy (smoltcp's `phy::Device` hands out `&[u8]` tokens, so an mbuf
-//! would have to be wrapped by the device layer — one copy per frame each way is paid and
-//! measured today); programming the NIC to steer by destination port (rte_flow), so that a
+//! Not done yet: zero-copy receive (the device layer queues a burst before smoltcp takes it,
+//! so received frames are copied into its buffers and the mbufs freed at once; keeping the
+//! mbufs until smoltcp has read them would save that copy); programming the NIC to steer by destination port (rte_flow), so that a
 //! frame lands on its owner's queue without a hand-over; jumbo frames (one frame = one mbuf
 //! of 2048 octets, so `port.mtu` ≤ 2034); setting the NIC's MAC from `port.mac` (the port
 //! uses the device's own, which memif takes from its `mac=` devarg).
@@ -389,6 +390,27 @@ impl DpdkPort {
             self.down_since = None;
         }
     }
+
+    /// An mbuf holding `len` octets for a frame to send, or null (no mbuf free, or a frame
+    /// longer than an mbuf carries).
+    fn alloc(&mut self, len: usize) -> *mut sys::rte_mbuf {
+        let Ok(len) = u16::try_from(len) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the pool outlives the port; append returns room for `len` octets or null,
+        // and an mbuf it refused is freed here, so the caller gets one ready or none.
+        unsafe {
+            let m = sys::iw_pktmbuf_alloc(self.pool);
+            if m.is_null() {
+                return m;
+            }
+            if sys::iw_pktmbuf_append(m, len).is_null() {
+                sys::iw_pktmbuf_free(m);
+                return ptr::null_mut();
+            }
+            m
+        }
+    }
 }
 
 impl Port for DpdkPort {
@@ -422,28 +444,54 @@ impl Port for DpdkPort {
         if self.tx_len == BURST {
             self.flush()?;
         }
-        let Ok(len) = u16::try_from(frame.len()) else {
+        let m = self.alloc(frame.len());
+        if m.is_null() {
             self.tx_dropped += 1;
             return Ok(());
-        };
-        // SAFETY: the pool outlives the port; append returns room for `len` octets or null.
-        unsafe {
-            let m = sys::iw_pktmbuf_alloc(self.pool);
-            if m.is_null() {
-                self.tx_dropped += 1;
-                return Ok(());
-            }
-            let dst = sys::iw_pktmbuf_append(m, len) as *mut u8;
-            if dst.is_null() {
-                sys::iw_pktmbuf_free(m);
-                self.tx_dropped += 1;
-                return Ok(());
-            }
-            ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len());
-            self.tx[self.tx_len] = m;
         }
+        // SAFETY: `m` is ours with `frame.len()` octets appended at its data pointer.
+        unsafe {
+            let dst = sys::iw_pktmbuf_data(m) as *mut u8;
+            ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len());
+        }
+        self.tx[self.tx_len] = m;
         self.tx_len += 1;
         Ok(())
+    }
+    fn tx_with<R>(
+        &mut self,
+        len: usize,
+        scratch: &mut Vec<u8>,
+        build: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> (R, bool) {
+        if self.tx_len == BURST {
+            let _ = self.flush();
+        }
+        let m = self.alloc(len);
+        if m.is_null() {
+            // No mbuf: the frame is built (the caller's state moves on) and dropped, as `tx`
+            // drops it; TCP retransmits.
+            if scratch.len() < len {
+                scratch.resize(len, 0);
+            }
+            let (r, send) = build(&mut scratch[..len]);
+            self.tx_dropped += u64::from(send);
+            return (r, send);
+        }
+        // SAFETY: `m` is ours with `len` octets appended at its data pointer. The pool's
+        // memory was mapped zero-filled and holds only frames written since, so every octet
+        // of the slice is initialised.
+        let frame =
+            unsafe { std::slice::from_raw_parts_mut(sys::iw_pktmbuf_data(m) as *mut u8, len) };
+        let (r, send) = build(frame);
+        if send {
+            self.tx[self.tx_len] = m;
+            self.tx_len += 1;
+        } else {
+            // SAFETY: not queued, still ours.
+            unsafe { sys::iw_pktmbuf_free(m) };
+        }
+        (r, send)
     }
     fn flush(&mut self) -> io::Result<()> {
         if self.tx_len == 0 {

@@ -108,4 +108,23 @@ mod tests {
         // Nothing loops back to the sender.
         assert_eq!(a.rx_burst(32, |_| panic!("no loopback")).unwrap(), 0);
     }
+
+    #[test]
+    fn a_frame_built_in_place_is_sent_unless_held_back() {
+        let (mut a, mut b) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        let mut scratch = Vec::new();
+        let (n, sent) = a.tx_with(64, &mut scratch, |f| {
+            f.fill(7);
+            (f.len(), true)
+        });
+        assert_eq!((n, sent), (64, true));
+        let (_, sent) = a.tx_with(80, &mut scratch, |f| {
+            f.fill(8);
+            ((), false)
+        });
+        assert!(!sent);
+        let mut got = Vec::new();
+        b.rx_burst(32, |f| got.push(f.to_vec())).unwrap();
+        assert_eq!(got, vec![vec![7; 64]], "the held-back frame stayed");
+    }
 }

@@ -69,6 +69,27 @@ pub trait Port {
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> io::Result<usize>;
     /// Sends one frame (a port may batch frames until [`Port::flush`]).
     fn tx(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Sends one frame of `len` octets that `build` writes in place, unless `build` answers
+    /// false (a frame held back after all); returns `build`'s result and whether the frame
+    /// went to the port. A port with buffers of its own (DPDK's mbufs) has the frame built
+    /// straight into one, which saves copying it; this default builds it in `scratch` and
+    /// hands it to [`Port::tx`], as a wrapper that looks at each frame (capture) needs.
+    fn tx_with<R>(
+        &mut self,
+        len: usize,
+        scratch: &mut Vec<u8>,
+        build: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> (R, bool) {
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let (r, send) = build(&mut scratch[..len]);
+        // A port that cannot send drops the frame; TCP retransmits.
+        if send {
+            let _ = self.tx(&scratch[..len]);
+        }
+        (r, send)
+    }
     /// Sends whatever is batched.
     fn flush(&mut self) -> io::Result<()>;
     /// Frames lost by the port so far (a full queue, a lossy test wrapper); 0 when the port

@@ -306,6 +306,20 @@ impl<P: Port> Port for SteeredPort<P> {
         self.queue.tx(frame)
     }
 
+    fn tx_with<R>(
+        &mut self,
+        len: usize,
+        scratch: &mut Vec<u8>,
+        build: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> (R, bool) {
+        let others = self.me != 0;
+        self.queue.tx_with(len, scratch, |frame| {
+            let (r, send) = build(frame);
+            // As in `tx`: worker 0 answers ARP for the port.
+            (r, send && !(others && is_arp_reply(frame)))
+        })
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.queue.flush()
     }
@@ -470,6 +484,20 @@ mod tests {
         // Only worker 0 answers ARP requests; any worker may ask.
         w1.tx(&arp(2)).unwrap();
         w1.tx(&arp(1)).unwrap();
+        w1.flush().unwrap();
+        let mut sent1 = Vec::new();
+        other.rx_burst(32, |f| sent1.push(f.to_vec())).unwrap();
+        assert_eq!(sent1, [arp(1)]);
+        // The same for frames built in place (what smoltcp's transmit uses).
+        let mut scratch = Vec::new();
+        for op in [2, 1] {
+            let built = |f: &mut [u8]| {
+                f.copy_from_slice(&arp(op));
+                ((), true)
+            };
+            let ((), sent) = w1.tx_with(42, &mut scratch, built);
+            assert_eq!(sent, op == 1, "ARP op {op}");
+        }
         w1.flush().unwrap();
         let mut sent1 = Vec::new();
         other.rx_burst(32, |f| sent1.push(f.to_vec())).unwrap();
