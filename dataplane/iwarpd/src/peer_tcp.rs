@@ -55,8 +55,10 @@ struct Flow {
     scale: u8,
     /// The MSS option of the peer's SYN (RFC 9293 section 3.7.1: 536 without one).
     mss: u16,
-    /// The acknowledgement number the window counts from.
-    ack: TcpSeqNumber,
+    /// The acknowledgement number the window counts from; none yet after a bare SYN (the
+    /// active opener's, whose acknowledgement field means nothing), so that the first ACK
+    /// is taken whatever its number.
+    ack: Option<TcpSeqNumber>,
     /// Octets the peer takes beyond `ack`.
     window: usize,
     /// The peer sent a RST.
@@ -101,8 +103,8 @@ impl PeerTcp {
                 let ack = tcp.ack_number();
                 // An older segment (reordered, retransmitted) does not take back a newer
                 // window.
-                if ack >= flow.ack {
-                    flow.ack = ack;
+                if flow.ack.is_none_or(|last| ack >= last) {
+                    flow.ack = Some(ack);
                     flow.window = usize::from(tcp.window_len()) << flow.scale;
                 }
             }
@@ -129,7 +131,7 @@ impl PeerTcp {
         let flow = Flow {
             scale,
             mss,
-            ack: tcp.ack_number(),
+            ack: tcp.ack().then(|| tcp.ack_number()),
             window: usize::from(tcp.window_len()),
             reset: false,
         };
@@ -279,6 +281,22 @@ mod tests {
         w.observe(&segment(TcpControl::None, Some(5000), 100, None));
         w.observe(&segment(TcpControl::None, Some(4000), 900, None));
         assert_eq!(w.window(key()), Some(400));
+    }
+
+    #[test]
+    fn after_a_bare_syn_the_first_acknowledgement_counts_whatever_its_number() {
+        // The passive side sees the active opener's SYN, whose acknowledgement field is 0
+        // and means nothing: the windows of the ACKs that follow count although their
+        // numbers (our ISN onwards) lie in the half of the sequence space "before" 0.
+        let mut w = PeerTcp::default();
+        w.observe(&segment(TcpControl::Syn, None, 65535, Some(6)));
+        assert!(w.adopt(key()));
+        w.observe(&segment(TcpControl::None, Some(0x9000_0001), 731, None));
+        assert_eq!(w.window(key()), Some(731 << 6));
+        w.observe(&segment(TcpControl::None, Some(0x9000_1001), 65535, None));
+        assert_eq!(w.window(key()), Some(65535 << 6), "later windows count too");
+        w.observe(&segment(TcpControl::None, Some(0x9000_0001), 10, None));
+        assert_eq!(w.window(key()), Some(65535 << 6), "an older one does not");
     }
 
     #[test]
