@@ -11,10 +11,11 @@
 //!
 //! Not done yet: zero-copy receive (the device layer queues a burst before smoltcp takes it,
 //! so received frames are copied into its buffers and the mbufs freed at once; keeping the
-//! mbufs until smoltcp has read them would save that copy); programming the NIC to steer by destination port (rte_flow), so that a
-//! frame lands on its owner's queue without a hand-over; jumbo frames (one frame = one mbuf
-//! of 2048 octets, so `port.mtu` ≤ 2034); setting the NIC's MAC from `port.mac` (the port
-//! uses the device's own, which memif takes from its `mac=` devarg).
+//! mbufs until smoltcp has read them would save that copy); programming the NIC to steer by
+//! destination port (rte_flow), so that a frame lands on its owner's queue without a
+//! hand-over; jumbo frames (one frame = one mbuf of 2048 octets, so `port.mtu` ≤ 2034);
+//! setting the NIC's MAC from `port.mac` (the port uses the device's own, which memif takes
+//! from its `mac=` devarg).
 
 use super::Port;
 use dpdk_sys as sys;
