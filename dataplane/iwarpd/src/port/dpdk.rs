@@ -472,10 +472,7 @@ impl Port for DpdkPort {
         if m.is_null() {
             // No mbuf: the frame is built (the caller's state moves on) and dropped, as `tx`
             // drops it; TCP retransmits.
-            if scratch.len() < len {
-                scratch.resize(len, 0);
-            }
-            let (r, send) = build(&mut scratch[..len]);
+            let (r, send, _) = super::build_in_scratch(scratch, len, build);
             self.tx_dropped += u64::from(send);
             return (r, send);
         }

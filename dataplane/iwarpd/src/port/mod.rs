@@ -80,13 +80,10 @@ pub trait Port {
         scratch: &mut Vec<u8>,
         build: impl FnOnce(&mut [u8]) -> (R, bool),
     ) -> (R, bool) {
-        if scratch.len() < len {
-            scratch.resize(len, 0);
-        }
-        let (r, send) = build(&mut scratch[..len]);
+        let (r, send, frame) = build_in_scratch(scratch, len, build);
         // A port that cannot send drops the frame; TCP retransmits.
         if send {
-            let _ = self.tx(&scratch[..len]);
+            let _ = self.tx(frame);
         }
         (r, send)
     }
@@ -126,4 +123,18 @@ pub trait Port {
     fn steers_here(&self, _port: u16) -> bool {
         true
     }
+}
+
+/// Builds a frame of `len` octets in `scratch` (grown as needed), for a port with no buffer
+/// of its own to build it in: `build`'s result, whether to send, and the frame.
+fn build_in_scratch<R>(
+    scratch: &mut Vec<u8>,
+    len: usize,
+    build: impl FnOnce(&mut [u8]) -> (R, bool),
+) -> (R, bool, &[u8]) {
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    let (r, send) = build(&mut scratch[..len]);
+    (r, send, &scratch[..len])
 }

@@ -206,6 +206,12 @@ fn is_arp_reply(frame: &[u8]) -> bool {
     frame.len() >= 22 && frame[12..14] == [0x08, 0x06] && frame[20..22] == [0, 2]
 }
 
+/// Whether worker `me` keeps `frame` off the wire: worker 0 answers ARP for the port, so
+/// the peer sees one reply per request.
+fn held_back(me: usize, frame: &[u8]) -> bool {
+    me != 0 && is_arp_reply(frame)
+}
+
 /// One worker's view of a shared port: its own queue (which may or may not receive), its
 /// inbox, and the steering rule.
 pub struct SteeredPort<P: Port> {
@@ -299,8 +305,7 @@ impl<P: Port> Port for SteeredPort<P> {
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
-        if self.me != 0 && is_arp_reply(frame) {
-            // Worker 0 answers for the port: one reply per request on the wire.
+        if held_back(self.me, frame) {
             return Ok(());
         }
         self.queue.tx(frame)
@@ -312,11 +317,10 @@ impl<P: Port> Port for SteeredPort<P> {
         scratch: &mut Vec<u8>,
         build: impl FnOnce(&mut [u8]) -> (R, bool),
     ) -> (R, bool) {
-        let others = self.me != 0;
+        let me = self.me;
         self.queue.tx_with(len, scratch, |frame| {
             let (r, send) = build(frame);
-            // As in `tx`: worker 0 answers ARP for the port.
-            (r, send && !(others && is_arp_reply(frame)))
+            (r, send && !held_back(me, frame))
         })
     }
 
