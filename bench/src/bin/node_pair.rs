@@ -199,6 +199,45 @@ impl<P: Port> End<P> {
         n
     }
 
+    /// Posts a receive into slot `slot` of this end's memory (`LEN` octets each), with the
+    /// slot as its work request id.
+    fn post_recv_slot(&mut self, slot: usize) {
+        let sge = self.sge(LEN * slot, LEN);
+        self.node
+            .rnic
+            .post_recv(self.qp, RecvWr::new(slot as u64, &[sge]))
+            .expect("recv");
+    }
+
+    /// A Send of slot `slot` of this end's memory.
+    fn send_wr(&self, id: u64, slot: usize) -> SendWr {
+        let send = SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        };
+        SendWr::new(id, send, &[self.sge(LEN * slot, LEN)])
+    }
+
+    /// An RDMA Write of block `slot` (`WRITE_LEN` octets each) of this end's memory into the
+    /// same block of the peer's (its STag and address).
+    fn write_wr(&self, id: u64, slot: usize, peer: (u32, u64)) -> SendWr {
+        let write = SendOp::Write {
+            remote_stag: peer.0,
+            remote_to: peer.1 + (slot * WRITE_LEN) as u64,
+        };
+        SendWr::new(id, write, &[self.sge(slot * WRITE_LEN, WRITE_LEN)])
+    }
+
+    /// An 8-octet RDMA Read of the peer's first octets: its response comes only once every
+    /// Write posted before it is placed.
+    fn fence_read(&self, peer: (u32, u64)) -> SendWr {
+        let read = SendOp::Read {
+            remote_stag: peer.0,
+            remote_to: peer.1,
+        };
+        SendWr::new(u64::MAX, read, &[self.sge(0, 8)])
+    }
+
     fn sge(&self, offset: usize, len: usize) -> Sge {
         Sge {
             stag: self.stag,
@@ -473,16 +512,8 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
     match op {
         RateOp::Sends => {
             for i in 0..SENDS {
-                let sge = b.sge(64 * i, 64);
-                b.node
-                    .rnic
-                    .post_recv(b.qp, RecvWr::new(i as u64, &[sge]))
-                    .expect("recv");
-                let send = SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                };
-                let mut wr = SendWr::new(i as u64, send, &[a.sge(64 * i, 64)]);
+                b.post_recv_slot(i);
+                let mut wr = a.send_wr(i as u64, i);
                 wr.signaled = i == SENDS - 1;
                 a.node.rnic.post_send(a.qp, wr).expect("post");
             }
@@ -496,23 +527,15 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
             SENDS as u64
         }
         RateOp::Writes => {
-            let b_va = b.buf.as_ptr() as u64;
+            let peer = (b.stag, b.buf.as_ptr() as u64);
             for i in 0..WRITES {
-                let op = SendOp::Write {
-                    remote_stag: b.stag,
-                    remote_to: b_va + (i * WRITE_LEN) as u64,
-                };
-                let mut wr = SendWr::new(i as u64, op, &[a.sge(i * WRITE_LEN, WRITE_LEN)]);
+                let mut wr = a.write_wr(i as u64, i, peer);
                 wr.signaled = false;
                 a.node.rnic.post_send(a.qp, wr).expect("post");
             }
-            let read = SendOp::Read {
-                remote_stag: b.stag,
-                remote_to: b_va,
-            };
             a.node
                 .rnic
-                .post_send(a.qp, SendWr::new(u64::MAX, read, &[a.sge(0, 8)]))
+                .post_send(a.qp, a.fence_read(peer))
                 .expect("post read");
             let mut done = 0;
             while done < 1 {
@@ -667,14 +690,10 @@ fn stream<P: Port + Send + 'static>(
     let received = Arc::new(AtomicU64::new(0));
     if op == RateOp::Sends {
         for slot in 0..STREAM_RECVS {
-            let sge = b.sge(64 * slot, 64);
-            b.node
-                .rnic
-                .post_recv(b.qp, RecvWr::new(slot as u64, &[sge]))
-                .expect("recv");
+            b.post_recv_slot(slot);
         }
     }
-    let (b_stag, b_va) = (b.stag, b.buf.as_ptr() as u64);
+    let peer = (b.stag, b.buf.as_ptr() as u64);
     let (stop_b, received_b) = (stop.clone(), received.clone());
     let receiver = std::thread::spawn(move || {
         pin(cores[1]);
@@ -685,11 +704,7 @@ fn stream<P: Port + Send + 'static>(
             let mut worked = b.node.poll();
             let n = b.reap(&mut wcs);
             for wc in &wcs[..n] {
-                let sge = b.sge(64 * wc.wr_id as usize, 64);
-                b.node
-                    .rnic
-                    .post_recv(b.qp, RecvWr::new(wc.wr_id, &[sge]))
-                    .expect("recv again");
+                b.post_recv_slot(wc.wr_id as usize);
             }
             if n > 0 {
                 worked = true;
@@ -707,7 +722,8 @@ fn stream<P: Port + Send + 'static>(
     let mut load = Load::new();
     let start = load.start;
     let deadline = start + Duration::from_secs_f64(seconds);
-    // Posted, and completed at A (Writes: each signalled; Sends: every 64th).
+    // Posted, and Writes completed at A (each signalled; of the Sends every 64th is, so
+    // that their completions are reaped as they go, but B's receives count them).
     let (mut posted, mut completed) = (0u64, 0u64);
     // At the deadline: messages that had arrived, seconds, the sender's busy share.
     let mut counted: Option<(u64, f64, f64)> = None;
@@ -721,23 +737,11 @@ fn stream<P: Port + Send + 'static>(
         while counted.is_none() && posted < in_flight_limit {
             let wr = match op {
                 RateOp::Sends => {
-                    let send = SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    };
-                    let slot = (posted % STREAM_RECVS as u64) as usize;
-                    let mut wr = SendWr::new(posted, send, &[a.sge(64 * slot, 64)]);
+                    let mut wr = a.send_wr(posted, (posted % STREAM_RECVS as u64) as usize);
                     wr.signaled = posted % 64 == 63;
                     wr
                 }
-                RateOp::Writes => {
-                    let slot = (posted % WRITES as u64) as usize;
-                    let write = SendOp::Write {
-                        remote_stag: b_stag,
-                        remote_to: b_va + (slot * WRITE_LEN) as u64,
-                    };
-                    SendWr::new(posted, write, &[a.sge(slot * WRITE_LEN, WRITE_LEN)])
-                }
+                RateOp::Writes => a.write_wr(posted, (posted % WRITES as u64) as usize, peer),
             };
             match a.node.rnic.post_send(a.qp, wr) {
                 Ok(()) => posted += 1,
@@ -750,10 +754,9 @@ fn stream<P: Port + Send + 'static>(
         let n = a.reap(&mut wcs);
         if n > 0 {
             worked = true;
-            completed += match op {
-                RateOp::Sends => 64 * n as u64,
-                RateOp::Writes => n as u64,
-            };
+            if op == RateOp::Writes {
+                completed += n as u64;
+            }
         }
         load.turn(worked);
         turns += 1;
@@ -763,14 +766,16 @@ fn stream<P: Port + Send + 'static>(
             eprintln!("node-pair: the receiving thread stopped");
             std::process::exit(1);
         }
-        if counted.is_none() && turns.is_multiple_of(16) && Instant::now() >= deadline {
+        if counted.is_none() && turns.is_multiple_of(16) {
             let now = Instant::now();
-            // What arrived by the deadline is what counts; then the rest drains.
-            let arrived = match op {
-                RateOp::Sends => received.load(Ordering::Acquire),
-                RateOp::Writes => completed,
-            };
-            counted = Some((arrived, (now - start).as_secs_f64(), load.share(now)));
+            if now >= deadline {
+                // What arrived by the deadline is what counts; then the rest drains.
+                let arrived = match op {
+                    RateOp::Sends => received.load(Ordering::Acquire),
+                    RateOp::Writes => completed,
+                };
+                counted = Some((arrived, (now - start).as_secs_f64(), load.share(now)));
+            }
         }
         let drained = match op {
             RateOp::Sends => received.load(Ordering::Acquire) == posted,
@@ -783,13 +788,9 @@ fn stream<P: Port + Send + 'static>(
     let (messages, seconds, sender) = counted.unwrap_or_default();
     // Writes: a Read behind them returns only once they are placed at B.
     if op == RateOp::Writes {
-        let read = SendOp::Read {
-            remote_stag: b_stag,
-            remote_to: b_va,
-        };
         a.node
             .rnic
-            .post_send(a.qp, SendWr::new(u64::MAX, read, &[a.sge(0, 8)]))
+            .post_send(a.qp, a.fence_read(peer))
             .expect("post read");
         while a.reap(&mut wcs) == 0 {
             a.node.poll();
