@@ -764,8 +764,9 @@ impl<P: Port> Node<P> {
     }
 
     /// [`Node::poll`], calling `before_rx` after the port burst and before any received
-    /// byte reaches the engine: where the host posts the receives applications queued, so
-    /// a message that arrived after its receive was posted always finds it.
+    /// byte reaches the engine or the engine transmits: where the host posts the receives
+    /// applications queued, so a message that arrived after its receive was posted always
+    /// finds it, and the work they posted, so it leaves in this turn.
     pub fn poll_with(&mut self, before_rx: impl FnOnce(&mut Rnic)) -> bool {
         let mut clock = StageClock::new(self.stage_timing);
         let mut t = StageNs::default();

@@ -168,8 +168,8 @@ pub fn pin(core: Option<usize>) -> bool {
 /// `iwarp-control`, the SQ/RQ rings of its QPs into the engine, CQEs out. A closure
 /// `FnMut(&mut Node<P>) -> bool` is a service with only a turn.
 pub trait Service<P: Port> {
-    /// Called after each port burst, before received bytes reach the engine (see
-    /// [`Node::poll_with`]).
+    /// Called after each port burst, before the engine sees received bytes or transmits
+    /// (see [`Node::poll_with`]).
     fn before_rx(&mut self, _rnic: &mut Rnic) {}
     /// Once per poll-loop turn; returns whether it did work.
     fn turn(&mut self, node: &mut Node<P>) -> bool;

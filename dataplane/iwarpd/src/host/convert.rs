@@ -9,14 +9,20 @@ use iwarp_engine::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, WcOpcode, WorkCompletion,
 };
 
-fn sges(s: &[wqe::Sge]) -> Vec<Sge> {
-    s.iter()
-        .map(|g| Sge {
+const _: () = assert!(wqe::MAX_SGE == iwarp_engine::MAX_SGE);
+
+/// An entry's scatter/gather list in the engine's terms, in place (a WR per message must not
+/// cost an allocation): the list and how many of its elements count.
+fn sges(s: &[wqe::Sge]) -> ([Sge; wqe::MAX_SGE], usize) {
+    let mut out = [Sge::default(); wqe::MAX_SGE];
+    for (o, g) in out.iter_mut().zip(s) {
+        *o = Sge {
             stag: g.stag,
             to: g.to,
             len: g.len,
-        })
-        .collect()
+        };
+    }
+    (out, s.len().min(wqe::MAX_SGE))
 }
 
 /// Converts an application's SQ entry. `Err(())` for a corrupted or meaningless entry: the
@@ -104,7 +110,8 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
     let mut wr = if w.has(send_flags::INLINE) {
         SendWr::with_inline(w.wr_id, send_op, w.inline()).ok_or(())?
     } else {
-        SendWr::new(w.wr_id, send_op, &sges(w.sgl()))
+        let (sgl, n) = sges(w.sgl());
+        SendWr::new(w.wr_id, send_op, &sgl[..n])
     };
     wr.signaled = w.has(send_flags::SIGNALED);
     wr.read_fence = w.has(send_flags::FENCE);
@@ -116,7 +123,8 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
 #[allow(clippy::result_unit_err)]
 pub fn recv_wr(w: &RecvWqe) -> Result<RecvWr, ()> {
     w.validate().map_err(|_| ())?;
-    Ok(RecvWr::new(w.wr_id, &sges(w.sgl())))
+    let (sgl, n) = sges(w.sgl());
+    Ok(RecvWr::new(w.wr_id, &sgl[..n]))
 }
 
 pub fn cqe_status(s: Status) -> CqeStatus {

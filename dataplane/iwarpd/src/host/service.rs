@@ -73,7 +73,7 @@ pub struct Host {
     control_generation: u64,
     /// Nanoseconds spent on the rings in busy turns, when timed.
     ring_ns: Option<u64>,
-    /// `post_receives` moved entries since the last turn.
+    /// `pump_rings` moved entries since the last turn.
     rx_work: bool,
     /// What applications and control ring when this core sleeps.
     doorbell: Option<DaemonWake>,
@@ -188,7 +188,7 @@ impl Host {
             worked = true;
             self.node_event(e);
         }
-        worked |= self.fast_path(&mut node.rnic);
+        worked |= self.drain_cqs(&mut node.rnic);
         while let Some(e) = node.rnic.poll_event() {
             worked = true;
             tracing::info!("{e:?}");
@@ -242,10 +242,13 @@ impl Host {
         }
     }
 
-    /// Every QP's RQ and every S-RQ into the engine: run before received bytes reach it.
-    /// This is the only place receive rings are read; what it did counts as the next turn's
-    /// work.
-    pub fn post_receives(&mut self, rnic: &mut Rnic) {
+    /// Every QP's RQ and every S-RQ, then every QP's SQ, into the engine: run after the
+    /// port's burst and before the engine sees the received bytes or sends anything. The
+    /// receives first, so that a message that arrived after its receive was posted always
+    /// finds it; the sends before the engine transmits, so that work posted before a turn
+    /// leaves in that turn (pumped after it, it would wait a turn). The only place these
+    /// rings are read; what it did counts as the turn's work.
+    pub fn pump_rings(&mut self, rnic: &mut Rnic) {
         for qp in self.qps.values_mut() {
             if !qp.host.is_corrupt() {
                 let r = qp.host.pump_rq(rnic);
@@ -256,16 +259,16 @@ impl Host {
             let r = srq.pump(rnic);
             self.rx_work |= r.posted + r.rejected > 0;
         }
+        self.rx_work |= self.pump_sqs(rnic);
     }
 
-    /// Every QP's SQ into the engine (receives were posted by [`Host::post_receives`]),
-    /// error completions to their CQs, then every CQ's completions out.
-    fn fast_path(&mut self, rnic: &mut Rnic) -> bool {
+    /// Every QP's SQ into the engine, error completions to their CQs.
+    fn pump_sqs(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
         for (num, qp) in self.qps.iter_mut() {
             worked |= Self::pump_qp(*num, qp, &mut self.cqs, rnic);
         }
-        worked | self.drain_cqs(rnic)
+        worked
     }
 
     /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
@@ -354,11 +357,7 @@ impl Host {
                 self.cqs.insert(
                     cq,
                     Cq {
-                        host: HostCq {
-                            engine_cq,
-                            ring: producer,
-                            notify,
-                        },
+                        host: HostCq::new(engine_cq, producer, notify),
                         pending: Vec::new(),
                     },
                 );
@@ -472,7 +471,8 @@ impl Host {
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
                 let _ = node.rnic.modify_qp(eqp, QpState::Error);
-                self.fast_path(&mut node.rnic);
+                self.pump_sqs(&mut node.rnic);
+                self.drain_cqs(&mut node.rnic);
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 for (cq, mut cqes) in [
                     (q.send_cq, q.host.pending_send_cqes),
@@ -700,7 +700,7 @@ pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
 impl<P: Port> Service<P> for Host {
     fn before_rx(&mut self, rnic: &mut Rnic) {
         let t = self.ring_ns.map(|_| std::time::Instant::now());
-        self.post_receives(rnic);
+        self.pump_rings(rnic);
         if let (Some(t), Some(ns)) = (t, self.ring_ns.as_mut()) {
             *ns += t.elapsed().as_nanos() as u64;
         }
