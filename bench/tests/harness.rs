@@ -398,10 +398,23 @@ fn number_before(text: &str, unit: &str) -> f64 {
 fn node_pair_measures_the_frame_path() {
     // Two nodes on one thread over an in-memory link: the round trip and one hop, as
     // percentiles (no time is asserted, only that a measurement was made and printed).
-    let text = node_pair(&["latency", "--iterations", "2000"]);
-    assert!(text.contains("2000 round trips"), "{text}");
-    for row in ["round trip", "one hop"] {
-        assert!(p50_of(&text, row) > 0.0, "{text}");
+    // Then with the work going through the application rings and the daemon's fast path.
+    for rings in [false, true] {
+        let mut args = vec!["latency", "--iterations", "2000"];
+        if rings {
+            args.push("--rings");
+        }
+        let text = node_pair(&args);
+        assert!(text.contains("2000 round trips"), "{text}");
+        let via = if rings {
+            "through the application rings"
+        } else {
+            "straight to the engine"
+        };
+        assert!(text.contains(via), "{text}");
+        for row in ["round trip", "one hop"] {
+            assert!(p50_of(&text, row) > 0.0, "{text}");
+        }
     }
 }
 
@@ -421,10 +434,20 @@ fn node_pair_measures_the_rate_of_each_operation() {
     // pinned thread each: a rate is printed, and the 64 B Sends went several to a TCP
     // segment (fewer frames than messages). With two threads each core's busy share is a
     // percentage. No time is asserted.
+    // The one-thread runs go through the application rings too (every Send's receive
+    // posted, every completion reaped through them; a stalled path ends the run in error).
     for (op, unit) in [("sends", " M msg/s"), ("writes", " Gbit/s")] {
-        for threads in ["1", "2"] {
-            let args = ["rate", "--op", op, "--seconds", "0.2", "--threads", threads];
+        for (threads, rings) in [("1", false), ("1", true), ("2", false)] {
+            let mut args = vec!["rate", "--op", op, "--seconds", "0.2", "--threads", threads];
+            if rings {
+                args.push("--rings");
+            }
             let text = node_pair(&args);
+            assert_eq!(
+                text.contains("through the application rings"),
+                rings,
+                "{text}"
+            );
             assert!(number_before(&text, unit) > 0.0, "{text}");
             if op == "sends" {
                 let frames = number_before(&text, " frames");

@@ -32,8 +32,12 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
-use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, WorkCompletion};
+use iwarp_abi::ring::{self, Consumer, Producer};
+use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
+use iwarp_abi::wqe::{self, send_flags, Cqe, CqeStatus, RecvWqe, SendOpcode, SendWqe};
+use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::host::fastpath::{HostCq, HostQp};
 use iwarpd::node::{ConnState, Node, TcpSettings};
 #[cfg(feature = "dpdk")]
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
@@ -41,6 +45,7 @@ use iwarpd::port::memory::MemoryPort;
 use iwarpd::port::Port;
 use std::net::Ipv4Addr;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const LEN: usize = 64;
@@ -96,6 +101,11 @@ struct Placement {
     /// The cores of the two threads (with --threads 2).
     #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [0, 1])]
     cores: Vec<usize>,
+    /// Post and reap through the application's shared-memory rings (SQ, RQ and CQ entries,
+    /// moved by the daemon's own fast path) instead of calling the engine directly: the ring
+    /// stage's cost on the core that runs both sides of it.
+    #[arg(long)]
+    rings: bool,
 }
 
 impl Placement {
@@ -128,6 +138,91 @@ struct End<P: Port> {
     stag: u32,
     buf: NonNull<u8>,
     conn: usize,
+    /// With `--rings`: work goes through the application rings.
+    rings: Option<Rings>,
+}
+
+/// An application's rings of one QP and its CQ, both ends: the application's (the producer
+/// of SQ and RQ entries, the consumer of CQEs) and the daemon's fast path
+/// ([`HostQp`], [`HostCq`]: the code a daemon's worker runs on them).
+struct Rings {
+    sq: Producer<SendWqe>,
+    rq: Producer<RecvWqe>,
+    cq: Consumer<Cqe>,
+    host_qp: HostQp,
+    host_cq: HostCq,
+    /// Error completions the fast path made itself (none expected: `reap` asserts success).
+    pending: Vec<Cqe>,
+}
+
+impl Rings {
+    fn new(qp: u32, cq: u32) -> Rings {
+        fn segment(what: &str, len: usize) -> Arc<Segment> {
+            let name = format!("node-pair-{what}-{}", std::process::id());
+            let seg = Segment::create_anonymous(&name, SegmentKind::Other, len, HugePolicy::Auto);
+            Arc::new(seg.expect("ring memory"))
+        }
+        let depth = STREAM_RECVS;
+        let sq = segment("sq", ring::ring_bytes::<SendWqe>(depth));
+        let rq = segment("rq", ring::ring_bytes::<RecvWqe>(depth));
+        let cqs = segment("cq", ring::ring_bytes::<Cqe>(2 * depth));
+        let (sq, sq_host) = ring::init_segment::<SendWqe>(&sq, depth).expect("SQ ring");
+        let (rq, rq_host) = ring::init_segment::<RecvWqe>(&rq, depth).expect("RQ ring");
+        let (cq_host, cq_app) = ring::init_segment::<Cqe>(&cqs, 2 * depth).expect("CQ ring");
+        Rings {
+            sq,
+            rq,
+            cq: cq_app,
+            host_qp: HostQp::new(qp, qp, sq_host, Some(rq_host)),
+            host_cq: HostCq::new(cq, cq_host, None),
+            pending: Vec::new(),
+        }
+    }
+
+    /// One turn of a daemon's worker on these rings, in its order: the RQ and the SQ into
+    /// the engine after the port's burst (inside the node's turn), completions out after.
+    fn turn<P: Port>(&mut self, node: &mut Node<P>) -> bool {
+        let (host_qp, mut worked) = (&mut self.host_qp, false);
+        worked |= node.poll_with(|rnic| {
+            let r = host_qp.pump_rq(rnic);
+            let s = host_qp.pump_sq(rnic);
+            worked |= r.posted + r.rejected + s.posted + s.rejected > 0;
+        });
+        self.pending.append(&mut self.host_qp.pending_send_cqes);
+        self.pending.append(&mut self.host_qp.pending_recv_cqes);
+        let d = self.host_cq.drain(&mut node.rnic, &mut self.pending, |q| q);
+        worked | (d.completed > 0)
+    }
+}
+
+/// The SQ entry an application writes for `wr` (the operations node-pair posts).
+fn send_wqe(wr: &SendWr) -> SendWqe {
+    let sgl = wr.sgl.map(|g| wqe::Sge {
+        stag: g.stag,
+        len: g.len,
+        to: g.to,
+    });
+    let (opcode, remote) = match wr.op {
+        SendOp::Send { .. } => (SendOpcode::Send, None),
+        SendOp::Write {
+            remote_stag,
+            remote_to,
+        } => (SendOpcode::Write, Some((remote_stag, remote_to))),
+        SendOp::Read {
+            remote_stag,
+            remote_to,
+        } => (SendOpcode::Read, Some((remote_stag, remote_to))),
+        _ => unreachable!("node-pair posts Sends, Writes and Reads"),
+    };
+    let mut w = SendWqe::new(wr.wr_id, opcode, &sgl[..wr.num_sge as usize]).expect("WQE");
+    if let Some((stag, to)) = remote {
+        w.remote_stag = stag;
+        w.remote_to = to;
+    }
+    if !wr.signaled {
+        w.flags &= !send_flags::SIGNALED;
+    }
+    w
 }
 
 // SAFETY: `buf` points into a leaked allocation that only the thread owning this End reads
@@ -136,7 +231,7 @@ struct End<P: Port> {
 unsafe impl<P: Port + Send> Send for End<P> {}
 
 impl<P: Port> End<P> {
-    fn new(port: P, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize) -> End<P> {
+    fn new(port: P, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize, rings: bool) -> End<P> {
         let mut node = Node::new(port, ip, 24, tcp);
         let pd = node.rnic.alloc_pd();
         let cq = node.rnic.create_cq(2 * STREAM_RECVS);
@@ -152,6 +247,7 @@ impl<P: Port> End<P> {
         let va = buf.as_ptr() as u64;
         // SAFETY: leaked, so valid for the whole run.
         let stag = unsafe { node.rnic.register_mr(pd, buf, mem_len, Access::ALL, va) };
+        let rings = rings.then(|| Rings::new(qp, cq));
         End {
             node,
             qp,
@@ -159,6 +255,44 @@ impl<P: Port> End<P> {
             stag,
             buf,
             conn: usize::MAX,
+            rings,
+        }
+    }
+
+    /// One turn: the node, and with rings the daemon's fast path on them. Whether it moved
+    /// anything.
+    fn poll(&mut self) -> bool {
+        match &mut self.rings {
+            Some(r) => r.turn(&mut self.node),
+            None => self.node.poll(),
+        }
+    }
+
+    /// Posts `wr` on the SQ: into the engine, or with rings into the SQ ring.
+    fn post(&mut self, wr: SendWr) -> Result<(), VerbsError> {
+        match &mut self.rings {
+            Some(r) => r.sq.push(send_wqe(&wr)).map_err(|_| VerbsError::QueueFull),
+            None => self.node.rnic.post_send(self.qp, wr),
+        }
+    }
+
+    /// Posts a receive of `sge` with `id` as its work request id.
+    fn post_recv(&mut self, id: u64, sge: Sge) {
+        match &mut self.rings {
+            Some(r) => {
+                let g = wqe::Sge {
+                    stag: sge.stag,
+                    len: sge.len,
+                    to: sge.to,
+                };
+                let w = RecvWqe::new(id, &[g]).expect("RQ entry");
+                r.rq.push(w).map_err(|_| "RQ ring full").expect("recv");
+            }
+            None => self
+                .node
+                .rnic
+                .post_recv(self.qp, RecvWr::new(id, &[sge]))
+                .expect("recv"),
         }
     }
 
@@ -184,29 +318,36 @@ impl<P: Port> End<P> {
             remote_stag: peer_stag,
             remote_to: peer_va + LEN as u64,
         };
-        self.node
-            .rnic
-            .post_send(self.qp, SendWr::new(u64::from(tag), op, &[sge]))
+        self.post(SendWr::new(u64::from(tag), op, &[sge]))
             .expect("post");
     }
 
     /// Completions taken off the CQ, all successful.
     fn reap(&mut self, wcs: &mut [WorkCompletion]) -> usize {
-        let n = self.node.rnic.poll_cq(self.cq, wcs).expect("poll CQ");
-        assert!(wcs[..n]
-            .iter()
-            .all(|w| w.status == iwarp_engine::Status::Success));
+        let Some(r) = &mut self.rings else {
+            let n = self.node.rnic.poll_cq(self.cq, wcs).expect("poll CQ");
+            assert!(wcs[..n]
+                .iter()
+                .all(|w| w.status == iwarp_engine::Status::Success));
+            return n;
+        };
+        let mut n = 0;
+        while n < wcs.len() {
+            let Some(c) = r.cq.pop() else { break };
+            assert!(
+                matches!(c.status(), Ok(CqeStatus::Success)),
+                "completion {c:?}"
+            );
+            wcs[n].wr_id = c.wr_id;
+            n += 1;
+        }
         n
     }
 
     /// Posts a receive into slot `slot` of this end's memory (`LEN` octets each), with the
     /// slot as its work request id.
     fn post_recv_slot(&mut self, slot: usize) {
-        let sge = self.sge(LEN * slot, LEN);
-        self.node
-            .rnic
-            .post_recv(self.qp, RecvWr::new(slot as u64, &[sge]))
-            .expect("recv");
+        self.post_recv(slot as u64, self.sge(LEN * slot, LEN));
     }
 
     /// A Send of slot `slot` of this end's memory.
@@ -276,10 +417,10 @@ fn memif_ports() -> Result<(DpdkPort, DpdkPort), String> {
 }
 
 /// Two connected ends, A the active side.
-fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize) -> (End<P>, End<P>) {
+fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize, rings: bool) -> (End<P>, End<P>) {
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let mut a = End::new(pa, ip_a, tcp, mem_len);
-    let mut b = End::new(pb, ip_b, tcp, mem_len);
+    let mut a = End::new(pa, ip_a, tcp, mem_len, rings);
+    let mut b = End::new(pb, ip_b, tcp, mem_len, rings);
     a.conn = a
         .node
         .listen(7174, a.qp, Settings::default())
@@ -293,8 +434,8 @@ fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize) -> (End<P>, End
         || b.node.state(b.conn) != Some(&ConnState::Rts)
     {
         assert!(t.elapsed() < Duration::from_secs(10), "no connection");
-        a.node.poll();
-        b.node.poll();
+        a.poll();
+        b.poll();
     }
     (a, b)
 }
@@ -310,6 +451,7 @@ fn main() {
                 iterations,
                 ack_us: ack_delay_us,
                 cores: place.cores(),
+                rings: place.rings,
             };
             (Job::Latency(run), place)
         }
@@ -318,6 +460,7 @@ fn main() {
                 seconds,
                 op,
                 cores: place.cores(),
+                rings: place.rings,
             };
             (Job::Rate(run), place)
         }
@@ -365,6 +508,7 @@ struct Latency {
     ack_us: u64,
     /// A pinned thread per node on these cores; None: both nodes on this thread.
     cores: Option<[usize; 2]>,
+    rings: bool,
 }
 
 fn pin(core: usize) {
@@ -379,7 +523,7 @@ fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
         ack_delay: Duration::from_micros(run.ack_us),
         ..TcpSettings::default()
     };
-    let (a, b) = pair(pa, pb, tcp, 2 * LEN);
+    let (a, b) = pair(pa, pb, tcp, 2 * LEN, run.rings);
     let warmup = run.iterations / 10;
     let total = warmup + run.iterations;
     let (rtt, frames) = match run.cores {
@@ -394,8 +538,9 @@ fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
         None => "both on one thread".to_string(),
         Some([x, y]) => format!("a thread each on cores {x} and {y}, polling busy"),
     };
+    let via = work_path(run.rings);
     println!(
-        "node-pair: RDMA Write {LEN} B ping-pong, two nodes over the {link}, {threads}, \
+        "node-pair: RDMA Write {LEN} B ping-pong, two nodes over the {link}, {threads}, {via}, \
          {iterations} round trips, ACK delay {ack_us} us ({:.1} frames from A per round trip)",
         frames as f64 / total as f64
     );
@@ -409,6 +554,43 @@ fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
             us(&rtt, 0.999, div),
             rtt.max() as f64 / 1e3 / div as f64,
         );
+    }
+}
+
+/// A wait that must end: one that makes no progress for `STALL` ends the run with a message
+/// (a broken path fails, it does not hang). Reads the clock once every 4096 turns.
+struct Patience {
+    start: Instant,
+    turns: u32,
+    what: &'static str,
+}
+
+const STALL: Duration = Duration::from_secs(10);
+
+impl Patience {
+    fn new(what: &'static str) -> Patience {
+        Patience {
+            start: Instant::now(),
+            turns: 0,
+            what,
+        }
+    }
+
+    fn turn(&mut self) {
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns.is_multiple_of(4096) && self.start.elapsed() > STALL {
+            eprintln!("node-pair: {} did not finish in {STALL:?}", self.what);
+            std::process::exit(1);
+        }
+    }
+}
+
+/// How work reaches the engine, as the output says it.
+fn work_path(rings: bool) -> &'static str {
+    if rings {
+        "work through the application rings"
+    } else {
+        "work posted straight to the engine"
     }
 }
 
@@ -453,14 +635,17 @@ fn one_thread<P: Port>(
     let (a_va, b_va) = (a.buf.as_ptr() as u64, b.buf.as_ptr() as u64);
     let mut wcs = vec![WorkCompletion::default(); 64];
     time_round_trips(&mut a, (b.stag, b_va), total, warmup, |a, tag| {
+        let mut wait = Patience::new("a round trip");
         while b.landed() != tag {
-            a.node.poll();
-            b.node.poll();
+            a.poll();
+            b.poll();
+            wait.turn();
         }
         b.write(a.stag, a_va, tag);
         while a.landed() != tag {
-            b.node.poll();
-            a.node.poll();
+            b.poll();
+            a.poll();
+            wait.turn();
         }
         b.reap(&mut wcs);
     })
@@ -487,7 +672,7 @@ fn two_threads<P: Port + Send + 'static>(
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut expect = 1u8;
         while !stop_b.load(Ordering::Relaxed) {
-            b.node.poll();
+            b.poll();
             if b.landed() == expect {
                 b.write(a_stag, a_va, expect);
                 b.reap(&mut wcs);
@@ -498,8 +683,10 @@ fn two_threads<P: Port + Send + 'static>(
     });
     pin(cores[0]);
     let measured = time_round_trips(&mut a, (b_stag, b_va), total, warmup, |a, tag| {
+        let mut wait = Patience::new("a round trip");
         while a.landed() != tag {
-            a.node.poll();
+            a.poll();
+            wait.turn();
         }
     });
     stop.store(true, Ordering::Relaxed);
@@ -515,14 +702,16 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
                 b.post_recv_slot(i);
                 let mut wr = a.send_wr(i as u64, i);
                 wr.signaled = i == SENDS - 1;
-                a.node.rnic.post_send(a.qp, wr).expect("post");
+                a.post(wr).expect("post");
             }
             let (mut sent, mut received) = (0, 0);
+            let mut wait = Patience::new("a batch of Sends");
             while sent < 1 || received < SENDS {
-                a.node.poll();
-                b.node.poll();
+                a.poll();
+                b.poll();
                 sent += a.reap(wcs);
                 received += b.reap(wcs);
+                wait.turn();
             }
             SENDS as u64
         }
@@ -531,17 +720,16 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
             for i in 0..WRITES {
                 let mut wr = a.write_wr(i as u64, i, peer);
                 wr.signaled = false;
-                a.node.rnic.post_send(a.qp, wr).expect("post");
+                a.post(wr).expect("post");
             }
-            a.node
-                .rnic
-                .post_send(a.qp, a.fence_read(peer))
-                .expect("post read");
+            a.post(a.fence_read(peer)).expect("post read");
             let mut done = 0;
+            let mut wait = Patience::new("a batch of Writes");
             while done < 1 {
-                a.node.poll();
-                b.node.poll();
+                a.poll();
+                b.poll();
                 done += a.reap(wcs);
+                wait.turn();
             }
             (WRITES * WRITE_LEN) as u64
         }
@@ -553,6 +741,7 @@ struct Rate {
     op: RateOp,
     /// A pinned thread per node on these cores; None: both nodes on this thread.
     cores: Option<[usize; 2]>,
+    rings: bool,
 }
 
 /// What a rate run moved: units (messages, or octets for Writes), messages, seconds, and
@@ -565,7 +754,7 @@ struct Moved {
 }
 
 fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
-    let (mut a, mut b) = pair(pa, pb, TcpSettings::default(), RATE_MEM);
+    let (mut a, mut b) = pair(pa, pb, TcpSettings::default(), RATE_MEM, run.rings);
     let mut wcs = vec![WorkCompletion::default(); 256];
     for _ in 0..50 {
         batch(&mut a, &mut b, run.op, &mut wcs);
@@ -599,6 +788,7 @@ fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
         None => "both on one thread".to_string(),
         Some([x, y]) => format!("sender on core {x}, receiver on core {y}, polling busy"),
     };
+    let threads = format!("{threads}, {}", work_path(run.rings));
     let per = |n: u64| n as f64 / moved.messages.max(1) as f64;
     match run.op {
         RateOp::Sends => println!(
@@ -701,7 +891,7 @@ fn stream<P: Port + Send + 'static>(
         let mut load = Load::new();
         let mut total = 0u64;
         while !stop_b.load(Ordering::Relaxed) {
-            let mut worked = b.node.poll();
+            let mut worked = b.poll();
             let n = b.reap(&mut wcs);
             for wc in &wcs[..n] {
                 b.post_recv_slot(wc.wr_id as usize);
@@ -728,6 +918,8 @@ fn stream<P: Port + Send + 'static>(
     // At the deadline: messages that had arrived, seconds, the sender's busy share.
     let mut counted: Option<(u64, f64, f64)> = None;
     let mut turns: u64 = 0;
+    // Started at the deadline: the drain after it.
+    let mut drain: Option<Patience> = None;
     loop {
         let mut worked = false;
         let in_flight_limit = match op {
@@ -743,14 +935,14 @@ fn stream<P: Port + Send + 'static>(
                 }
                 RateOp::Writes => a.write_wr(posted, (posted % WRITES as u64) as usize, peer),
             };
-            match a.node.rnic.post_send(a.qp, wr) {
+            match a.post(wr) {
                 Ok(()) => posted += 1,
                 Err(iwarp_engine::VerbsError::QueueFull) => break,
                 Err(e) => panic!("post: {e:?}"),
             }
             worked = true;
         }
-        worked |= a.node.poll();
+        worked |= a.poll();
         let n = a.reap(&mut wcs);
         if n > 0 {
             worked = true;
@@ -784,16 +976,20 @@ fn stream<P: Port + Send + 'static>(
         if counted.is_some() && drained {
             break;
         }
+        if counted.is_some() {
+            drain
+                .get_or_insert_with(|| Patience::new("the drain after the deadline"))
+                .turn();
+        }
     }
     let (messages, seconds, sender) = counted.unwrap_or_default();
     // Writes: a Read behind them returns only once they are placed at B.
     if op == RateOp::Writes {
-        a.node
-            .rnic
-            .post_send(a.qp, a.fence_read(peer))
-            .expect("post read");
+        a.post(a.fence_read(peer)).expect("post read");
+        let mut wait = Patience::new("the closing Read");
         while a.reap(&mut wcs) == 0 {
-            a.node.poll();
+            a.poll();
+            wait.turn();
         }
     }
     stop.store(true, Ordering::Relaxed);
