@@ -29,11 +29,15 @@ impl core::ops::BitOr for Access {
 }
 
 /// A scatter/gather element: `len` bytes at tagged offset `to` of the region named by `stag`.
+/// Laid out as the SQ/RQ rings' element (stag, len, to), so the daemon's conversion of a
+/// posted entry is a plain 16-octet copy: with fields in another order it was built from
+/// 8-octet stores then read back 16 octets at a time, a stalled load per element.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
     pub stag: u32,
-    pub to: u64,
     pub len: u32,
+    pub to: u64,
 }
 
 /// Maximum scatter/gather elements per work request.
