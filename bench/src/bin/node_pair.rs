@@ -29,6 +29,11 @@
 //! two threads contend for: memif is the link to read per-core figures from); `--threads 2`
 //! gives each node its own thread pinned to its own core (`--cores`), each polling only its
 //! node, busy: two daemons' frame paths, without the applications and their rings.
+//!
+//! `--rings` (both modes) puts the rings back: work is posted and reaped through an
+//! application's shared-memory SQ, RQ and CQ rings, moved by the daemon's own fast path
+//! ([`HostQp`], [`HostCq`]) in a worker's order; the application's side runs on its node's
+//! thread.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;

@@ -200,21 +200,11 @@ impl HostCq {
         ring: Producer<Cqe>,
         notify: Option<iwarp_abi::notify::Notify>,
     ) -> HostCq {
-        let blank = WorkCompletion {
-            wr_id: 0,
-            qp: 0,
-            opcode: iwarp_engine::WcOpcode::Send,
-            status: iwarp_engine::Status::Success,
-            byte_len: 0,
-            imm: None,
-            invalidated_stag: None,
-            solicited: false,
-        };
         HostCq {
             engine_cq,
             ring,
             notify,
-            wcs: Box::new([blank; BURST]),
+            wcs: Box::new([WorkCompletion::default(); BURST]),
             cqes: Box::new([Cqe::default(); BURST]),
         }
     }
