@@ -200,13 +200,18 @@ impl Rings {
     }
 }
 
-/// The SQ entry an application writes for `wr` (the operations node-pair posts).
-fn send_wqe(wr: &SendWr) -> SendWqe {
-    let sgl = wr.sgl.map(|g| wqe::Sge {
+/// A scatter/gather element as an application writes it into an SQ or RQ entry.
+fn wqe_sge(g: Sge) -> wqe::Sge {
+    wqe::Sge {
         stag: g.stag,
         len: g.len,
         to: g.to,
-    });
+    }
+}
+
+/// The SQ entry an application writes for `wr` (the operations node-pair posts).
+fn send_wqe(wr: &SendWr) -> SendWqe {
+    let sgl = wr.sgl.map(wqe_sge);
     let (opcode, remote) = match wr.op {
         SendOp::Send { .. } => (SendOpcode::Send, None),
         SendOp::Write {
@@ -285,12 +290,7 @@ impl<P: Port> End<P> {
     fn post_recv(&mut self, id: u64, sge: Sge) {
         match &mut self.rings {
             Some(r) => {
-                let g = wqe::Sge {
-                    stag: sge.stag,
-                    len: sge.len,
-                    to: sge.to,
-                };
-                let w = RecvWqe::new(id, &[g]).expect("RQ entry");
+                let w = RecvWqe::new(id, &[wqe_sge(sge)]).expect("RQ entry");
                 r.rq.push(w).map_err(|_| "RQ ring full").expect("recv");
             }
             None => self
@@ -314,11 +314,7 @@ impl<P: Port> End<P> {
         // SAFETY: inside the leaked buffer, not under a transfer (the previous Write of it
         // completed before the peer answered).
         unsafe { *self.buf.as_ptr().add(LEN - 1) = tag };
-        let sge = Sge {
-            stag: self.stag,
-            to: self.buf.as_ptr() as u64,
-            len: LEN as u32,
-        };
+        let sge = self.sge(0, LEN);
         let op = SendOp::Write {
             remote_stag: peer_stag,
             remote_to: peer_va + LEN as u64,
