@@ -93,10 +93,12 @@ pub struct Tcp {
     pub tx_buffer: usize,
     /// The minimum retransmission timeout, in microseconds (far below smoltcp's fixed 1 s).
     pub min_rto_us: u64,
+    /// Our TCP segment size, and so the largest FPDU; 0 (the default): `port.mtu` - 40
+    /// (1460 on a 1500-octet link, 8960 with 9000-octet jumbo frames). See [`Config::mss`].
     pub mss: usize,
-    /// Unacknowledged bytes per connection, at most (the node's own window; whole segments).
-    /// smoltcp's maximum RTO is not a key: it is its fixed 60 s divided by the clock
-    /// dilation, 60 ms with the default min_rto_us.
+    /// Unacknowledged bytes per connection, at most (the node's own window; whole segments);
+    /// 0 (the default): see [`Config::max_inflight`]. smoltcp's maximum RTO is not a key: it
+    /// is its fixed 60 s divided by the clock dilation, 60 ms with the default min_rto_us.
     pub max_inflight: usize,
     /// A connection whose data stays unacknowledged this long (milliseconds, real time) is
     /// given up and its QP enters Error: how a dead peer is detected.
@@ -219,8 +221,8 @@ impl Default for Tcp {
             rx_buffer: 4 << 20,
             tx_buffer: 4 << 20,
             min_rto_us: 1000,
-            mss: 1460,
-            max_inflight: 256 << 10,
+            mss: 0,
+            max_inflight: 0,
             user_timeout_ms: 2000,
             ack_delay_us: 0,
         }
@@ -301,6 +303,17 @@ pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
     Some((ip.parse().ok()?, len))
 }
 
+/// The default bound on a connection's unacknowledged octets for segments of `mss`: the
+/// larger of 256 KiB and 64 segments, within the send buffer. A bound in octets rather than
+/// segments, because with no SACK a timeout resends all of it (smoltcp goes back to the
+/// oldest unacknowledged octet); at least 64 segments, because a receiver acknowledges a
+/// burst of up to 32 frames at once, and fewer than two bursts in flight leave the sender
+/// waiting for each acknowledgement (with 9000-octet frames 256 KiB is 29 segments:
+/// measured, each core then sat half idle).
+pub fn default_max_inflight(mss: usize, tx_buffer: usize) -> usize {
+    (256 << 10).max(64 * mss).min(tx_buffer)
+}
+
 impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -326,6 +339,23 @@ impl Config {
     pub fn workers(&self) -> usize {
         match self.cores.workers {
             0 => self.cores.list.len().max(1),
+            n => n,
+        }
+    }
+
+    /// The TCP segment size: `tcp.mss`, or `port.mtu` - 40 (IPv4 and TCP headers) when 0.
+    pub fn mss(&self) -> usize {
+        match self.tcp.mss {
+            0 => self.port.mtu.saturating_sub(40),
+            mss => mss,
+        }
+    }
+
+    /// What one connection may have unacknowledged: `tcp.max_inflight`, or when 0
+    /// [`default_max_inflight`].
+    pub fn max_inflight(&self) -> usize {
+        match self.tcp.max_inflight {
+            0 => default_max_inflight(self.mss(), self.tcp.tx_buffer),
             n => n,
         }
     }
@@ -400,11 +430,12 @@ impl Config {
                 format!("{} is outside 1..=1000000", self.tcp.min_rto_us),
             ));
         }
-        if self.tcp.mss < 536 || self.tcp.mss + 40 > self.port.mtu {
+        if self.tcp.mss != 0 && (self.tcp.mss < 536 || self.tcp.mss + 40 > self.port.mtu) {
             return Err(err(
                 "tcp.mss",
                 format!(
-                    "{} must be at least 536 and fit port.mtu {} with 40 octets of headers",
+                    "{} must be at least 536 and fit port.mtu {} with 40 octets of headers \
+                     (0: port.mtu - 40)",
                     self.tcp.mss, self.port.mtu
                 ),
             ));
@@ -417,12 +448,14 @@ impl Config {
                 return Err(err(key, format!("{v} is outside 64 KiB..=1 GiB")));
             }
         }
-        if self.tcp.max_inflight < self.tcp.mss || self.tcp.max_inflight > self.tcp.tx_buffer {
+        let inflight = self.max_inflight();
+        if inflight < self.mss() || inflight > self.tcp.tx_buffer {
             return Err(err(
                 "tcp.max_inflight",
                 format!(
-                    "{} must be between tcp.mss ({}) and tcp.tx_buffer ({})",
-                    self.tcp.max_inflight, self.tcp.mss, self.tcp.tx_buffer
+                    "{inflight} must be between the segment size ({}) and tcp.tx_buffer ({})",
+                    self.mss(),
+                    self.tcp.tx_buffer
                 ),
             ));
         }
@@ -532,6 +565,24 @@ mod tests {
         assert_eq!(parse_mac(&c.port.mac), Some([2, 0, 0, 0, 0, 10]));
         assert_eq!(c.tcp.min_rto_us, 500);
         assert_eq!(c.pcap.file.as_deref(), Some(Path::new("/tmp/x.pcap")));
+    }
+
+    #[test]
+    fn segment_size_and_inflight_bound_follow_the_mtu_unless_set() {
+        let c = Config::default();
+        assert_eq!((c.mss(), c.max_inflight()), (1460, 256 << 10));
+        let jumbo = Config::parse("[port]\nmtu = 9000\n").unwrap();
+        assert_eq!((jumbo.mss(), jumbo.max_inflight()), (8960, 64 * 8960));
+        let small = Config::parse("[port]\nmtu = 9000\n[tcp]\ntx_buffer = 131072\n").unwrap();
+        assert_eq!(small.max_inflight(), 128 << 10, "within the send buffer");
+        let set =
+            Config::parse("[port]\nmtu = 9000\n[tcp]\nmss = 1460\nmax_inflight = 65536\n").unwrap();
+        assert_eq!((set.mss(), set.max_inflight()), (1460, 64 << 10));
+        assert_eq!(
+            Config::parse("[tcp]\nmss = 1461\n").unwrap_err().key,
+            "tcp.mss",
+            "beyond port.mtu - 40"
+        );
     }
 
     #[test]

@@ -111,12 +111,27 @@ struct Placement {
     /// stage's cost on the core that runs both sides of it.
     #[arg(long)]
     rings: bool,
+    /// The link's MTU (the ports' `port.mtu`); TCP's segment size and in-flight bound
+    /// follow it as the daemon's defaults do. Above 1500: jumbo frames.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9216))]
+    mtu: u16,
 }
 
 impl Placement {
     /// The cores of a thread per node; None: both nodes on this thread.
     fn cores(&self) -> Option<[usize; 2]> {
         (self.threads == 2).then(|| [self.cores[0], self.cores[1]])
+    }
+
+    /// Both nodes' TCP settings: the daemon's defaults for the link's MTU.
+    fn tcp(&self) -> TcpSettings {
+        let d = TcpSettings::default();
+        let mss = usize::from(self.mtu) - 40;
+        TcpSettings {
+            mss,
+            max_inflight: iwarp_config::default_max_inflight(mss, d.tx_buffer),
+            ..d
+        }
     }
 }
 
@@ -390,13 +405,13 @@ impl<P: Port> End<P> {
 }
 
 /// The in-memory link's two ports.
-fn memory_ports() -> (MemoryPort, MemoryPort) {
-    MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500)
+fn memory_ports(mtu: usize) -> (MemoryPort, MemoryPort) {
+    MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], mtu)
 }
 
 /// A `net_memif` server and client in this process, on one socket.
 #[cfg(feature = "dpdk")]
-fn memif_ports() -> Result<(DpdkPort, DpdkPort), String> {
+fn memif_ports(mtu: usize) -> Result<(DpdkPort, DpdkPort), String> {
     let pid = std::process::id();
     let sock = format!("/tmp/iwarp-node-pair-{pid}.sock");
     let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
@@ -409,11 +424,17 @@ fn memif_ports() -> Result<(DpdkPort, DpdkPort), String> {
         eprintln!("node-pair: no hugepages free, DPDK on ordinary memory (--no-huge)");
         args.extend(["--no-huge".into(), "-m".into(), "512".into()]);
     }
-    args.push(format!("--vdev=net_memif0,role=server,socket={sock},id=0"));
-    args.push(format!("--vdev=net_memif1,role=client,socket={sock},id=0"));
+    // A memif buffer per frame (bsize, 2048 by default): see iwarpd's DPDK port.
+    let bsize = (mtu + 14).max(2048);
+    args.push(format!(
+        "--vdev=net_memif0,role=server,socket={sock},id=0,bsize={bsize}"
+    ));
+    args.push(format!(
+        "--vdev=net_memif1,role=client,socket={sock},id=0,bsize={bsize}"
+    ));
     eal_init(&args).map_err(|e| format!("DPDK EAL ({}): {e}", args.join(" ")))?;
-    let a = DpdkPort::open("net_memif0", 1500).map_err(|e| e.to_string())?;
-    let b = DpdkPort::open("net_memif1", 1500).map_err(|e| e.to_string())?;
+    let a = DpdkPort::open("net_memif0", mtu).map_err(|e| e.to_string())?;
+    let b = DpdkPort::open("net_memif1", mtu).map_err(|e| e.to_string())?;
     Ok((a, b))
 }
 
@@ -453,6 +474,10 @@ fn main() {
                 ack_us: ack_delay_us,
                 cores: place.cores(),
                 rings: place.rings,
+                tcp: TcpSettings {
+                    ack_delay: Duration::from_micros(ack_delay_us),
+                    ..place.tcp()
+                },
             };
             (Job::Latency(run), place)
         }
@@ -462,18 +487,25 @@ fn main() {
                 op,
                 cores: place.cores(),
                 rings: place.rings,
+                tcp: place.tcp(),
             };
             (Job::Rate(run), place)
         }
     };
+    let mtu = usize::from(place.mtu);
+    let jumbo = if mtu == 1500 {
+        String::new()
+    } else {
+        format!(" (MTU {mtu})")
+    };
     match place.link {
         Link::Memory => {
-            let (pa, pb) = memory_ports();
-            job.run(pa, pb, "in-memory link");
+            let (pa, pb) = memory_ports(mtu);
+            job.run(pa, pb, &format!("in-memory link{jumbo}"));
         }
         #[cfg(feature = "dpdk")]
-        Link::Memif => match memif_ports() {
-            Ok((pa, pb)) => job.run(pa, pb, "DPDK net_memif"),
+        Link::Memif => match memif_ports(mtu) {
+            Ok((pa, pb)) => job.run(pa, pb, &format!("DPDK net_memif{jumbo}")),
             Err(e) => {
                 eprintln!("node-pair: {e}");
                 std::process::exit(1);
@@ -510,6 +542,7 @@ struct Latency {
     /// A pinned thread per node on these cores; None: both nodes on this thread.
     cores: Option<[usize; 2]>,
     rings: bool,
+    tcp: TcpSettings,
 }
 
 fn pin(core: usize) {
@@ -520,11 +553,7 @@ fn pin(core: usize) {
 }
 
 fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
-    let tcp = TcpSettings {
-        ack_delay: Duration::from_micros(run.ack_us),
-        ..TcpSettings::default()
-    };
-    let (a, b) = pair(pa, pb, tcp, 2 * LEN, run.rings);
+    let (a, b) = pair(pa, pb, run.tcp, 2 * LEN, run.rings);
     let warmup = run.iterations / 10;
     let total = warmup + run.iterations;
     let (rtt, frames) = match run.cores {
@@ -743,6 +772,7 @@ struct Rate {
     /// A pinned thread per node on these cores; None: both nodes on this thread.
     cores: Option<[usize; 2]>,
     rings: bool,
+    tcp: TcpSettings,
 }
 
 /// What a rate run moved: units (messages, or octets for Writes), messages, seconds, and
@@ -755,7 +785,7 @@ struct Moved {
 }
 
 fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
-    let (mut a, mut b) = pair(pa, pb, TcpSettings::default(), RATE_MEM, run.rings);
+    let (mut a, mut b) = pair(pa, pb, run.tcp, RATE_MEM, run.rings);
     let mut wcs = vec![WorkCompletion::default(); 256];
     for _ in 0..50 {
         batch(&mut a, &mut b, run.op, &mut wcs);

@@ -14,6 +14,8 @@ struct rte_mbuf *iw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_a
 void iw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 void *iw_pktmbuf_data(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
 uint16_t iw_pktmbuf_data_len(const struct rte_mbuf *m) { return rte_pktmbuf_data_len(m); }
+uint32_t iw_pktmbuf_pkt_len(const struct rte_mbuf *m) { return rte_pktmbuf_pkt_len(m); }
+uint16_t iw_pktmbuf_headroom_default(void) { return RTE_PKTMBUF_HEADROOM; }
 char *iw_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
 int iw_errno(void) { return rte_errno; }
 unsigned iw_lcore_id(void) { return rte_lcore_id(); }

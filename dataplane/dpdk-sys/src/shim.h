@@ -10,6 +10,10 @@ struct rte_mbuf *iw_pktmbuf_alloc(struct rte_mempool *mp);
 void iw_pktmbuf_free(struct rte_mbuf *m);
 void *iw_pktmbuf_data(struct rte_mbuf *m);
 uint16_t iw_pktmbuf_data_len(const struct rte_mbuf *m);
+/* The frame's length over all its segments (data_len is the first segment's). */
+uint32_t iw_pktmbuf_pkt_len(const struct rte_mbuf *m);
+/* RTE_PKTMBUF_HEADROOM, as this DPDK was built. */
+uint16_t iw_pktmbuf_headroom_default(void);
 char *iw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int iw_errno(void);
 unsigned iw_lcore_id(void);

@@ -98,6 +98,8 @@ pub const RX_BURST: usize = 32;
 
 pub struct PortDevice<P: Port> {
     pub port: P,
+    /// The IP MTU smoltcp is told: our segment size plus headers, within the port's MTU.
+    ip_mtu: usize,
     rxq: VecDeque<Vec<u8>>,
     pool: Vec<Vec<u8>>,
     txbuf: Vec<u8>,
@@ -112,9 +114,15 @@ pub struct PortDevice<P: Port> {
 }
 
 impl<P: Port> PortDevice<P> {
-    pub fn new(port: P, arp: ArpPacer) -> PortDevice<P> {
+    /// A device whose TCP segments carry at most `mss` octets: smoltcp takes its own MSS
+    /// (what it advertises and where it cuts segments) from the MTU it is told, so it is
+    /// told `mss` + 40, never more than the port's. Were it told a larger one than the
+    /// node's segment size it would merge the node's full-size FPDUs into longer segments,
+    /// splitting FPDUs across them (RFC 5044 section 8).
+    pub fn new(port: P, arp: ArpPacer, mss: usize) -> PortDevice<P> {
         let frame = port.mtu() + 14;
         PortDevice {
+            ip_mtu: (mss + 40).min(port.mtu()),
             port,
             rxq: VecDeque::with_capacity(RX_BURST),
             pool: (0..RX_BURST).map(|_| Vec::with_capacity(frame)).collect(),
@@ -237,7 +245,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = self.port.mtu() + 14;
+        caps.max_transmission_unit = self.ip_mtu + 14;
         caps.max_burst_size = Some(RX_BURST);
         caps
     }

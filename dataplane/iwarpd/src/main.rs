@@ -152,7 +152,12 @@ fn main() -> ExitCode {
     if args.check {
         use std::io::Write;
         // A closed stdout (`| head`) is not an error worth a panic.
-        let _ = writeln!(std::io::stdout(), "{cfg:#?}");
+        let _ = writeln!(
+            std::io::stdout(),
+            "{cfg:#?}\nsegment size (tcp.mss) {}, in-flight bound (tcp.max_inflight) {}",
+            cfg.mss(),
+            cfg.max_inflight()
+        );
         return ExitCode::SUCCESS;
     }
     let level = cfg
@@ -596,8 +601,8 @@ impl Ctx<'_> {
             rx_buffer: cfg.tcp.rx_buffer,
             tx_buffer: cfg.tcp.tx_buffer,
             min_rto_us: cfg.tcp.min_rto_us,
-            mss: cfg.tcp.mss,
-            max_inflight: cfg.tcp.max_inflight,
+            mss: cfg.mss(),
+            max_inflight: cfg.max_inflight(),
             user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
             ack_delay: Duration::from_micros(cfg.tcp.ack_delay_us),
         };
@@ -614,7 +619,7 @@ impl Ctx<'_> {
         let _ = self.ready.send(Ok(()));
         // The command ring and the applications' rings are served on this core between port
         // bursts (one owner, no locks); each turn bumps the heartbeat control watches.
-        let mut host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.tcp.mss)
+        let mut host = Host::new(self.shm.take().ok_or("daemon segment taken")?, cfg.mss())
             .with_doorbell(self.bell.take().ok_or("doorbell taken")?);
         node.set_stage_timing(cfg.cores.stage_timing);
         host.set_stage_timing(cfg.cores.stage_timing);

@@ -282,7 +282,8 @@ pub struct Node<P: Port> {
 impl<P: Port> Node<P> {
     pub fn new(port: P, ip: Ipv4Addr, prefix: u8, tcp: TcpSettings) -> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);
-        let mut dev = PortDevice::new(port, ArpPacer::new(clock.real_to_virtual(ARP_REPEAT)));
+        let arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
+        let mut dev = PortDevice::new(port, arp, tcp.mss);
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([

@@ -178,6 +178,60 @@ fn fpdus_fit_the_peers_mss_when_it_is_below_ours() {
     );
 }
 
+/// A link that carries 9000-octet frames with both nodes' segment size at 1460 (a `tcp.mss`
+/// set below `port.mtu` - 40): smoltcp must cut segments at 1460 too, not at what the link
+/// would carry, or it would merge full-size FPDUs into longer segments and split them.
+#[test]
+fn segments_follow_our_mss_where_the_link_carries_more() {
+    use iwarpd::node::TcpSettings;
+    use iwarpd::port::pcap::PcapPort;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 9000);
+    let pb = PcapPort::new(pb, &pcap).unwrap();
+    let tcp = TcpSettings::default();
+    assert_eq!(tcp.mss, 1460);
+    let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), tcp, tcp);
+    let len = 256 << 10;
+    write_b_to_a(&mut a, &mut b, len, 13);
+    drop(b);
+    let segments = b_segments(&pcap);
+    let octets: usize = segments.iter().flatten().sum();
+    assert!(octets > len, "{octets} octets of FPDUs");
+    let longest = segments.iter().map(|s| s.iter().sum::<usize>()).max();
+    assert_eq!(longest, Some(1460), "segments of our MSS, full FPDUs");
+}
+
+/// Jumbo frames: with a segment size of 8960 (`port.mtu` 9000), a Write goes in FPDUs of
+/// 8960 octets, one to a segment.
+#[test]
+fn jumbo_frames_carry_jumbo_fpdus() {
+    use iwarpd::node::TcpSettings;
+    use iwarpd::port::pcap::PcapPort;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 9000);
+    let pb = PcapPort::new(pb, &pcap).unwrap();
+    let jumbo = TcpSettings {
+        mss: 8960,
+        max_inflight: 64 * 8960,
+        ..TcpSettings::default()
+    };
+    let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), jumbo, jumbo);
+    let len = 1 << 20;
+    write_b_to_a(&mut a, &mut b, len, 17);
+    drop(b);
+    let segments = b_segments(&pcap);
+    let full = segments.iter().filter(|s| s[..] == [8960]).count();
+    assert!(
+        full >= len / 8960,
+        "{full} segments of one 8960-octet FPDU among {}",
+        segments.len()
+    );
+}
+
 /// A burst of small Sends leaves several FPDUs to a segment (never more than one MSS, each
 /// whole), and every message arrives, in order, byte for byte.
 #[test]

@@ -9,13 +9,19 @@
 //! number; a NIC: by its hash, or everything on queue 0 without RSS) and
 //! [`super::steer`] hands each frame to the worker that owns its connection.
 //!
+//! Jumbo frames: each frame is one mbuf, whose data room the pools size from `port.mtu`
+//! (2048 octets up to an MTU of 2034, the frame beyond it), and the device is given the MTU
+//! where it says it takes it. memif says 1500 (DPDK 22.11) but carries any frame, in
+//! several of its buffers (`bsize=` devarg, 2048 by default) where one is too small; it is
+//! left at its default. A received frame longer than one mbuf (a peer whose MTU is larger
+//! than ours) is dropped and counted.
+//!
 //! Not done yet: zero-copy receive (the device layer queues a burst before smoltcp takes it,
 //! so received frames are copied into its buffers and the mbufs freed at once; keeping the
 //! mbufs until smoltcp has read them would save that copy); programming the NIC to steer by
 //! destination port (rte_flow), so that a frame lands on its owner's queue without a
-//! hand-over; jumbo frames (one frame = one mbuf of 2048 octets, so `port.mtu` ≤ 2034);
-//! setting the NIC's MAC from `port.mac` (the port uses the device's own, which memif takes
-//! from its `mac=` devarg).
+//! hand-over; setting the NIC's MAC from `port.mac` (the port uses the device's own, which
+//! memif takes from its `mac=` devarg).
 
 use super::Port;
 use dpdk_sys as sys;
@@ -34,18 +40,21 @@ const RING: u16 = 1024;
 const POOL_MBUFS: u32 = 4095;
 /// Per-lcore mbuf cache of the pool.
 const POOL_CACHE: u32 = 256;
-/// Octets of frame an mbuf of RTE_MBUF_DEFAULT_BUF_SIZE holds (its 2048-octet data room).
-const MBUF_DATA_ROOM: usize = 2048;
+/// Octets of frame an mbuf holds at least (DPDK's default data room,
+/// RTE_MBUF_DEFAULT_BUF_SIZE less the headroom).
+const MIN_MBUF_FRAME: usize = 2048;
 const ETH_HEADER: usize = 14;
 static EAL: OnceLock<Result<(), String>> = OnceLock::new();
 /// The EAL arguments EAL was started with (to find a vdev's devargs).
 static EAL_ARGS: OnceLock<Vec<String>> = OnceLock::new();
 
-/// Whether the vdev `name` is a memif client (memif's `role` devarg defaults to client).
-fn is_memif_client(name: &str) -> bool {
-    let Some(args) = EAL_ARGS.get() else {
-        return false;
-    };
+/// The devargs of the memif vdev `name` in the EAL arguments (`key=value` pairs after its
+/// name); None when `name` is no memif vdev.
+fn memif_devargs(name: &str) -> Option<Vec<String>> {
+    if !name.starts_with("net_memif") {
+        return None;
+    }
+    let args = EAL_ARGS.get()?;
     let mut vdevs = args.iter().enumerate().filter_map(|(i, a)| {
         a.strip_prefix("--vdev=").or_else(|| {
             (a == "--vdev")
@@ -53,12 +62,24 @@ fn is_memif_client(name: &str) -> bool {
                 .flatten()
         })
     });
-    vdevs.any(|v| {
-        let mut parts = v.split(',');
-        parts.next() == Some(name)
-            && name.starts_with("net_memif")
-            && !parts.any(|kv| kv == "role=server")
-    })
+    let v = vdevs.find(|v| v.split(',').next() == Some(name))?;
+    Some(v.split(',').skip(1).map(str::to_string).collect())
+}
+
+/// Whether the vdev `name` is a memif client (memif's `role` devarg defaults to client).
+fn is_memif_client(name: &str) -> bool {
+    memif_devargs(name).is_some_and(|kv| !kv.iter().any(|kv| kv == "role=server"))
+}
+
+/// memif's buffer size (`bsize=`, 2048 by default) where frames of `mtu` do not fit one:
+/// memif then carries each frame in a chain of buffers, which measured half the rate of
+/// 64 KiB Writes with 9000-octet frames (README, jumbo frames).
+fn memif_bsize_short(name: &str, mtu: usize) -> Option<usize> {
+    let bsize = memif_devargs(name)?
+        .iter()
+        .find_map(|kv| kv.strip_prefix("bsize=").and_then(|v| v.parse().ok()))
+        .unwrap_or(2048);
+    (bsize < mtu + ETH_HEADER).then_some(bsize)
 }
 
 fn dpdk_err(what: &str, rc: i32) -> io::Error {
@@ -154,6 +175,8 @@ pub struct DpdkPort {
     tx: [*mut sys::rte_mbuf; BURST],
     tx_len: usize,
     pub tx_dropped: u64,
+    /// Received frames longer than one mbuf, dropped.
+    pub rx_dropped: u64,
     /// A memif client restarts its device when its link stays down (see `watch_link`); only
     /// a device with one queue, since a restart stops every queue under its worker.
     memif_client: bool,
@@ -188,6 +211,14 @@ impl DpdkPort {
         // A memif client cannot start before its server has created the socket (the daemons
         // of a pair start in any order), so its start is retried for a while.
         let memif_client = is_memif_client(name);
+        if let Some(bsize) = memif_bsize_short(name, mtu) {
+            tracing::warn!(
+                "DPDK port {name}: frames of up to {} octets span several memif buffers of \
+                 {bsize}: add bsize={} to its --vdev for a buffer per frame",
+                mtu + ETH_HEADER,
+                mtu + ETH_HEADER
+            );
+        }
         let patience = if memif_client {
             Duration::from_secs(30)
         } else {
@@ -221,13 +252,12 @@ impl DpdkPort {
         if queues == 0 {
             return Err(io::Error::other("no queues asked for"));
         }
-        // One frame must fit one mbuf: no scattered RX or multi-segment TX here.
-        if mtu + ETH_HEADER > MBUF_DATA_ROOM {
-            return Err(io::Error::other(format!(
-                "port.mtu {mtu} does not fit one {MBUF_DATA_ROOM}-octet mbuf (at most {})",
-                MBUF_DATA_ROOM - ETH_HEADER
-            )));
-        }
+        // One frame is one mbuf (no scattered RX or multi-segment TX here): the data room
+        // holds the headroom DPDK keeps and the largest frame.
+        // SAFETY: returns a constant.
+        let headroom = usize::from(unsafe { sys::iw_pktmbuf_headroom_default() });
+        let data_room = u16::try_from((mtu + ETH_HEADER).max(MIN_MBUF_FRAME) + headroom)
+            .map_err(|_| io::Error::other(format!("port.mtu {mtu} does not fit an mbuf")))?;
         static POOLS: AtomicU32 = AtomicU32::new(0);
         // SAFETY: plain calls on a port id DPDK gave us; every return value is checked, and
         // on any failure what was set up is undone before returning.
@@ -250,7 +280,7 @@ impl DpdkPort {
                     POOL_MBUFS,
                     POOL_CACHE,
                     0,
-                    sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+                    data_room,
                     socket,
                 );
                 if pool.is_null() {
@@ -265,7 +295,14 @@ impl DpdkPort {
                 free(&pools);
                 dpdk_err(what, rc)
             };
-            let conf = sys::rte_eth_conf::default();
+            let mut conf = sys::rte_eth_conf::default();
+            conf.rxmode.mtu = match device_mtu(port_id, mtu) {
+                Ok(m) => m,
+                Err(e) => {
+                    free(&pools);
+                    return Err(e);
+                }
+            };
             let rc = sys::rte_eth_dev_configure(port_id, queues, queues, &conf);
             if rc != 0 {
                 return Err(fail(
@@ -322,6 +359,7 @@ impl DpdkPort {
                     tx: [ptr::null_mut(); BURST],
                     tx_len: 0,
                     tx_dropped: 0,
+                    rx_dropped: 0,
                     memif_client: false,
                     link_checked: Instant::now(),
                     down_since: None,
@@ -429,17 +467,25 @@ impl Port for DpdkPort {
         if n == 0 {
             self.watch_link();
         }
+        let mut delivered = 0;
         for &m in &self.rx[..n] {
-            // SAFETY: `m` is an mbuf the PMD handed us; its data is data_len octets long, and
-            // we free it exactly once after reading.
+            // SAFETY: `m` is an mbuf the PMD handed us; its first segment's data is data_len
+            // octets long, and we free it (with any segments chained to it) exactly once
+            // after reading.
             unsafe {
-                let data = sys::iw_pktmbuf_data(m) as *const u8;
                 let len = sys::iw_pktmbuf_data_len(m) as usize;
-                f(std::slice::from_raw_parts(data, len));
+                // A frame longer than one mbuf came in a chain: longer than our MTU.
+                if len as u32 == sys::iw_pktmbuf_pkt_len(m) {
+                    let data = sys::iw_pktmbuf_data(m) as *const u8;
+                    f(std::slice::from_raw_parts(data, len));
+                    delivered += 1;
+                } else {
+                    self.rx_dropped += 1;
+                }
                 sys::iw_pktmbuf_free(m);
             }
         }
-        Ok(n)
+        Ok(delivered)
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
         if self.tx_len == BURST {
@@ -514,7 +560,45 @@ impl Port for DpdkPort {
         Ok(())
     }
     fn dropped(&self) -> u64 {
-        self.tx_dropped
+        self.tx_dropped + self.rx_dropped
+    }
+}
+
+/// The MTU to configure device `port_id` with for `mtu`: `mtu` where the device takes it;
+/// DPDK's default (0: 1500) for memif, which says it takes no more but carries frames of
+/// any length; an error naming the device's limit for any other device.
+fn device_mtu(port_id: u16, mtu: usize) -> io::Result<u32> {
+    let mut info = sys::rte_eth_dev_info::default();
+    // SAFETY: a port id DPDK gave us and a valid out-pointer.
+    let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
+    if rc != 0 {
+        return Err(dpdk_err("rte_eth_dev_info_get", rc));
+    }
+    let driver = if info.driver_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the driver's name, a static C string.
+        unsafe { CStr::from_ptr(info.driver_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // The frame's overhead beyond the MTU as ethdev reckons it when it checks one.
+    let max_mtu = u32::from(info.max_mtu);
+    let overhead = if max_mtu != u32::from(u16::MAX) && info.max_rx_pktlen > max_mtu {
+        info.max_rx_pktlen - max_mtu
+    } else {
+        ETH_HEADER as u32 + 4
+    };
+    let max = (info.max_rx_pktlen.saturating_sub(overhead)).min(max_mtu) as usize;
+    let min = usize::from(info.min_mtu);
+    if (min..=max).contains(&mtu) {
+        Ok(mtu as u32)
+    } else if driver == "net_memif" {
+        Ok(0)
+    } else {
+        Err(io::Error::other(format!(
+            "port.mtu {mtu}: the device ({driver}) takes an MTU of {min}..={max}"
+        )))
     }
 }
 
