@@ -145,6 +145,11 @@ pub struct Args {
     #[arg(long)]
     pub dpdk_vdev: Option<String>,
 
+    /// The spawned daemons' port MTU (`port.mtu`; their TCP segments follow it); above 1500:
+    /// jumbo frames (memif gets a buffer per frame).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9216))]
+    pub mtu: u16,
+
     /// Shared memory for rings and registered buffers.
     #[arg(long, value_enum, default_value = "auto")]
     pub hugepages: HugepagesArg,
@@ -224,6 +229,10 @@ pub enum Stop {
 }
 
 /// Where the iWARP endpoints come from (used only when verbs operations are requested).
+fn default_mtu() -> u16 {
+    1500
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointPlan {
     pub port: PortArg,
@@ -240,6 +249,9 @@ pub struct EndpointPlan {
     pub daemon_config: Option<PathBuf>,
     /// Spawned daemons time their poll-loop stages (`cores.stage_timing`).
     pub stage_timing: bool,
+    /// Spawned daemons' `port.mtu`.
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
 }
 
 /// Where results go.
@@ -452,6 +464,13 @@ impl Plan {
         if args.dpdk_vdev.is_some() && args.port != PortArg::Dpdk {
             return Err(BenchError::usage("--dpdk-vdev needs --port dpdk"));
         }
+        if args.mtu != 1500 && (args.daemons == DaemonsArg::Running || args.daemon_config.is_some())
+        {
+            return Err(BenchError::usage(
+                "--mtu sets the daemons this run starts from its own configuration: with \
+                 --daemons running or --daemon-config, port.mtu is theirs",
+            ));
+        }
 
         Ok(Plan {
             modes,
@@ -480,6 +499,7 @@ impl Plan {
                 iwarp_control: args.iwarp_control.clone(),
                 daemon_config: args.daemon_config.clone(),
                 stage_timing: args.stages,
+                mtu: args.mtu,
             },
             output: OutputPlan {
                 json: args.json.clone(),
@@ -626,6 +646,10 @@ mod tests {
         refused(&["--ops", "none,send"], "do not combine");
         refused(&["--daemons", "running"], "--runtime-dir twice");
         refused(&["--dpdk-vdev", "net_memif"], "--port dpdk");
+        refused(
+            &["--mtu", "9000", "--daemon-config", "/tmp/x.toml"],
+            "port.mtu is theirs",
+        );
     }
 
     #[test]

@@ -166,6 +166,7 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
     let _ = writeln!(t, "kind = \"{kind}\"");
     let _ = writeln!(t, "mac = \"02:00:00:00:be:{:02x}\"", idx + 1);
     let _ = writeln!(t, "ipv4 = \"{ip}/24\"");
+    let _ = writeln!(t, "mtu = {}", plan.mtu);
     let _ = writeln!(t, "segment = {}", q(&base.join("segment")));
     let _ = writeln!(t, "tap_name = \"iwb{}{idx}\"", std::process::id() % 10000);
     if plan.port == PortArg::Dpdk {
@@ -173,8 +174,10 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
         let role = if idx == 0 { "server" } else { "client" };
         let sock = base.join("memif.sock");
         let dev = if vdev.starts_with("net_memif") {
+            // A memif buffer per frame (memif's default is 2048 octets).
+            let bsize = (usize::from(plan.mtu) + 14).max(2048);
             format!(
-                "--vdev=net_memif{idx},role={role},socket={},id=0",
+                "--vdev=net_memif{idx},role={role},socket={},id=0,bsize={bsize}",
                 sock.display()
             )
         } else {
@@ -445,6 +448,7 @@ mod tests {
             iwarp_control: None,
             daemon_config: None,
             stage_timing: false,
+            mtu: 1500,
         }
     }
 
@@ -488,6 +492,15 @@ mod tests {
         assert!(a.contains("role=server,socket=/tmp/x/memif.sock"), "{a}");
         assert!(b.contains("role=client,socket=/tmp/x/memif.sock"), "{b}");
         assert!(a.contains("--file-prefix=ea") && b.contains("--file-prefix=eb"));
+        assert!(a.contains("mtu = 1500") && a.contains("bsize=2048"), "{a}");
+        let jumbo = EndpointPlan {
+            mtu: 9000,
+            daemon_cores: Vec::new(),
+            ..plan(PortArg::Dpdk)
+        };
+        let a = config_text(&jumbo, base, 0, "ea");
+        assert!(a.contains("mtu = 9000") && a.contains("bsize=9014"), "{a}");
+        iwarp_config::Config::parse(&a).expect("a valid configuration");
     }
 
     #[test]

@@ -30,6 +30,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         iwarp_control: Some(control),
         daemon_config: None,
         stage_timing: false,
+        mtu: 1500,
     }
 }
 

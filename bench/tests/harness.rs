@@ -466,6 +466,55 @@ fn node_pair_measures_the_rate_of_each_operation() {
 
 #[cfg(feature = "dpdk")]
 #[test]
+fn every_operation_over_dpdk_memif_daemons_with_jumbo_frames() {
+    // Two spawned endpoints whose daemons are joined by net_memif with 9000-octet frames
+    // (port.mtu 9000, a memif buffer per frame, TCP segments and FPDUs of 8960): every
+    // operation, small and 64 KiB, through iwarp-verbs. Root: hugepages, /var/run.
+    if !iwarp_testkit::root_or_skip("every_operation_over_dpdk_memif_daemons_with_jumbo_frames") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    ok(&[
+        "--port",
+        "dpdk",
+        "--dpdk-vdev",
+        "net_memif",
+        "--mtu",
+        "9000",
+        "--ops",
+        "all",
+        "--baselines",
+        "none",
+        "--mode",
+        "latency,bandwidth",
+        "--sizes",
+        "8,64K",
+        "--iterations",
+        "30",
+        "--warmup",
+        "3",
+        "--window",
+        "8",
+        "--json",
+        j.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    let ms = measurements(&v);
+    // At least the seven operations at 8 B in both modes, and 64 KiB Writes.
+    assert!(ms.len() >= 2 * 7, "{ms:?}");
+    for m in ms {
+        assert_eq!(m["count"], 30, "{m}");
+    }
+    assert!(
+        ms.iter().any(|m| m["size"] == 65536 && m["op"] == "write"),
+        "{ms:?}"
+    );
+}
+
+#[cfg(feature = "dpdk")]
+#[test]
 fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
     // The frame path of two nodes joined by net_memif, a busy-polling thread each: a
     // measurement is made and printed (no time is asserted). Root: hugepages, /var/run.
