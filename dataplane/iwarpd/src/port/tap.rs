@@ -22,6 +22,70 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
+/// `struct ifreq` with its `ifr_mtu` member (SIOCGIFMTU, SIOCSIFMTU).
+#[repr(C)]
+struct IfMtu {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    mtu: libc::c_int,
+    _pad: [u8; 20],
+}
+
+/// Gives the kernel side of interface `name` the MTU `mtu`, so that the kernel (a bridge, a
+/// VM's path) passes frames as long as the port sends and never sends longer ones (a TAP
+/// is created at 1500). Nothing to do where it has it already; an error where it differs
+/// and cannot be set (no CAP_NET_ADMIN on a TAP created for this user).
+fn set_kernel_mtu(name: &CString, mtu: usize) -> io::Result<()> {
+    // SAFETY: a plain socket() call; the descriptor is owned by `sock` below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut req = IfMtu {
+        name: [0; libc::IFNAMSIZ],
+        mtu: 0,
+        _pad: [0; 20],
+    };
+    for (d, s) in req.name.iter_mut().zip(name.as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    let want = libc::c_int::try_from(mtu).map_err(io::Error::other)?;
+    // SAFETY: `req` is an ifreq-layout struct that outlives the calls; the socket is open.
+    unsafe {
+        if libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFMTU as _,
+            &mut req as *mut IfMtu,
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if req.mtu == want {
+            return Ok(());
+        }
+        let had = req.mtu;
+        req.mtu = want;
+        if libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFMTU as _,
+            &mut req as *mut IfMtu,
+        ) < 0
+        {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "its MTU is {had}, port.mtu {mtu}, and setting it failed ({e}): \
+                     ip link set {} mtu {mtu}",
+                    name.to_string_lossy()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub struct TapPort {
     file: File,
     name: String,
@@ -31,8 +95,9 @@ pub struct TapPort {
 }
 
 impl TapPort {
-    /// Opens (creating if needed) the TAP interface `name`. The port's own MAC is `mac`: the
-    /// kernel side of the TAP has another, as a NIC and its switch port would.
+    /// Opens (creating if needed) the TAP interface `name`, its kernel side given the MTU
+    /// `mtu`. The port's own MAC is `mac`: the kernel side of the TAP has another, as a NIC
+    /// and its switch port would.
     pub fn open(name: &str, mac: [u8; 6], mtu: usize) -> io::Result<TapPort> {
         TapPort::open_queue(name, mac, mtu, 0)
     }
@@ -84,6 +149,7 @@ impl TapPort {
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
+        set_kernel_mtu(&cname, mtu)?;
         Ok(TapPort {
             file,
             name: name.to_string(),
