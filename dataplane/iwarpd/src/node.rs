@@ -787,6 +787,15 @@ impl<P: Port> Node<P> {
                 break;
             }
         }
+        // A stream's segments are acknowledged now, before the engine works through them:
+        // a turn may take in everything the sender has in flight, and an ACK held until the
+        // turn's end would leave the sender waiting for the whole turn (RFC 5681 asks for an
+        // ACK at least every second full segment). A lone segment's ACK still waits to ride
+        // on the answer.
+        if got > 1 {
+            self.iface_egress(now);
+            t.tcp += clock.lap();
+        }
         before_rx(&mut self.rnic);
         clock.lap();
         let mut busy = got > 0;

@@ -95,3 +95,57 @@ fn a_lone_small_segment_waits_for_its_ack_a_burst_of_full_ones_does_not() {
     );
     assert_eq!(mb.bytes(0, 4096), ma.bytes(0, 4096));
 }
+
+/// A burst of segments is acknowledged as soon as TCP has taken it in, before the engine
+/// works through it (a turn may take in all the sender has in flight; an ACK at the turn's
+/// end would keep the sender waiting that long): A's first ACK of B's burst still counts
+/// the burst's octets as unread, so it advertises less window than A's ACKs before it.
+#[test]
+fn a_burst_is_acknowledged_before_the_engine_reads_it() {
+    use iwarpd::port::pcap::PcapPort;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("a.pcap");
+    let a_mac = [2, 0, 0, 0, 3, 5];
+    let (pa, pb) = MemoryPort::pair(a_mac, [2, 0, 0, 0, 3, 6], 1500);
+    let pa = PcapPort::new(pa, &pcap).unwrap();
+    let (mut a, mut b) = pair_tcp(pa, pb, Settings::default(), TcpSettings::default());
+    let len = 16 << 10;
+    let (ma, mb) = (a.mem(len, Access::ALL), b.mem(len, Access::ALL));
+    mb.fill(9);
+    b.post_write(1, mb.sge(0, len), &ma, 0);
+    // B sends the whole Write in one turn, A takes it all in in one.
+    b.node.poll();
+    a.node.poll();
+    until(&mut a, &mut b, 20, |_, b| !b.wcs().is_empty());
+    assert!(ma.bytes(0, len) == mb.bytes(0, len));
+    drop(a);
+
+    // In capture order (A's port sees both ways): A's window before B's first data segment
+    // of the Write, and in A's first ACK of more than that segment.
+    let frames = iwarp_testkit::capture_frames(&pcap);
+    let segs: Vec<_> = frames
+        .iter()
+        .filter_map(|f| iwarp_testkit::tcp_segment(f))
+        .collect();
+    let from_a = |s: &&iwarp_testkit::TcpSegment| s.src_mac == a_mac;
+    let first_data = segs
+        .iter()
+        .position(|s| !from_a(&s) && s.payload.len() > 1000)
+        .expect("B's Write");
+    let start = segs[first_data].seq;
+    let idle_window = segs[..first_data].iter().rfind(from_a).unwrap().window;
+    let burst_window = segs[first_data..]
+        .iter()
+        .filter(from_a)
+        .find(|s| {
+            s.ack
+                .is_some_and(|ack| ack.wrapping_sub(start) as i32 > 1460)
+        })
+        .expect("an ACK of the burst")
+        .window;
+    assert!(
+        burst_window < idle_window,
+        "the burst's first ACK advertises {burst_window}, less than {idle_window}: bytes unread"
+    );
+}
