@@ -252,10 +252,6 @@ pub struct TcpSegment<'a> {
     pub src: ([u8; 4], u16),
     pub dst: ([u8; 4], u16),
     pub seq: u32,
-    /// The acknowledgement number (meaningful when `ack` is set) and the window field as
-    /// sent (before the sender's window scale).
-    pub ack: Option<u32>,
-    pub window: u16,
     pub syn: bool,
     pub rst: bool,
     /// Where the payload starts in the frame.
@@ -288,8 +284,6 @@ pub fn tcp_segment(frame: &[u8]) -> Option<TcpSegment<'_>> {
         src: (addr(12), port(0)),
         dst: (addr(16), port(2)),
         seq: u32::from_be_bytes(tcp[4..8].try_into().unwrap()),
-        ack: (tcp[13] & 0x10 != 0).then(|| u32::from_be_bytes(tcp[8..12].try_into().unwrap())),
-        window: u16::from_be_bytes([tcp[14], tcp[15]]),
         syn: tcp[13] & 0x02 != 0,
         rst: tcp[13] & 0x04 != 0,
         payload_at: 14 + ihl + doff,

@@ -787,14 +787,16 @@ impl<P: Port> Node<P> {
                 break;
             }
         }
-        // A stream's segments are acknowledged now, before the engine works through them:
-        // a turn may take in everything the sender has in flight, and an ACK held until the
-        // turn's end would leave the sender waiting for the whole turn (RFC 5681 asks for an
-        // ACK at least every second full segment). A lone segment's ACK still waits to ride
-        // on the answer.
+        // A stream's segments are acknowledged now, and the ACK sent, before the engine works
+        // through them: a turn may take in everything the sender has in flight, and an ACK
+        // held until the turn's end left the sender waiting for the whole turn (RFC 5681 asks
+        // for an ACK at least every second full segment). A lone segment's ACK still waits
+        // to ride on the answer.
         if got > 1 {
             self.iface_egress(now);
             t.tcp += clock.lap();
+            let _ = self.dev.port.flush();
+            t.port += clock.lap();
         }
         before_rx(&mut self.rnic);
         clock.lap();
