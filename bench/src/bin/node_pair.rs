@@ -30,6 +30,9 @@
 //! gives each node its own thread pinned to its own core (`--cores`), each polling only its
 //! node, busy: two daemons' frame paths, without the applications and their rings.
 //!
+//! `--mtu N` (both modes) runs the link at that MTU, TCP's segments and FPDUs following it
+//! as the daemon's defaults do; memif gets a buffer per frame. Above 1500: jumbo frames.
+//!
 //! `--rings` (both modes) puts the rings back: work is posted and reaped through an
 //! application's shared-memory SQ, RQ and CQ rings, moved by the daemon's own fast path
 //! ([`HostQp`], [`HostCq`]) in a worker's order; the application's side runs on its node's
