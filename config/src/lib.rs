@@ -89,6 +89,11 @@ pub struct Port {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Tcp {
+    /// smoltcp's receive and send buffers per connection (1 MiB each by default). The
+    /// receive buffer is the window the peer may fill, so it must exceed what the peer keeps
+    /// in flight; much more costs speed, not only memory: the buffers are rings the data is
+    /// copied through, and a ring larger than the cache is copied through at memory speed
+    /// (4 MiB each, the earlier default, moved 64 KiB Writes 8–18 % slower over memif).
     pub rx_buffer: usize,
     pub tx_buffer: usize,
     /// The minimum retransmission timeout, in microseconds (far below smoltcp's fixed 1 s).
@@ -218,8 +223,8 @@ impl Default for Port {
 impl Default for Tcp {
     fn default() -> Tcp {
         Tcp {
-            rx_buffer: 4 << 20,
-            tx_buffer: 4 << 20,
+            rx_buffer: 1 << 20,
+            tx_buffer: 1 << 20,
             min_rto_us: 1000,
             mss: 0,
             max_inflight: 0,

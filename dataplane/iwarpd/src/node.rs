@@ -57,8 +57,8 @@ pub struct TcpSettings {
 impl Default for TcpSettings {
     fn default() -> TcpSettings {
         TcpSettings {
-            rx_buffer: 4 << 20,
-            tx_buffer: 4 << 20,
+            rx_buffer: 1 << 20,
+            tx_buffer: 1 << 20,
             min_rto_us: 1000,
             mss: 1460,
             max_inflight: 256 << 10,
