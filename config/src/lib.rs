@@ -84,6 +84,10 @@ pub struct Port {
     /// EAL arguments (dpdk port).
     pub eal_args: Vec<String>,
     pub dpdk_port_id: u16,
+    /// Let the device compute and check TCP checksums where it can (dpdk port; most NICs
+    /// can, memif cannot). Off: smoltcp does both in software, and captures show the
+    /// checksums the wire carries.
+    pub checksum_offload: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -216,6 +220,7 @@ impl Default for Port {
             tap_name: "iwarp0".into(),
             eal_args: Vec::new(),
             dpdk_port_id: 0,
+            checksum_offload: true,
         }
     }
 }

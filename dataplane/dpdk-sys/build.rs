@@ -37,7 +37,7 @@ fn main() {
         .header("wrapper.h")
         .allowlist_function("rte_eal_init|rte_eal_cleanup|rte_eth_dev_count_avail|rte_eth_dev_configure|rte_eth_rx_queue_setup|rte_eth_tx_queue_setup|rte_eth_dev_start|rte_eth_dev_stop|rte_eth_dev_close|rte_eth_macaddr_get|rte_eth_promiscuous_enable|rte_eth_dev_socket_id|rte_eth_dev_info_get|rte_eth_dev_get_port_by_name|rte_pktmbuf_pool_create|rte_mempool_free|rte_strerror|rte_socket_id|rte_eth_link_get_nowait|iw_.*")
         .allowlist_type("rte_eth_conf|rte_ether_addr|rte_mbuf|rte_mempool|rte_eth_dev_info|rte_eth_link")
-        .allowlist_var("RTE_MBUF_DEFAULT_BUF_SIZE|RTE_ETHER_.*")
+        .allowlist_var("RTE_MBUF_DEFAULT_BUF_SIZE|RTE_ETHER_.*|IW_.*")
         .derive_default(true)
         .layout_tests(false)
         .generate_comments(false);

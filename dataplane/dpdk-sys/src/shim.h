@@ -16,4 +16,20 @@ uint32_t iw_pktmbuf_pkt_len(const struct rte_mbuf *m);
 uint16_t iw_pktmbuf_headroom_default(void);
 char *iw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 int iw_errno(void);
+/* TCP checksum offload over IPv4: the device capability bits (rx/tx offload_capa, and
+ * rte_eth_conf's offloads), a frame to send marked for it (l2_len, l3_len: the Ethernet and
+ * IPv4 header lengths; the TCP checksum field holds the pseudo-header sum), and what the
+ * device said of a received frame's TCP checksum. */
+uint64_t iw_tx_offload_tcp_cksum(void);
+uint64_t iw_rx_offload_tcp_cksum(void);
+void iw_pktmbuf_tx_tcp_cksum(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len);
+enum {
+    IW_L4_CKSUM_UNKNOWN = 0, /* not checked: check it in software */
+    IW_L4_CKSUM_BAD = 1,
+    IW_L4_CKSUM_GOOD = 2,
+    IW_L4_CKSUM_VERIFIED = 3, /* the field is not valid but the data is (virtual devices) */
+};
+int iw_pktmbuf_rx_l4_cksum(const struct rte_mbuf *m);
+/* rte_eth_tx_prepare: a device's own fix-ups of frames marked for offloads. */
+uint16_t iw_tx_prepare(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 unsigned iw_lcore_id(void);

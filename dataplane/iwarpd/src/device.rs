@@ -1,13 +1,15 @@
-//! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts into a small queue of
-//! recycled buffers (no allocation per frame once warm) and go out through the port, ARP
-//! requests paced (see [`ArpPacer`]), and each TCP peer's window and resets read on the way in.
+//! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts, queued in the port's own
+//! buffers until smoltcp has read them (then given back to the port: nothing copied, nothing
+//! allocated once warm), and go out through the port, ARP requests paced (see [`ArpPacer`]),
+//! and each TCP peer's window and resets read on the way in.
 
 use crate::peer_tcp::PeerTcp;
 use crate::port::Port;
-use smoltcp::phy::{self, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
 use std::collections::VecDeque;
+use std::ops::Deref;
 
 /// An IPv4 ARP packet's operation, sender and target protocol addresses; None for any other
 /// frame (checked as smoltcp checks what it parses).
@@ -100,8 +102,10 @@ pub struct PortDevice<P: Port> {
     pub port: P,
     /// The IP MTU smoltcp is told: our segment size plus headers, within the port's MTU.
     ip_mtu: usize,
-    rxq: VecDeque<Vec<u8>>,
-    pool: Vec<Vec<u8>>,
+    /// Received frames smoltcp has not taken yet.
+    rxq: VecDeque<P::Frame>,
+    /// Frames smoltcp has read, given back to the port before its next burst.
+    read: Vec<P::Frame>,
     txbuf: Vec<u8>,
     pub arp: ArpPacer,
     /// What the peers of the node's connections said (window, reset), read as smoltcp takes
@@ -125,7 +129,7 @@ impl<P: Port> PortDevice<P> {
             ip_mtu: (mss + 40).min(port.mtu()),
             port,
             rxq: VecDeque::with_capacity(RX_BURST),
-            pool: (0..RX_BURST).map(|_| Vec::with_capacity(frame)).collect(),
+            read: Vec::with_capacity(RX_BURST),
             txbuf: vec![0; frame],
             arp,
             peers: PeerTcp::default(),
@@ -143,20 +147,20 @@ impl<P: Port> PortDevice<P> {
 
     /// Pulls a burst from the port when the queue is empty. Returns frames taken.
     pub fn fill(&mut self) -> usize {
+        for frame in self.read.drain(..) {
+            self.port.recycle(frame);
+        }
         if !self.rxq.is_empty() {
             return 0;
         }
-        let (rxq, pool, arp) = (&mut self.rxq, &mut self.pool, &mut self.arp);
+        let (rxq, arp) = (&mut self.rxq, &mut self.arp);
         let mut bytes = 0;
         let n = self
             .port
             .rx_burst(RX_BURST, |f| {
-                arp.heard(f);
-                let mut b = pool.pop().unwrap_or_default();
-                b.clear();
-                b.extend_from_slice(f);
+                arp.heard(&f);
                 bytes += f.len() as u64;
-                rxq.push_back(b);
+                rxq.push_back(f);
             })
             .unwrap_or(0);
         self.rx_frames += n as u64;
@@ -165,9 +169,9 @@ impl<P: Port> PortDevice<P> {
     }
 }
 
-pub struct RxToken<'a> {
-    buf: Vec<u8>,
-    pool: &'a mut Vec<Vec<u8>>,
+pub struct RxToken<'a, F> {
+    frame: F,
+    read: &'a mut Vec<F>,
 }
 
 pub struct TxToken<'a, P: Port> {
@@ -179,10 +183,10 @@ pub struct TxToken<'a, P: Port> {
     bytes: &'a mut u64,
 }
 
-impl phy::RxToken for RxToken<'_> {
+impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(&self.buf);
-        self.pool.push(self.buf);
+        let r = f(&self.frame);
+        self.read.push(self.frame);
         r
     }
 }
@@ -204,7 +208,7 @@ impl<P: Port> phy::TxToken for TxToken<'_, P> {
 
 impl<P: Port> phy::Device for PortDevice<P> {
     type RxToken<'a>
-        = RxToken<'a>
+        = RxToken<'a, P::Frame>
     where
         Self: 'a;
     type TxToken<'a>
@@ -212,13 +216,13 @@ impl<P: Port> phy::Device for PortDevice<P> {
     where
         Self: 'a;
 
-    fn receive(&mut self, now: Instant) -> Option<(RxToken<'_>, TxToken<'_, P>)> {
-        let buf = self.rxq.pop_front()?;
-        self.peers.observe(&buf);
+    fn receive(&mut self, now: Instant) -> Option<(RxToken<'_, P::Frame>, TxToken<'_, P>)> {
+        let frame = self.rxq.pop_front()?;
+        self.peers.observe(&frame);
         Some((
             RxToken {
-                buf,
-                pool: &mut self.pool,
+                frame,
+                read: &mut self.read,
             },
             TxToken {
                 port: &mut self.port,
@@ -247,6 +251,9 @@ impl<P: Port> phy::Device for PortDevice<P> {
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = self.ip_mtu + 14;
         caps.max_burst_size = Some(RX_BURST);
+        if self.port.offloads_tcp_checksum() {
+            caps.checksum.tcp = Checksum::None;
+        }
         caps
     }
 }
@@ -254,6 +261,76 @@ impl<P: Port> phy::Device for PortDevice<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::memory::MemoryPort;
+    use smoltcp::phy::{Device, RxToken as _};
+
+    /// A memory port that records the buffers given back to it.
+    struct Recycling {
+        inner: MemoryPort,
+        given_back: Vec<*const u8>,
+    }
+
+    impl Port for Recycling {
+        type Frame = Vec<u8>;
+        fn mac(&self) -> [u8; 6] {
+            self.inner.mac()
+        }
+        fn mtu(&self) -> usize {
+            self.inner.mtu()
+        }
+        fn rx_burst<F: FnMut(Vec<u8>)>(&mut self, max: usize, f: F) -> std::io::Result<usize> {
+            self.inner.rx_burst(max, f)
+        }
+        fn recycle(&mut self, frame: Vec<u8>) {
+            self.given_back.push(frame.as_ptr());
+        }
+        fn tx(&mut self, frame: &[u8]) -> std::io::Result<()> {
+            self.inner.tx(frame)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn smoltcp_reads_the_ports_buffers_and_they_go_back_to_it() {
+        let (mut a, b) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        for i in 0..3u8 {
+            a.tx(&[i; 60]).unwrap();
+        }
+        let port = Recycling {
+            inner: b,
+            given_back: Vec::new(),
+        };
+        let mut dev = PortDevice::new(port, ArpPacer::new(Duration::ZERO), 1460);
+        assert_eq!(dev.fill(), 3);
+        let mut seen = Vec::new();
+        let mut read_one = |dev: &mut PortDevice<Recycling>| {
+            let (rx, _) = dev.receive(Instant::from_millis(0)).expect("a frame");
+            rx.consume(|f| seen.push((f.as_ptr(), f[0])));
+        };
+        read_one(&mut dev);
+        read_one(&mut dev);
+        assert!(
+            dev.port.given_back.is_empty(),
+            "given back before the next burst"
+        );
+        a.tx(&[9; 60]).unwrap();
+        assert_eq!(dev.fill(), 0, "no burst while a frame waits for smoltcp");
+        assert_eq!(dev.port.given_back.len(), 2);
+        read_one(&mut dev);
+        assert_eq!(dev.fill(), 1);
+        read_one(&mut dev);
+        assert!(dev.receive(Instant::from_millis(0)).is_none());
+        assert_eq!(dev.fill(), 0);
+        let order: Vec<u8> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(order, [0, 1, 2, 9]);
+        let read: Vec<*const u8> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(
+            dev.port.given_back, read,
+            "smoltcp read the port's own buffers"
+        );
+    }
 
     fn arp(op: u16, target: [u8; 4]) -> Vec<u8> {
         let mut f = vec![0; 42];

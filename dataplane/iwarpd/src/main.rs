@@ -640,11 +640,22 @@ fn dpdk_queues(cfg: &Config, queues: u16) -> Result<Vec<iwarpd::port::dpdk::Dpdk
     use iwarpd::port::dpdk::{eal_init, DpdkPort};
     eal_init(&cfg.port.eal_args).map_err(|e| format!("port.eal_args: {e}"))?;
     match dpdk_device(&cfg.port.eal_args) {
-        Some(name) => DpdkPort::open_queues(&name, cfg.port.mtu, queues)
+        Some(name) => DpdkPort::open_queues(&name, cfg.port.mtu, queues, cfg.port.checksum_offload)
             .map_err(|e| format!("DPDK port {name}: {e}")),
-        // No device named: the first port EAL probed (a NIC bound to vfio-pci).
-        None => DpdkPort::open_id_queues(0, cfg.port.mtu, queues, Duration::from_secs(5))
-            .map_err(|e| format!("DPDK port 0 (no --vdev or -a in port.eal_args): {e}")),
+        // No device named: the port EAL probed with id `port.dpdk_port_id` (0: the first).
+        None => DpdkPort::open_id_queues(
+            cfg.port.dpdk_port_id,
+            cfg.port.mtu,
+            queues,
+            Duration::from_secs(5),
+            cfg.port.checksum_offload,
+        )
+        .map_err(|e| {
+            format!(
+                "DPDK port {} (port.dpdk_port_id; no --vdev or -a in port.eal_args): {e}",
+                cfg.port.dpdk_port_id
+            )
+        }),
     }
 }
 

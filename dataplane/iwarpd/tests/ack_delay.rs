@@ -114,7 +114,8 @@ impl Port for Batching {
     fn mtu(&self) -> usize {
         self.inner.mtu()
     }
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> std::io::Result<usize> {
+    type Frame = Vec<u8>;
+    fn rx_burst<F: FnMut(Vec<u8>)>(&mut self, max: usize, f: F) -> std::io::Result<usize> {
         self.inner.rx_burst(max, f)
     }
     fn tx(&mut self, frame: &[u8]) -> std::io::Result<()> {

@@ -151,7 +151,7 @@ fn the_daemon_answers_counts_and_shuts_down_cleanly() {
         probe.flush().unwrap();
         std::thread::sleep(Duration::from_millis(20));
         probe
-            .rx_burst(32, |f| answered |= is_arp_reply_from_daemon(f))
+            .rx_burst(32, |f| answered |= is_arp_reply_from_daemon(&f))
             .unwrap();
     }
     assert!(answered, "no ARP reply from the daemon");

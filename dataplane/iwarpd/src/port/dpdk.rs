@@ -1,8 +1,8 @@
 //! A DPDK port (feature `dpdk`): frames through a DPDK ethdev (a real NIC bound to vfio-pci
 //! in production; `net_memif`, `net_af_packet`, `net_tap` or `net_ring` virtual devices in
 //! tests), one RX and one TX queue per poll-mode worker, bursts of 32, one mbuf pool per
-//! queue. smoltcp builds each frame it sends straight into an mbuf ([`Port::tx_with`]);
-//! received frames are copied out of theirs.
+//! queue. smoltcp builds each frame it sends straight into an mbuf ([`Port::tx_with`]) and
+//! reads each frame it receives in its mbuf ([`RxMbuf`], freed once read).
 //!
 //! With several workers each [`DpdkPort`] is one queue pair of the device: a worker receives
 //! what the device put on its queue (memif: what the peer sent on the queue of the same
@@ -16,20 +16,27 @@
 //! left at its default. A received frame longer than one mbuf (a peer whose MTU is larger
 //! than ours) is dropped and counted.
 //!
-//! Not done yet: zero-copy receive (the device layer queues a burst before smoltcp takes it,
-//! so received frames are copied into its buffers and the mbufs freed at once; keeping the
-//! mbufs until smoltcp has read them would save that copy); programming the NIC to steer by
+//! TCP checksums: where the device offers to compute them on transmit and check them on
+//! receive (most NICs; `net_tap`, in software; not memif), and `port.checksum_offload` is
+//! on (the default), the port asks for both, so smoltcp does neither: each TCP frame sent goes
+//! with the pseudo-header sum in its checksum field and the offload flags on its mbuf (and
+//! through `rte_eth_tx_prepare`), and a received frame the device found bad is dropped and
+//! counted, one it did not check is checked here ([`super::tcp_checksum`]).
+//!
+//! Not done yet: programming the NIC to steer by
 //! destination port (rte_flow), so that a frame lands on its owner's queue without a
 //! hand-over; setting the NIC's MAC from `port.mac` (the port uses the device's own, which
 //! memif takes from its `mac=` devarg).
 
+use super::tcp_checksum;
 use super::Port;
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::io;
+use std::ops::Deref;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Frames per RX burst and per TX batch (DPDK's l2fwd uses 32 too).
@@ -151,7 +158,8 @@ impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: the port was started in `open_id`; it is stopped and closed once here, when
         // no queue of it is used any more, and only then its pools freed (no mbuf of them is
-        // left in the port's rings or in any queue's `tx`, which each queue flushed).
+        // left in the port's rings, in any queue's `tx`, which each queue flushed, or in a
+        // received frame, each of which holds its queue's `QueueLife`).
         unsafe {
             sys::rte_eth_dev_stop(self.port_id);
             sys::rte_eth_dev_close(self.port_id);
@@ -162,10 +170,44 @@ impl Drop for Device {
     }
 }
 
+/// Keeps a device's pools (and the device) alive while one queue or a frame it received is:
+/// one per queue, so that the count each received frame takes stays on its worker's core.
+struct QueueLife {
+    _dev: Arc<Device>,
+}
+
+/// A received frame in its mbuf, which goes back to its pool when the frame is dropped.
+pub struct RxMbuf {
+    m: *mut sys::rte_mbuf,
+    data: *const u8,
+    len: usize,
+    _life: Arc<QueueLife>,
+}
+
+// SAFETY: the mbuf is this frame's alone; freeing it into its pool is safe from any thread
+// (DPDK mempools are multi-producer), and `_life` keeps the pool alive wherever it goes.
+unsafe impl Send for RxMbuf {}
+
+impl Deref for RxMbuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `data` is the mbuf's first (only) segment, `len` octets long, and the mbuf
+        // is ours until this frame is dropped.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+impl Drop for RxMbuf {
+    fn drop(&mut self) {
+        // SAFETY: ours, freed once; its pool outlives `_life`, dropped after this.
+        unsafe { sys::iw_pktmbuf_free(self.m) }
+    }
+}
+
 /// One RX/TX queue pair of a DPDK device.
 pub struct DpdkPort {
-    /// Keeps the device open while any of its queues is.
-    _dev: std::sync::Arc<Device>,
+    /// Keeps the device open while this queue or a frame it received is.
+    life: Arc<QueueLife>,
     port_id: u16,
     queue: u16,
     pool: *mut sys::rte_mempool,
@@ -177,6 +219,10 @@ pub struct DpdkPort {
     pub tx_dropped: u64,
     /// Received frames longer than one mbuf, dropped.
     pub rx_dropped: u64,
+    /// Received frames whose TCP checksum was wrong, dropped (with checksum offload).
+    pub rx_bad_checksum: u64,
+    /// TCP checksums offloaded to the device (see the module's doc).
+    tcp_checksum: bool,
     /// A memif client restarts its device when its link stays down (see `watch_link`); only
     /// a device with one queue, since a restart stops every queue under its worker.
     memif_client: bool,
@@ -194,13 +240,20 @@ impl DpdkPort {
     /// Opens the ethdev named `name`: a vdev name such as `net_memif0`, or a PCI address
     /// such as `0000:03:00.0` for a NIC bound to vfio-pci. EAL must be initialised first
     /// ([`eal_init`]).
+    /// TCP checksums are offloaded where the device can take them.
     pub fn open(name: &str, mtu: usize) -> io::Result<DpdkPort> {
-        let mut q = DpdkPort::open_queues(name, mtu, 1)?;
+        let mut q = DpdkPort::open_queues(name, mtu, 1, true)?;
         q.pop().ok_or_else(|| io::Error::other("no queue"))
     }
 
-    /// As [`DpdkPort::open`], with `queues` RX/TX queue pairs, one per worker, in order.
-    pub fn open_queues(name: &str, mtu: usize, queues: u16) -> io::Result<Vec<DpdkPort>> {
+    /// As [`DpdkPort::open`], with `queues` RX/TX queue pairs, one per worker, in order, and
+    /// TCP checksums offloaded only if `checksum_offload` (and the device can).
+    pub fn open_queues(
+        name: &str,
+        mtu: usize,
+        queues: u16,
+        checksum_offload: bool,
+    ) -> io::Result<Vec<DpdkPort>> {
         let cname = CString::new(name).map_err(|_| io::Error::other("port name has a NUL"))?;
         let mut port_id = 0u16;
         // SAFETY: valid C string and out-pointer.
@@ -224,7 +277,7 @@ impl DpdkPort {
         } else {
             Duration::ZERO
         };
-        let mut ports = DpdkPort::open_id_queues(port_id, mtu, queues, patience)?;
+        let mut ports = DpdkPort::open_id_queues(port_id, mtu, queues, patience, checksum_offload)?;
         match &mut ports[..] {
             [port] => port.memif_client = memif_client,
             // A restart would stop the queues under the other workers, so a client with
@@ -238,16 +291,18 @@ impl DpdkPort {
     /// Opens the ethdev with DPDK port id `port_id` (the first one EAL probed, when the
     /// configuration names no device), retrying its start for up to `patience`.
     pub fn open_id(port_id: u16, mtu: usize, patience: Duration) -> io::Result<DpdkPort> {
-        let mut q = DpdkPort::open_id_queues(port_id, mtu, 1, patience)?;
+        let mut q = DpdkPort::open_id_queues(port_id, mtu, 1, patience, true)?;
         q.pop().ok_or_else(|| io::Error::other("no queue"))
     }
 
-    /// As [`DpdkPort::open_id`], with `queues` RX/TX queue pairs.
+    /// As [`DpdkPort::open_id`], with `queues` RX/TX queue pairs, and TCP checksums
+    /// offloaded only if `checksum_offload` (and the device can).
     pub fn open_id_queues(
         port_id: u16,
         mtu: usize,
         queues: u16,
         patience: Duration,
+        checksum_offload: bool,
     ) -> io::Result<Vec<DpdkPort>> {
         if queues == 0 {
             return Err(io::Error::other("no queues asked for"));
@@ -296,13 +351,42 @@ impl DpdkPort {
                 dpdk_err(what, rc)
             };
             let mut conf = sys::rte_eth_conf::default();
-            conf.rxmode.mtu = match device_mtu(port_id, mtu) {
+            let info = match dev_info(port_id) {
+                Ok(info) => info,
+                Err(e) => {
+                    free(&pools);
+                    return Err(e);
+                }
+            };
+            conf.rxmode.mtu = match device_mtu(&info, mtu) {
                 Ok(m) => m,
                 Err(e) => {
                     free(&pools);
                     return Err(e);
                 }
             };
+            let (tx_csum, rx_csum) = (
+                sys::iw_tx_offload_tcp_cksum(),
+                sys::iw_rx_offload_tcp_cksum(),
+            );
+            let tcp_checksum = checksum_offload
+                && info.tx_offload_capa & tx_csum != 0
+                && info.rx_offload_capa & rx_csum != 0;
+            if tcp_checksum {
+                conf.txmode.offloads |= tx_csum;
+                conf.rxmode.offloads |= rx_csum;
+            }
+            tracing::info!(
+                "DPDK port {port_id} ({}): TCP checksums {}",
+                driver_name(&info),
+                if tcp_checksum {
+                    "offloaded to the device"
+                } else if checksum_offload {
+                    "computed in software (the device cannot take them)"
+                } else {
+                    "computed in software (port.checksum_offload = false)"
+                }
+            );
             let rc = sys::rte_eth_dev_configure(port_id, queues, queues, &conf);
             if rc != 0 {
                 return Err(fail(
@@ -341,7 +425,7 @@ impl DpdkPort {
                 sys::rte_eth_dev_stop(port_id);
                 return Err(fail("rte_eth_macaddr_get", rc));
             }
-            let dev = std::sync::Arc::new(Device {
+            let dev = Arc::new(Device {
                 port_id,
                 pools: pools.clone(),
             });
@@ -349,7 +433,9 @@ impl DpdkPort {
                 .iter()
                 .enumerate()
                 .map(|(q, &pool)| DpdkPort {
-                    _dev: std::sync::Arc::clone(&dev),
+                    life: Arc::new(QueueLife {
+                        _dev: Arc::clone(&dev),
+                    }),
                     port_id,
                     queue: q as u16,
                     pool,
@@ -360,6 +446,8 @@ impl DpdkPort {
                     tx_len: 0,
                     tx_dropped: 0,
                     rx_dropped: 0,
+                    rx_bad_checksum: 0,
+                    tcp_checksum,
                     memif_client: false,
                     link_checked: Instant::now(),
                     down_since: None,
@@ -459,7 +547,9 @@ impl Port for DpdkPort {
     fn mtu(&self) -> usize {
         self.mtu
     }
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = RxMbuf;
+
+    fn rx_burst<F: FnMut(RxMbuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let want = max.min(BURST) as u16;
         // SAFETY: `rx` has room for BURST mbuf pointers; the PMD fills at most `want`.
         let n = unsafe { sys::iw_rx_burst(self.port_id, self.queue, self.rx.as_mut_ptr(), want) }
@@ -469,20 +559,30 @@ impl Port for DpdkPort {
         }
         let mut delivered = 0;
         for &m in &self.rx[..n] {
-            // SAFETY: `m` is an mbuf the PMD handed us; its first segment's data is data_len
-            // octets long, and we free it (with any segments chained to it) exactly once
-            // after reading.
+            // SAFETY: `m` is an mbuf the PMD handed us, whose first segment's data is
+            // data_len octets long. It goes to `f` in an RxMbuf, which frees it, or is freed
+            // here (with any segments chained to it); either way exactly once.
             unsafe {
                 let len = sys::iw_pktmbuf_data_len(m) as usize;
+                let data = sys::iw_pktmbuf_data(m) as *const u8;
                 // A frame longer than one mbuf came in a chain: longer than our MTU.
-                if len as u32 == sys::iw_pktmbuf_pkt_len(m) {
-                    let data = sys::iw_pktmbuf_data(m) as *const u8;
-                    f(std::slice::from_raw_parts(data, len));
-                    delivered += 1;
-                } else {
+                if len as u32 != sys::iw_pktmbuf_pkt_len(m) {
                     self.rx_dropped += 1;
+                    sys::iw_pktmbuf_free(m);
+                } else if self.tcp_checksum
+                    && !checksum_ok(m, std::slice::from_raw_parts(data, len))
+                {
+                    self.rx_bad_checksum += 1;
+                    sys::iw_pktmbuf_free(m);
+                } else {
+                    f(RxMbuf {
+                        m,
+                        data,
+                        len,
+                        _life: Arc::clone(&self.life),
+                    });
+                    delivered += 1;
                 }
-                sys::iw_pktmbuf_free(m);
             }
         }
         Ok(delivered)
@@ -500,6 +600,9 @@ impl Port for DpdkPort {
         unsafe {
             let dst = sys::iw_pktmbuf_data(m) as *mut u8;
             ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len());
+            if self.tcp_checksum {
+                offload_checksum(m, std::slice::from_raw_parts_mut(dst, frame.len()));
+            }
         }
         self.tx[self.tx_len] = m;
         self.tx_len += 1;
@@ -529,6 +632,10 @@ impl Port for DpdkPort {
             unsafe { std::slice::from_raw_parts_mut(sys::iw_pktmbuf_data(m) as *mut u8, len) };
         let (r, send) = build(frame);
         if send {
+            if self.tcp_checksum {
+                // SAFETY: `m` is ours and `frame` its data.
+                unsafe { offload_checksum(m, frame) };
+            }
             self.tx[self.tx_len] = m;
             self.tx_len += 1;
         } else {
@@ -541,15 +648,25 @@ impl Port for DpdkPort {
         if self.tx_len == 0 {
             return Ok(());
         }
-        // SAFETY: the first tx_len entries are mbufs we own; the PMD takes those it sends.
-        let sent = unsafe {
-            sys::iw_tx_burst(
-                self.port_id,
-                self.queue,
-                self.tx.as_mut_ptr(),
-                self.tx_len as u16,
-            )
-        } as usize;
+        let ready = if self.tcp_checksum {
+            // The device's own fix-ups for offloads; a frame it refuses (and any after it)
+            // is dropped below.
+            // SAFETY: the first tx_len entries are mbufs we own.
+            unsafe {
+                sys::iw_tx_prepare(
+                    self.port_id,
+                    self.queue,
+                    self.tx.as_mut_ptr(),
+                    self.tx_len as u16,
+                )
+            }
+        } else {
+            self.tx_len as u16
+        };
+        // SAFETY: the first `ready` entries are mbufs we own; the PMD takes those it sends.
+        let sent =
+            unsafe { sys::iw_tx_burst(self.port_id, self.queue, self.tx.as_mut_ptr(), ready) }
+                as usize;
         for &m in &self.tx[sent..self.tx_len] {
             // A full TX ring: the frame is dropped (TCP recovers), its mbuf freed.
             // SAFETY: not taken by the PMD, still ours.
@@ -560,28 +677,64 @@ impl Port for DpdkPort {
         Ok(())
     }
     fn dropped(&self) -> u64 {
-        self.tx_dropped + self.rx_dropped
+        self.tx_dropped + self.rx_dropped + self.rx_bad_checksum
+    }
+    fn offloads_tcp_checksum(&self) -> bool {
+        self.tcp_checksum
     }
 }
 
-/// The MTU to configure device `port_id` with for `mtu`: `mtu` where the device takes it;
-/// DPDK's default (0: 1500) for memif, which says it takes no more but carries frames of
-/// any length; an error naming the device's limit for any other device.
-fn device_mtu(port_id: u16, mtu: usize) -> io::Result<u32> {
+/// Marks a TCP frame to send for the device to fill in its checksum ([`tcp_checksum`]);
+/// anything else goes as it is.
+///
+/// # Safety
+/// `m` is an mbuf we own and `frame` its data.
+unsafe fn offload_checksum(m: *mut sys::rte_mbuf, frame: &mut [u8]) {
+    if let Some(l3_len) = tcp_checksum::prepare_for_offload(frame) {
+        sys::iw_pktmbuf_tx_tcp_cksum(m, ETH_HEADER as u16, l3_len as u16);
+    }
+}
+
+/// Whether a received frame's TCP checksum is right, as the device found it, or checked here
+/// where the device did not.
+///
+/// # Safety
+/// `m` is an mbuf we own and `frame` its data.
+unsafe fn checksum_ok(m: *const sys::rte_mbuf, frame: &[u8]) -> bool {
+    match sys::iw_pktmbuf_rx_l4_cksum(m) as u32 {
+        sys::IW_L4_CKSUM_GOOD | sys::IW_L4_CKSUM_VERIFIED => true,
+        sys::IW_L4_CKSUM_BAD => false,
+        _ => tcp_checksum::tcp_checksum_ok(frame),
+    }
+}
+
+/// What device `port_id` says of itself.
+fn dev_info(port_id: u16) -> io::Result<sys::rte_eth_dev_info> {
     let mut info = sys::rte_eth_dev_info::default();
     // SAFETY: a port id DPDK gave us and a valid out-pointer.
     let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
     if rc != 0 {
         return Err(dpdk_err("rte_eth_dev_info_get", rc));
     }
-    let driver = if info.driver_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: the driver's name, a static C string.
-        unsafe { CStr::from_ptr(info.driver_name) }
-            .to_string_lossy()
-            .into_owned()
-    };
+    Ok(info)
+}
+
+/// The name of a device's driver (`net_memif`, `net_ice`, ...).
+fn driver_name(info: &sys::rte_eth_dev_info) -> String {
+    if info.driver_name.is_null() {
+        return String::new();
+    }
+    // SAFETY: the driver's name, a static C string.
+    unsafe { CStr::from_ptr(info.driver_name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The MTU to configure a device (described by `info`) with for `mtu`: `mtu` where the
+/// device takes it; DPDK's default (0: 1500) for memif, which says it takes no more but
+/// carries frames of any length; an error naming the device's limit for any other device.
+fn device_mtu(info: &sys::rte_eth_dev_info, mtu: usize) -> io::Result<u32> {
+    let driver = driver_name(info);
     // The frame's overhead beyond the MTU as ethdev reckons it when it checks one.
     let max_mtu = u32::from(info.max_mtu);
     let overhead = if max_mtu != u32::from(u16::MAX) && info.max_rx_pktlen > max_mtu {
@@ -604,7 +757,7 @@ fn device_mtu(port_id: u16, mtu: usize) -> io::Result<u32> {
 
 impl Drop for DpdkPort {
     fn drop(&mut self) {
-        // The device (`dev`) goes with the last queue.
+        // The device goes with the last queue and the last frame they received.
         let _ = self.flush();
     }
 }

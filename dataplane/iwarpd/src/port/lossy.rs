@@ -25,7 +25,9 @@ impl<P: Port> LossyPort<P> {
 
 impl<P: Port> Port for LossyPort<P> {
     forward_to_inner!();
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = P::Frame;
+
+    fn rx_burst<F: FnMut(P::Frame)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let (state, one_in, dropped) = (&mut self.state, self.one_in, &mut self.dropped);
         self.inner.rx_burst(max, |frame| {
             *state ^= *state << 13;

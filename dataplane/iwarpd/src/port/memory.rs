@@ -55,14 +55,16 @@ impl Port for MemoryPort {
     fn mtu(&self) -> usize {
         self.mtu
     }
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = Vec<u8>;
+
+    fn rx_burst<F: FnMut(Vec<u8>)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let mut q = self
             .rx
             .lock()
             .map_err(|_| io::Error::other("peer panicked"))?;
         let n = q.len().min(max);
         for frame in q.drain(..n) {
-            f(&frame);
+            f(frame);
         }
         Ok(n)
     }

@@ -10,10 +10,15 @@
 //!   steered to the worker that owns their connection.
 //!
 //! The trait is generic (no `dyn` on the hot path): the poll loop is monomorphised per port.
+//!
+//! Received frames stay in the port's own buffers (DPDK's mbufs, [`RxPool`]'s buffers for
+//! ports that receive with a system call) until smoltcp has read them: the device queues a
+//! burst of [`Port::Frame`]s and gives each back with [`Port::recycle`], so a frame is
+//! never copied between the port and TCP.
 
 /// Inside `impl Port for Wrapper<P>`: every method a wrapper port (capture, loss) passes to
 /// the port in its `inner` field unchanged — all but `rx_burst`, `tx` and `dropped`, which
-/// the wrapper writes itself. One list, so a method added to [`Port`] reaches every
+/// the wrapper writes itself (its `Frame` is the inner port's). One list, so a method added to [`Port`] reaches every
 /// wrapper's inner port (a wrapper that kept a default would silently break steering).
 macro_rules! forward_to_inner {
     () => {
@@ -22,6 +27,9 @@ macro_rules! forward_to_inner {
         }
         fn mtu(&self) -> usize {
             self.inner.mtu()
+        }
+        fn recycle(&mut self, frame: Self::Frame) {
+            self.inner.recycle(frame)
         }
         fn flush(&mut self) -> std::io::Result<()> {
             self.inner.flush()
@@ -44,6 +52,9 @@ macro_rules! forward_to_inner {
         fn steers_here(&self, port: u16) -> bool {
             self.inner.steers_here(port)
         }
+        fn offloads_tcp_checksum(&self) -> bool {
+            self.inner.offloads_tcp_checksum()
+        }
     };
 }
 
@@ -52,11 +63,16 @@ pub mod dpdk;
 pub mod lossy;
 pub mod memory;
 pub mod pcap;
+mod rx_pool;
 pub mod steer;
 pub mod tap;
+#[cfg(any(feature = "dpdk", test))]
+mod tcp_checksum;
 pub mod unix;
 
+pub use rx_pool::{RxBuf, RxPool};
 use std::io;
+use std::ops::Deref;
 use std::os::fd::RawFd;
 
 /// An Ethernet port.
@@ -65,8 +81,15 @@ pub trait Port {
     fn mac(&self) -> [u8; 6];
     /// The largest Ethernet payload (IP packet) the port carries.
     fn mtu(&self) -> usize;
+    /// A received frame in the port's buffer, which the port gets back through
+    /// [`Port::recycle`] (or frees when it is dropped).
+    type Frame: Deref<Target = [u8]>;
     /// Receives up to `max` frames without blocking, handing each to `f`; returns how many.
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> io::Result<usize>;
+    fn rx_burst<F: FnMut(Self::Frame)>(&mut self, max: usize, f: F) -> io::Result<usize>;
+    /// Takes back a received frame once it has been read, to receive into its buffer again.
+    fn recycle(&mut self, frame: Self::Frame) {
+        drop(frame)
+    }
     /// Sends one frame (a port may batch frames until [`Port::flush`]).
     fn tx(&mut self, frame: &[u8]) -> io::Result<()>;
     /// Sends one frame of `len` octets that `build` writes in place, unless `build` answers
@@ -122,6 +145,12 @@ pub trait Port {
     /// ephemeral port for which this holds.
     fn steers_here(&self, _port: u16) -> bool {
         true
+    }
+    /// Whether the device computes the TCP checksum of every frame sent (sent with the
+    /// field left to it) and has checked that of every frame it delivers, so smoltcp does
+    /// neither (a NIC's checksum offload).
+    fn offloads_tcp_checksum(&self) -> bool {
+        false
     }
 }
 

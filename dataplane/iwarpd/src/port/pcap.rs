@@ -42,10 +42,12 @@ fn record(w: &mut PcapWriter<File>, frame: &[u8]) {
 
 impl<P: Port> Port for PcapPort<P> {
     forward_to_inner!();
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = P::Frame;
+
+    fn rx_burst<F: FnMut(P::Frame)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let w = &mut self.writer;
         self.inner.rx_burst(max, |frame| {
-            record(w, frame);
+            record(w, &frame);
             f(frame)
         })
     }

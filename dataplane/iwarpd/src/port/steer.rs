@@ -22,6 +22,7 @@
 
 use super::Port;
 use std::io;
+use std::ops::Deref;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -212,10 +213,29 @@ fn held_back(me: usize, frame: &[u8]) -> bool {
     me != 0 && is_arp_reply(frame)
 }
 
+/// A frame a worker received: from its own queue, or handed over by another worker (a copy,
+/// the other's buffer being its own).
+pub enum SteeredFrame<F> {
+    Own(F),
+    Handed(Vec<u8>),
+}
+
+impl<F: Deref<Target = [u8]>> Deref for SteeredFrame<F> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            SteeredFrame::Own(f) => f,
+            SteeredFrame::Handed(f) => f,
+        }
+    }
+}
+
 /// One worker's view of a shared port: its own queue (which may or may not receive), its
 /// inbox, and the steering rule.
 pub struct SteeredPort<P: Port> {
     queue: P,
+    /// Frames of this burst handed to other workers, given back to the queue after it.
+    spent: Vec<P::Frame>,
     receives: bool,
     me: usize,
     steering: Arc<Steering>,
@@ -237,6 +257,7 @@ impl<P: Port> SteeredPort<P> {
     ) -> SteeredPort<P> {
         SteeredPort {
             queue,
+            spent: Vec::new(),
             receives,
             me,
             steering,
@@ -260,12 +281,14 @@ impl<P: Port> Port for SteeredPort<P> {
         self.queue.mtu()
     }
 
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = SteeredFrame<P::Frame>;
+
+    fn rx_burst<F: FnMut(Self::Frame)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
             match self.lane.frames.try_recv() {
                 Ok(frame) => {
-                    f(&frame);
+                    f(SteeredFrame::Handed(frame));
                     n += 1;
                 }
                 Err(_) => break,
@@ -274,7 +297,7 @@ impl<P: Port> Port for SteeredPort<P> {
         if !self.receives || n == max {
             return Ok(n);
         }
-        let (me, steering) = (self.me, &self.steering);
+        let (me, steering, spent) = (self.me, &self.steering, &mut self.spent);
         let (mut forwarded, mut drops, mut rung) = (0u64, 0u64, 0u64);
         let mut hand = |w: usize, frame: &[u8]| {
             if steering.forward(w, frame) {
@@ -286,22 +309,34 @@ impl<P: Port> Port for SteeredPort<P> {
         };
         let got = self
             .queue
-            .rx_burst(max - n, |frame| match steering.dest(frame) {
-                Dest::Worker(w) if w == me => f(frame),
-                Dest::Worker(w) => hand(w, frame),
+            .rx_burst(max - n, |frame| match steering.dest(&frame) {
+                Dest::Worker(w) if w == me => f(SteeredFrame::Own(frame)),
+                Dest::Worker(w) => {
+                    hand(w, &frame);
+                    spent.push(frame);
+                }
                 Dest::All => {
                     for w in (0..steering.workers()).filter(|&w| w != me) {
-                        hand(w, frame);
+                        hand(w, &frame);
                     }
-                    f(frame);
+                    f(SteeredFrame::Own(frame));
                 }
             })?;
+        for frame in self.spent.drain(..) {
+            self.queue.recycle(frame);
+        }
         for w in (0..steering.workers()).filter(|w| rung & (1 << w) != 0) {
             steering.ring(w);
         }
         self.forwarded += forwarded;
         self.inbox_drops += drops;
         Ok(n + got)
+    }
+
+    fn recycle(&mut self, frame: Self::Frame) {
+        if let SteeredFrame::Own(frame) = frame {
+            self.queue.recycle(frame)
+        }
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
@@ -378,6 +413,11 @@ impl<P: Port> Port for SteeredPort<P> {
 
     fn steers_here(&self, port: u16) -> bool {
         self.steering.tcp_owner(port) == self.me
+    }
+
+    fn offloads_tcp_checksum(&self) -> bool {
+        // Frames handed over come from another worker's queue of the same device, checked.
+        self.queue.offloads_tcp_checksum()
     }
 }
 

@@ -1,7 +1,7 @@
 //! A Linux TAP port (root, or CAP_NET_ADMIN): frames to and from the kernel's network stack,
 //! so the daemon can sit on a bridge with VMs (a siw peer) or other stacks.
 
-use super::Port;
+use super::{Port, RxBuf, RxPool};
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -91,7 +91,7 @@ pub struct TapPort {
     name: String,
     mac: [u8; 6],
     mtu: usize,
-    buf: Vec<u8>,
+    rx: RxPool,
 }
 
 impl TapPort {
@@ -155,7 +155,7 @@ impl TapPort {
             name: name.to_string(),
             mac,
             mtu,
-            buf: vec![0; mtu + 14],
+            rx: RxPool::new(mtu + 14),
         })
     }
 
@@ -171,13 +171,18 @@ impl Port for TapPort {
     fn mtu(&self) -> usize {
         self.mtu
     }
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = RxBuf;
+
+    fn rx_burst<F: FnMut(RxBuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
-            match self.file.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(len) => {
-                    f(&self.buf[..len]);
+            match self.rx.recv(|b| self.file.read(b)) {
+                Ok(frame) if frame.is_empty() => {
+                    self.rx.give_back(frame);
+                    break;
+                }
+                Ok(frame) => {
+                    f(frame);
                     n += 1;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -185,6 +190,9 @@ impl Port for TapPort {
             }
         }
         Ok(n)
+    }
+    fn recycle(&mut self, frame: RxBuf) {
+        self.rx.give_back(frame)
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
         match self.file.write(frame) {

@@ -10,7 +10,7 @@
 //! port then keeps the frame in a bounded backlog and retries on the next flush or receive,
 //! in order, instead of losing it; only past the backlog's bound is a frame dropped.
 
-use super::Port;
+use super::{Port, RxBuf, RxPool};
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ pub struct UnixPort {
     path: PathBuf,
     mac: [u8; 6],
     mtu: usize,
-    buf: Vec<u8>,
+    rx: RxPool,
     backlog: std::collections::VecDeque<Vec<u8>>,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
@@ -53,7 +53,7 @@ impl UnixPort {
             path,
             mac,
             mtu,
-            buf: vec![0; mtu + 14],
+            rx: RxPool::new(mtu + 14),
             backlog: std::collections::VecDeque::new(),
             spare: Vec::new(),
             tx_dropped: 0,
@@ -72,7 +72,7 @@ impl UnixPort {
             path: self.path.clone(),
             mac: self.mac,
             mtu: self.mtu,
-            buf: Vec::new(),
+            rx: RxPool::new(0),
             backlog: std::collections::VecDeque::new(),
             spare: Vec::new(),
             tx_dropped: 0,
@@ -116,16 +116,18 @@ impl Port for UnixPort {
         self.mtu
     }
 
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+    type Frame = RxBuf;
+
+    fn rx_burst<F: FnMut(RxBuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         self.drain_backlog();
         if !self.owner {
             return Ok(0);
         }
         let mut n = 0;
         while n < max {
-            match self.sock.recv(&mut self.buf) {
-                Ok(len) => {
-                    f(&self.buf[..len]);
+            match self.rx.recv(|b| self.sock.recv(b)) {
+                Ok(frame) => {
+                    f(frame);
                     n += 1;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -133,6 +135,10 @@ impl Port for UnixPort {
             }
         }
         Ok(n)
+    }
+
+    fn recycle(&mut self, frame: RxBuf) {
+        self.rx.give_back(frame)
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {

@@ -1,0 +1,175 @@
+//! TCP checksum offload on a DPDK device that offers it: DPDK's `net_tap` (which computes
+//! the checksums it is handed in software, in the driver, and flags each received frame's)
+//! on one side of a Linux bridge, our own TAP port (smoltcp computing and checking every
+//! checksum itself) on the other. A checksum the offload path got wrong would be dropped by
+//! the other side, so data placed intact both ways shows it right; a segment with a wrong
+//! checksum written into the `net_tap`'s kernel side is dropped and counted by the DPDK port.
+//! Needs the `dpdk` feature and root; skipped, saying so, otherwise.
+#![cfg(feature = "dpdk")]
+
+mod common;
+
+use common::{pair, write_b_to_a, End, A_IP};
+use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::port::dpdk::{eal_init, DpdkPort};
+use iwarpd::port::tap::TapPort;
+use iwarpd::port::Port;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Address,
+    Ipv4Packet, TcpPacket, TcpSeqNumber,
+};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const DTAP: &str = "iwdtap0";
+const KTAP: &str = "iwktap0";
+const BRIDGE: &str = "iwbrck";
+
+fn sh(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The bridge, removed when dropped (the TAPs go with their ports).
+struct Bridge;
+
+impl Bridge {
+    fn new() -> Bridge {
+        let _ = sh(&format!("ip link del {BRIDGE} 2>/dev/null"));
+        assert!(sh(&format!(
+            "ip link add {BRIDGE} type bridge && ip link set {BRIDGE} up"
+        )));
+        // net_tap gives its kernel side the DPDK port's own MAC, which would make the bridge
+        // keep frames to that MAC for the host: the kernel side gets one of its own.
+        assert!(sh(&format!("ip link set {DTAP} address 02:00:00:00:09:3c")));
+        for t in [DTAP, KTAP] {
+            assert!(
+                sh(&format!(
+                    "ip link set {t} master {BRIDGE} && ip link set {t} up"
+                )),
+                "{t} into the bridge"
+            );
+        }
+        Bridge
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = sh(&format!("ip link del {BRIDGE}"));
+    }
+}
+
+/// A TCP SYN to `to` (A's address, a port it listens on), its TCP checksum wrong.
+fn bad_syn(to_mac: [u8; 6]) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 20];
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+        eth.set_dst_addr(EthernetAddress(to_mac));
+        eth.set_src_addr(EthernetAddress([2, 0, 0, 0, 9, 0x99]));
+        eth.set_ethertype(EthernetProtocol::Ipv4);
+    }
+    let (src, dst) = (Ipv4Address::new(10, 77, 0, 99), A_IP);
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        ip.set_total_len(40);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Tcp);
+        ip.set_src_addr(src);
+        ip.set_dst_addr(dst);
+        ip.fill_checksum();
+    }
+    let mut tcp = TcpPacket::new_unchecked(&mut f[34..]);
+    tcp.set_src_port(40999);
+    tcp.set_dst_port(7174);
+    tcp.set_seq_number(TcpSeqNumber(1));
+    tcp.set_header_len(20);
+    tcp.set_syn(true);
+    tcp.set_window_len(1024);
+    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+    let wrong = tcp.checksum() ^ 0x0101;
+    tcp.set_checksum(wrong);
+    f
+}
+
+/// Sends `frame` out of the kernel side of interface `ifname` (to whatever reads the TAP).
+fn send_raw(ifname: &str, frame: &[u8]) {
+    let name = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: plain socket calls on a descriptor we own and close; the address and the
+    // frame are live buffers of the lengths given.
+    unsafe {
+        let index = libc::if_nametoindex(name.as_ptr());
+        assert!(index != 0, "{ifname}");
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(fd >= 0, "AF_PACKET socket");
+        let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_ifindex = index as i32;
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(&frame[..6]);
+        let n = libc::sendto(
+            fd,
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
+        libc::close(fd);
+        assert_eq!(n, frame.len() as isize, "sendto");
+    }
+}
+
+#[test]
+fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
+    if !iwarp_testkit::root_or_skip("tcp_checksums_offloaded_to_a_dpdk_device") {
+        return;
+    }
+    let args: Vec<String> = [
+        "--in-memory",
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level=3",
+        "-m",
+        "256",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([format!("--vdev=net_tap0,iface={DTAP}")])
+    .collect();
+    eal_init(&args).expect("EAL init");
+    let pa = DpdkPort::open("net_tap0", 1500).unwrap();
+    assert!(
+        pa.offloads_tcp_checksum(),
+        "net_tap offers TCP checksum offload"
+    );
+    let mac_a = pa.mac;
+    let pb = TapPort::open(KTAP, [2, 0, 0, 0, 9, 0x3b], 1500).expect("TAP");
+    assert!(!pb.offloads_tcp_checksum());
+    let _bridge = Bridge::new();
+    let (mut a, mut b): (End<DpdkPort>, End<TapPort>) = pair(pa, pb, Settings::default());
+    // B's segments checked by the device for A, A's filled in by the device for B.
+    write_b_to_a(&mut a, &mut b, 4 << 20, 41);
+    write_b_to_a(&mut b, &mut a, 4 << 20, 42);
+    assert_eq!(a.node.port().rx_bad_checksum, 0);
+    let dropped = a.node.port().dropped();
+
+    send_raw(DTAP, &bad_syn(mac_a));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.node.port().rx_bad_checksum == 0 {
+        assert!(Instant::now() < deadline, "the bad segment never arrived");
+        a.node.poll();
+        b.node.poll();
+    }
+    assert_eq!(a.node.port().rx_bad_checksum, 1);
+    assert_eq!(a.node.port().dropped(), dropped + 1);
+    // And the connection goes on.
+    write_b_to_a(&mut a, &mut b, 1 << 20, 43);
+    println!("net_tap with TCP checksum offload: {:?}", a.node.counters());
+    // The DPDK device is left open for the process's life, as in `dpdk_memif.rs`.
+    std::mem::forget(a);
+}
