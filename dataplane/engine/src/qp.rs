@@ -154,10 +154,11 @@ pub(crate) enum Irq {
     },
 }
 
-/// The SQ WR being transmitted.
+/// Where the transmission of the SQ WR in [`Qp::tx_wr`] stands. The WR itself stays put
+/// there: a WR is hundreds of octets (its SGL and inline data), and this record is copied out
+/// and back on every segment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TxCur {
-    pub wr: SendWr,
     pub seq: u64,
     pub offset: u64,
     /// Write with Immediate: the Write is done, the Immediate Data message is next.
@@ -227,6 +228,9 @@ pub(crate) struct Qp {
     pub recv_cq: u32,
     pub state: QpState,
     pub sq: VecDeque<SendWr>,
+    /// The WR taken off the SQ for transmission: the one `Conn::cur` describes, while that
+    /// is set.
+    pub tx_wr: Option<SendWr>,
     pub sq_depth: usize,
     pub rq: VecDeque<RecvWr>,
     pub rq_depth: usize,

@@ -229,6 +229,7 @@ impl Rnic {
             recv_cq,
             state: QpState::Idle,
             sq: VecDeque::with_capacity(caps.sq_depth),
+            tx_wr: None,
             sq_depth: caps.sq_depth,
             rq: VecDeque::with_capacity(caps.rq_depth),
             rq_depth: caps.rq_depth,

@@ -5,7 +5,7 @@
 use crate::mem::{AccessError, MemTable};
 use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG};
 use crate::rnic::{wc_opcode, Rnic};
-use crate::types::{Access, SendOp, Sge, Status};
+use crate::types::{Access, SendOp, SendWr, Sge, Status};
 use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::rdmap::{
@@ -228,23 +228,26 @@ enum DataSegment {
     Failed,
 }
 
-/// Emits the next data segment of `cur`: at most one MULPDU (less `header_len`) of its payload
-/// from `cur.offset`, gathered from its SGL or inline data, in the segment `build(offset, last)`
-/// describes. Advances `cur.offset` when the FPDU went out.
+/// Emits the next data segment of `wr` (whose transmission `cur` tracks): at most one MULPDU
+/// (less `header_len`) of its payload from `cur.offset`, gathered from its SGL or inline
+/// data, in the segment `build(offset, last)` describes. Advances `cur.offset` when the FPDU
+/// went out.
+#[allow(clippy::too_many_arguments)]
 fn data_segment(
     mem: &MemTable,
     pd: u32,
     conn: &mut Conn,
     out: &mut [u8],
+    wr: &SendWr,
     cur: &mut TxCur,
     header_len: usize,
     build: impl FnOnce(u64, bool) -> SegmentRepr,
 ) -> DataSegment {
-    let total = cur.wr.length();
+    let total = wr.length();
     let n = (total - cur.offset).min(max_payload(conn, header_len) as u64) as usize;
     let last = cur.offset + n as u64 == total;
     let seg = build(cur.offset, last);
-    let (wr, offset) = (&cur.wr, cur.offset);
+    let offset = cur.offset;
     match emit_gathered(conn, out, &seg, n, |dst| payload(mem, pd, wr, offset, dst)) {
         Err(_) => DataSegment::Failed,
         Ok(None) => DataSegment::Blocked,
@@ -353,7 +356,9 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         if !next_startable(q) {
             return (None, Done::None);
         }
-        let Some(wr) = q.sq.pop_front() else {
+        // Straight from the SQ into its place for transmission (a WR is large: see TxCur).
+        q.tx_wr = q.sq.pop_front();
+        let Some(wr) = q.tx_wr.as_ref() else {
             return (None, Done::None);
         };
         let seq = q.next_seq;
@@ -412,22 +417,21 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         }
         if let Some(conn) = q.conn.as_mut() {
             conn.cur = Some(TxCur {
-                wr,
                 seq,
                 offset: 0,
                 imm_phase: false,
             });
         }
     }
-    let Some(conn) = q.conn.as_mut() else {
+    let (Some(conn), Some(wr)) = (q.conn.as_mut(), q.tx_wr.as_ref()) else {
         return (None, Done::None);
     };
     let Some(mut cur) = conn.cur else {
         return (None, Done::None);
     };
     let v = conn.params.rdmap_version;
-    let total = cur.wr.length();
-    match cur.wr.op {
+    let total = wr.length();
+    match wr.op {
         SendOp::Send {
             solicited,
             invalidate,
@@ -441,7 +445,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 buffer: untagged(rdmap::QN_SEND, msn, offset as u32, invalidate.unwrap_or(0)),
                 header: RdmapHeader::None,
             };
-            match data_segment(mem, pd, conn, out, &mut cur, UNTAGGED_HEADER_LEN, built) {
+            match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
                     (None, Done::Error)
@@ -485,7 +489,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 },
                 header: RdmapHeader::None,
             };
-            match data_segment(mem, pd, conn, out, &mut cur, TAGGED_HEADER_LEN, built) {
+            match data_segment(mem, pd, conn, out, wr, &mut cur, TAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
                     (None, Done::Error)
@@ -493,7 +497,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 DataSegment::Blocked => (None, Done::None),
                 // Write with Immediate: the Immediate Data message comes next.
                 DataSegment::Sent { len, last: true }
-                    if matches!(cur.wr.op, SendOp::WriteImm { .. }) =>
+                    if matches!(wr.op, SendOp::WriteImm { .. }) =>
                 {
                     cur.imm_phase = true;
                     conn.cur = Some(cur);
@@ -538,7 +542,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = cur.wr.sgl[0];
+            let sink = wr.sgl[0];
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequest,
@@ -566,13 +570,13 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             (sent, Done::None)
         }
         SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
-            let sge = cur.wr.sgl[0];
+            let sge = wr.sgl[0];
             let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
                 conn.cur = None;
                 return (None, Done::Error);
             };
             let request_id = conn.next_request_id;
-            let req = match cur.wr.op {
+            let req = match wr.op {
                 SendOp::FetchAdd {
                     remote_stag,
                     remote_to,
@@ -674,7 +678,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 buffer: untagged(rdmap::QN_SEND, msn, offset as u32, rsvd),
                 header: RdmapHeader::None,
             };
-            match data_segment(mem, pd, conn, out, &mut cur, UNTAGGED_HEADER_LEN, built) {
+            match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
                     (None, Done::Error)
@@ -691,7 +695,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = cur.wr.sgl[0];
+            let sink = wr.sgl[0];
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequestV2,
