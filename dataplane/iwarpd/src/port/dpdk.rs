@@ -240,6 +240,7 @@ impl DpdkPort {
     /// Opens the ethdev named `name`: a vdev name such as `net_memif0`, or a PCI address
     /// such as `0000:03:00.0` for a NIC bound to vfio-pci. EAL must be initialised first
     /// ([`eal_init`]).
+    ///
     /// TCP checksums are offloaded where the device can take them.
     pub fn open(name: &str, mtu: usize) -> io::Result<DpdkPort> {
         let mut q = DpdkPort::open_queues(name, mtu, 1, true)?;
