@@ -1,9 +1,15 @@
+//! DPDK's `net_tap` (a TAP interface driven by DPDK), for what memif cannot show.
+//!
 //! TCP checksum offload on a DPDK device that offers it: DPDK's `net_tap` (which computes
 //! the checksums it is handed in software, in the driver, and flags each received frame's)
 //! on one side of a Linux bridge, our own TAP port (smoltcp computing and checking every
 //! checksum itself) on the other. A checksum the offload path got wrong would be dropped by
 //! the other side, so data placed intact both ways shows it right; a segment with a wrong
 //! checksum written into the `net_tap`'s kernel side is dropped and counted by the DPDK port.
+//!
+//! Received frames in their mbufs: one kept after its port is gone still holds what was sent
+//! (it keeps the device's pools alive).
+//!
 //! Needs the `dpdk` feature and root; skipped, saying so, otherwise.
 #![cfg(feature = "dpdk")]
 
@@ -22,8 +28,32 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const DTAP: &str = "iwdtap0";
+const DTAP_LIFE: &str = "iwdtap1";
 const KTAP: &str = "iwktap0";
 const BRIDGE: &str = "iwbrck";
+
+/// Held by each test for its whole run: DPDK's control path is not thread-safe.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Starts EAL (once per process) with every test's device.
+fn eal() {
+    let args: Vec<String> = [
+        "--in-memory",
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level=3",
+        "-m",
+        "256",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([
+        format!("--vdev=net_tap0,iface={DTAP}"),
+        format!("--vdev=net_tap1,iface={DTAP_LIFE}"),
+    ])
+    .collect();
+    eal_init(&args).expect("EAL init");
+}
 
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
@@ -129,19 +159,8 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     if !iwarp_testkit::root_or_skip("tcp_checksums_offloaded_to_a_dpdk_device") {
         return;
     }
-    let args: Vec<String> = [
-        "--in-memory",
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level=3",
-        "-m",
-        "256",
-    ]
-    .map(String::from)
-    .into_iter()
-    .chain([format!("--vdev=net_tap0,iface={DTAP}")])
-    .collect();
-    eal_init(&args).expect("EAL init");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    eal();
     let pa = DpdkPort::open("net_tap0", 1500).unwrap();
     assert!(
         pa.offloads_tcp_checksum(),
@@ -172,4 +191,42 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     println!("net_tap with TCP checksum offload: {:?}", a.node.counters());
     // The DPDK device is left open for the process's life, as in `dpdk_memif.rs`.
     std::mem::forget(a);
+}
+
+/// A frame read in its mbuf after the port that received it was dropped: the frame keeps the
+/// device's pools (and the device) alive until it goes, so its octets are still what was sent.
+#[test]
+fn a_received_frame_outlives_its_port() {
+    if !iwarp_testkit::root_or_skip("a_received_frame_outlives_its_port") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    eal();
+    let mut port = DpdkPort::open("net_tap1", 1500).unwrap();
+    assert!(sh(&format!("ip link set {DTAP_LIFE} up")));
+    // An Ethernet frame to the port, of the local experimental ethertype, with a pattern.
+    let mut sent = vec![0u8; 200];
+    sent[..6].copy_from_slice(&port.mac);
+    sent[6..12].copy_from_slice(&[2, 0, 0, 0, 9, 0x77]);
+    sent[12..14].copy_from_slice(&[0x88, 0xb5]);
+    for (i, b) in sent[14..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    send_raw(DTAP_LIFE, &sent);
+    let mut kept = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kept.is_none() {
+        assert!(Instant::now() < deadline, "the frame never arrived");
+        // Everything else the kernel sends (IPv6 neighbour discovery) is freed here.
+        port.rx_burst(32, |f| {
+            if f[..] == sent[..] {
+                kept = Some(f);
+            }
+        })
+        .unwrap();
+    }
+    drop(port);
+    let frame = kept.unwrap();
+    assert_eq!(&frame[..], &sent[..]);
+    drop(frame);
 }
