@@ -253,6 +253,16 @@ pub struct Counters {
     pub stages: Option<StageNs>,
 }
 
+/// What [`Node::transmit_into_socket`] did.
+enum Direct {
+    /// An FPDU of this many octets is in the send ring.
+    Sent(usize),
+    /// The QP has nothing to send.
+    Nothing,
+    /// The ring has no room for the largest FPDU in one piece (or the socket cannot send).
+    NoRoom,
+}
+
 pub struct Node<P: Port> {
     pub rnic: Rnic,
     iface: Interface,
@@ -1172,6 +1182,24 @@ impl<P: Port> Node<P> {
     }
 
     /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
+    /// The QP's next FPDU emitted straight into the free space at the end of the socket's
+    /// send ring, if that holds the largest FPDU in one piece.
+    fn transmit_into_socket(&mut self, handle: SocketHandle, qp: u32) -> Direct {
+        let (rnic, largest) = (&mut self.rnic, self.fpdu.len());
+        let sent = self.sockets.get_mut::<tcp::Socket>(handle).send(|ring| {
+            if ring.len() < largest {
+                return (0, Direct::NoRoom);
+            }
+            match rnic.poll_transmit(qp, ring) {
+                Some(n) => (n, Direct::Sent(n)),
+                None => (0, Direct::Nothing),
+            }
+        });
+        // A socket that cannot send: the FPDU is built aside and lost as before (the
+        // connection is ending).
+        sent.unwrap_or(Direct::NoRoom)
+    }
+
     fn pump(&mut self, i: usize) -> bool {
         let handle = self.conns[i].handle;
         let Some(qp) = self.conns[i].qp else {
@@ -1224,17 +1252,28 @@ impl<P: Port> Node<P> {
             if room < seg {
                 break;
             }
-            let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
-                break;
+            // An FPDU that starts a segment is written straight into the socket's send ring
+            // where the ring has room for the largest in one piece (a copy per octet fewer);
+            // one that may join a group is built aside first, since the group goes on its
+            // own when the FPDU turns out not to fit behind it.
+            let n = match (open == 0).then(|| self.transmit_into_socket(handle, qp)) {
+                Some(Direct::Sent(n)) => n,
+                Some(Direct::Nothing) => break,
+                Some(Direct::NoRoom) | None => {
+                    let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
+                        break;
+                    };
+                    if open + n > seg {
+                        self.iface_egress(self.turn_now);
+                        open = 0;
+                    }
+                    let _ = self
+                        .sockets
+                        .get_mut::<tcp::Socket>(handle)
+                        .send_slice(&self.fpdu[..n]);
+                    n
+                }
             };
-            if open + n > seg {
-                self.iface_egress(self.turn_now);
-                open = 0;
-            }
-            let _ = self
-                .sockets
-                .get_mut::<tcp::Socket>(handle)
-                .send_slice(&self.fpdu[..n]);
             open = (open + n) % seg;
             self.fpdus_tx += 1;
             busy = true;
