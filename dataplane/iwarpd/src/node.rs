@@ -1181,7 +1181,6 @@ impl<P: Port> Node<P> {
         true
     }
 
-    /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
     /// The QP's next FPDU emitted straight into the free space at the end of the socket's
     /// send ring, if that holds the largest FPDU in one piece.
     fn transmit_into_socket(&mut self, handle: SocketHandle, qp: u32) -> Direct {
@@ -1200,6 +1199,7 @@ impl<P: Port> Node<P> {
         sent.unwrap_or(Direct::NoRoom)
     }
 
+    /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
     fn pump(&mut self, i: usize) -> bool {
         let handle = self.conns[i].handle;
         let Some(qp) = self.conns[i].qp else {

@@ -314,6 +314,30 @@ impl DpdkPort {
         let headroom = usize::from(unsafe { sys::iw_pktmbuf_headroom_default() });
         let data_room = u16::try_from((mtu + ETH_HEADER).max(MIN_MBUF_FRAME) + headroom)
             .map_err(|_| io::Error::other(format!("port.mtu {mtu} does not fit an mbuf")))?;
+        // What the device takes, asked before anything is set up that a refusal would undo.
+        let info = dev_info(port_id)?;
+        let rx_mtu = device_mtu(&info, mtu)?;
+        // SAFETY: return constants.
+        let (tx_csum, rx_csum) = unsafe {
+            (
+                sys::iw_tx_offload_tcp_cksum(),
+                sys::iw_rx_offload_tcp_cksum(),
+            )
+        };
+        let tcp_checksum = checksum_offload
+            && info.tx_offload_capa & tx_csum != 0
+            && info.rx_offload_capa & rx_csum != 0;
+        tracing::info!(
+            "DPDK port {port_id} ({}): TCP checksums {}",
+            driver_name(&info),
+            if tcp_checksum {
+                "offloaded to the device"
+            } else if checksum_offload {
+                "computed in software (the device cannot take them)"
+            } else {
+                "computed in software (port.checksum_offload = false)"
+            }
+        );
         static POOLS: AtomicU32 = AtomicU32::new(0);
         // SAFETY: plain calls on a port id DPDK gave us; every return value is checked, and
         // on any failure what was set up is undone before returning.
@@ -352,42 +376,11 @@ impl DpdkPort {
                 dpdk_err(what, rc)
             };
             let mut conf = sys::rte_eth_conf::default();
-            let info = match dev_info(port_id) {
-                Ok(info) => info,
-                Err(e) => {
-                    free(&pools);
-                    return Err(e);
-                }
-            };
-            conf.rxmode.mtu = match device_mtu(&info, mtu) {
-                Ok(m) => m,
-                Err(e) => {
-                    free(&pools);
-                    return Err(e);
-                }
-            };
-            let (tx_csum, rx_csum) = (
-                sys::iw_tx_offload_tcp_cksum(),
-                sys::iw_rx_offload_tcp_cksum(),
-            );
-            let tcp_checksum = checksum_offload
-                && info.tx_offload_capa & tx_csum != 0
-                && info.rx_offload_capa & rx_csum != 0;
+            conf.rxmode.mtu = rx_mtu;
             if tcp_checksum {
                 conf.txmode.offloads |= tx_csum;
                 conf.rxmode.offloads |= rx_csum;
             }
-            tracing::info!(
-                "DPDK port {port_id} ({}): TCP checksums {}",
-                driver_name(&info),
-                if tcp_checksum {
-                    "offloaded to the device"
-                } else if checksum_offload {
-                    "computed in software (the device cannot take them)"
-                } else {
-                    "computed in software (port.checksum_offload = false)"
-                }
-            );
             let rc = sys::rte_eth_dev_configure(port_id, queues, queues, &conf);
             if rc != 0 {
                 return Err(fail(

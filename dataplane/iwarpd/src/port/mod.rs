@@ -18,8 +18,9 @@
 
 /// Inside `impl Port for Wrapper<P>`: every method a wrapper port (capture, loss) passes to
 /// the port in its `inner` field unchanged — all but `rx_burst`, `tx` and `dropped`, which
-/// the wrapper writes itself (its `Frame` is the inner port's). One list, so a method added to [`Port`] reaches every
-/// wrapper's inner port (a wrapper that kept a default would silently break steering).
+/// the wrapper writes itself (its `Frame` is the inner port's). One list, so a method added
+/// to [`Port`] reaches every wrapper's inner port (a wrapper that kept a default would
+/// silently break steering).
 macro_rules! forward_to_inner {
     () => {
         fn mac(&self) -> [u8; 6] {
