@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{pair, write_b_to_a, End, A_IP};
+use common::{pair, sh, write_b_to_a, Bridge, End, A_IP};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use iwarpd::port::tap::TapPort;
@@ -24,7 +24,6 @@ use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Address,
     Ipv4Packet, TcpPacket, TcpSeqNumber,
 };
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const DTAP: &str = "iwdtap0";
@@ -53,43 +52,6 @@ fn eal() {
     ])
     .collect();
     eal_init(&args).expect("EAL init");
-}
-
-fn sh(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", cmd])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The bridge, removed when dropped (the TAPs go with their ports).
-struct Bridge;
-
-impl Bridge {
-    fn new() -> Bridge {
-        let _ = sh(&format!("ip link del {BRIDGE} 2>/dev/null"));
-        assert!(sh(&format!(
-            "ip link add {BRIDGE} type bridge && ip link set {BRIDGE} up"
-        )));
-        // net_tap gives its kernel side the DPDK port's own MAC, which would make the bridge
-        // keep frames to that MAC for the host: the kernel side gets one of its own.
-        assert!(sh(&format!("ip link set {DTAP} address 02:00:00:00:09:3c")));
-        for t in [DTAP, KTAP] {
-            assert!(
-                sh(&format!(
-                    "ip link set {t} master {BRIDGE} && ip link set {t} up"
-                )),
-                "{t} into the bridge"
-            );
-        }
-        Bridge
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = sh(&format!("ip link del {BRIDGE}"));
-    }
 }
 
 /// A TCP SYN to `to` (A's address, a port it listens on), its TCP checksum wrong.
@@ -169,7 +131,10 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     let mac_a = pa.mac;
     let pb = TapPort::open(KTAP, [2, 0, 0, 0, 9, 0x3b], 1500).expect("TAP");
     assert!(!pb.offloads_tcp_checksum());
-    let _bridge = Bridge::new();
+    // net_tap gives its kernel side the DPDK port's own MAC, which would make the bridge keep
+    // frames to that MAC for the host: the kernel side gets one of its own.
+    assert!(sh(&format!("ip link set {DTAP} address 02:00:00:00:09:3c")));
+    let _bridge = Bridge::new(BRIDGE, &[DTAP, KTAP]);
     let (mut a, mut b): (End<DpdkPort>, End<TapPort>) = pair(pa, pb, Settings::default());
     // B's segments checked by the device for A, A's filled in by the device for B.
     write_b_to_a(&mut a, &mut b, 4 << 20, 41);

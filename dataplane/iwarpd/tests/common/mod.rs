@@ -192,3 +192,57 @@ pub fn write_b_to_a<P: Port, Q: Port>(a: &mut End<P>, b: &mut End<Q>, len: usize
 pub fn segment_dir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(name).tempdir().unwrap()
 }
+
+/// Runs `cmd` with `sh -c`; whether it succeeded.
+pub fn sh(cmd: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A bridge with two TAP ports; removed (with any loss rule) when dropped.
+pub struct Bridge {
+    name: &'static str,
+    table: Option<&'static str>,
+}
+
+impl Bridge {
+    pub fn new(name: &'static str, taps: &[&str]) -> Bridge {
+        let _ = sh(&format!("ip link del {name} 2>/dev/null"));
+        assert!(
+            sh(&format!(
+                "ip link add {name} type bridge && ip link set {name} up"
+            )),
+            "bridge"
+        );
+        for t in taps {
+            assert!(
+                sh(&format!(
+                    "ip link set {t} master {name} && ip link set {t} up"
+                )),
+                "tap {t}"
+            );
+        }
+        Bridge { name, table: None }
+    }
+
+    /// Drops one forwarded frame in a hundred, at random, both ways.
+    pub fn lossy(&mut self, table: &'static str) {
+        assert!(sh(&format!(
+            "nft add table bridge {table} && \
+             nft add chain bridge {table} lossy '{{ type filter hook forward priority 0; }}' && \
+             nft add rule bridge {table} lossy numgen random mod 100 0 drop"
+        )));
+        self.table = Some(table);
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        if let Some(t) = self.table {
+            let _ = sh(&format!("nft delete table bridge {t}"));
+        }
+        let _ = sh(&format!("ip link del {}", self.name));
+    }
+}
