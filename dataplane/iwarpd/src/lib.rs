@@ -10,7 +10,9 @@
 //!   the connection.
 //! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
 //!   configured minimum RTO.
-//! - `node.rs`: one RNIC on one port: TCP per QP, MPA setup, FPDU-aligned transmission.
+//! - `node/`: one RNIC on one port: TCP per QP, the poll loop (`mod.rs`), each connection's
+//!   life (`conn.rs`), MPA run by the control plane (`relay.rs`) or by the node itself
+//!   (`mpa_setup.rs`), FPDU-aligned transmission (`stream.rs`).
 //! - `host/`: the service a worker runs beside its node: its command and upcall rings from
 //!   control, its applications' queue rings, completions and events.
 //! - `worker.rs`: the poll-mode core that owns a node (pinning, busy/adaptive polling,

@@ -1,0 +1,238 @@
+//! A connection's life: what its TCP socket's state means for its QP and, in relay mode,
+//! for the control plane ([`NodeEvent::Closed`]), each poll turn ([`Node::service`]); aborts;
+//! and reclaiming the socket of one that ended.
+
+use super::*;
+
+impl<P: Port> Node<P> {
+    /// One poll turn of connection `i`: its TCP state read, acted on, and its bytes moved
+    /// for the state it is in. Returns whether anything happened.
+    pub(super) fn service(&mut self, i: usize) -> bool {
+        if self.conns[i].socket_gone {
+            return false;
+        }
+        let handle = self.conns[i].handle;
+        let state = self.conns[i].state.clone();
+        let (tcp_state, may_recv, may_send, unread) = {
+            let s = self.sockets.get::<tcp::Socket>(handle);
+            (s.state(), s.may_recv(), s.may_send(), s.can_recv())
+        };
+        if self.conns[i].is_over() {
+            self.reclaim(i, tcp_state);
+            return false;
+        }
+        // A connection that outlived its QP has nobody to hand data to (Linux resets a closed
+        // socket that receives data, too), and it lingers a bounded time.
+        if let Some(since) = self.conns[i].orphaned_since {
+            if unread || since.elapsed() >= ORPHAN_LINGER {
+                self.abort(i);
+                return true;
+            }
+        }
+        if tcp_state == tcp::State::Established && !self.conns[i].ever_established {
+            self.conns[i].ever_established = true;
+            self.track_peer(i);
+        }
+        // The peer closed its half (FIN) and the engine has read everything before it (a
+        // Terminate, the last messages): a graceful disconnect by the peer. A QP with the
+        // stream in RTS or Closing goes to Error (flushing what it cannot finish) and ends its
+        // own half after its last FPDU. A relay connection still in
+        // setup has nothing more coming: it ends now, and the control plane hears of it (as
+        // the setup's failure) instead of waiting for a timeout.
+        if tcp_state == tcp::State::CloseWait && !unread {
+            let c = &mut self.conns[i];
+            match c.qp {
+                Some(qp) if c.has_stream() => {
+                    use iwarp_engine::QpState::{Closing, Rts};
+                    if matches!(self.rnic.qp_state(qp), Some(Rts | Closing)) {
+                        self.rnic.connection_lost(qp, true);
+                    }
+                }
+                _ if !c.has_stream() && !c.closing => {
+                    self.sockets.get_mut::<tcp::Socket>(handle).close();
+                    c.closing = true;
+                }
+                _ => {}
+            }
+        }
+        // The connection ended: the peer closed, reset, or it never came up.
+        if self.conns[i].ever_established
+            && !may_recv
+            && !may_send
+            && tcp_state != tcp::State::Established
+        {
+            // smoltcp ends both a reset and a finished close in Closed; the peer's RST,
+            // when seen, tells them apart.
+            let reset = tcp_state == tcp::State::Closed
+                && self.conns[i]
+                    .flow
+                    .is_some_and(|k| self.dev.peers.was_reset(k));
+            let graceful = !reset
+                && matches!(
+                    tcp_state,
+                    tcp::State::TimeWait
+                        | tcp::State::Closed
+                        | tcp::State::LastAck
+                        | tcp::State::Closing
+                );
+            let reason = if graceful || self.conns[i].closing {
+                CloseReason::Graceful
+            } else {
+                CloseReason::Reset
+            };
+            self.ended(i, reason);
+            return true;
+        }
+        if state == ConnState::Connecting
+            && tcp_state == tcp::State::Closed
+            && !self.conns[i].ever_established
+        {
+            // An active open refused (RST) or given up.
+            self.ended(i, CloseReason::Refused);
+            return true;
+        }
+        match state {
+            ConnState::Connecting if tcp_state == tcp::State::Established => {
+                let Some(settings) = self.conns[i].settings.clone() else {
+                    self.conns[i].state = ConnState::Relay;
+                    let conn = self.conns[i].id;
+                    self.events.push_back(NodeEvent::Established { conn });
+                    return true;
+                };
+                if self.conns[i].initiator {
+                    let req = match negotiation::request(&settings) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            self.fail(i, format!("MPA Request: {e:?}"));
+                            return true;
+                        }
+                    };
+                    let _ = self.sockets.get_mut::<tcp::Socket>(handle).send_slice(&req);
+                    self.conns[i].state = ConnState::AwaitReply;
+                } else {
+                    self.conns[i].state = ConnState::AwaitRequest;
+                }
+                true
+            }
+            ConnState::Relay => self.relay_frame(i),
+            ConnState::AwaitReply | ConnState::AwaitRequest => self.setup(i),
+            ConnState::Rts => self.pump(i),
+            _ => false,
+        }
+    }
+
+    /// Aborts a connection (RST); its QP enters Error with flushed work.
+    pub fn abort(&mut self, conn: usize) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            if c.socket_gone {
+                return;
+            }
+            self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+            let had_stream = c.has_stream();
+            c.state = ConnState::Closed;
+            if let (Some(qp), true) = (c.qp, had_stream) {
+                self.rnic.connection_lost(qp, false);
+            }
+        }
+    }
+
+    /// Setup failed: the connection is reset and its QP, if any, enters Error.
+    pub(super) fn fail(&mut self, i: usize, why: String) {
+        let c = &mut self.conns[i];
+        self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+        c.state = ConnState::Failed(why);
+        self.conns_lost += 1;
+        if let Some(qp) = c.qp {
+            self.rnic.connection_lost(qp, false);
+        }
+    }
+
+    /// The connection is over: tell the engine and, in relay mode, the control plane.
+    fn ended(&mut self, i: usize, reason: CloseReason) {
+        let c = &mut self.conns[i];
+        let had_stream = c.has_stream();
+        c.state = ConnState::Closed;
+        self.conns_lost += 1;
+        if let (Some(qp), true) = (c.qp, had_stream) {
+            self.rnic
+                .connection_lost(qp, reason == CloseReason::Graceful);
+        }
+        if c.settings.is_none() {
+            self.events
+                .push_back(NodeEvent::Closed { conn: c.id, reason });
+        }
+    }
+
+    /// Drops relay connections whose socket was reclaimed, so a daemon that has served a
+    /// million connections holds no trace of the ended ones. Relay connections are found by
+    /// id; connections the node runs itself are addressed by index, so while any exists
+    /// nothing is removed (no index moves).
+    pub(super) fn forget_reclaimed(&mut self) {
+        if self.conns.iter().any(|c| c.socket_gone)
+            && self.conns.iter().all(|c| c.settings.is_none())
+        {
+            self.conns.retain(|c| !c.socket_gone);
+        }
+    }
+
+    /// A relay connection that is over and whose socket has finished: free the socket and
+    /// its buffers. An aborted socket is Closed at once but still owes its peer the RST
+    /// (smoltcp sends it on a later poll, after ARP if the neighbour entry expired); it is
+    /// freed once that went out (no remote endpoint left), or after [`RECLAIM_AFTER`].
+    fn reclaim(&mut self, i: usize, tcp_state: tcp::State) {
+        let c = &mut self.conns[i];
+        if c.settings.is_some() || c.socket_gone {
+            return;
+        }
+        let since = *c.over_since.get_or_insert_with(std::time::Instant::now);
+        let rst_sent = self
+            .sockets
+            .get::<tcp::Socket>(c.handle)
+            .remote_endpoint()
+            .is_none();
+        let done = match tcp_state {
+            tcp::State::TimeWait => true,
+            tcp::State::Closed => rst_sent,
+            _ => false,
+        };
+        if done || since.elapsed() >= RECLAIM_AFTER {
+            self.sockets.remove(c.handle);
+            c.socket_gone = true;
+            c.inbuf = Vec::new();
+            if let Some(key) = c.flow.take() {
+                self.dev.peers.forget(key);
+            }
+            if let Some(port) = c.accepted_on {
+                self.release_if_unused(port);
+            }
+        }
+    }
+
+    /// Starts tracking what connection `i`'s peer says that smoltcp keeps to itself (see
+    /// `peer_tcp.rs`).
+    pub(super) fn track_peer(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        let s = self.sockets.get::<tcp::Socket>(c.handle);
+        let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+            return;
+        };
+        let IpAddress::Ipv4(peer) = remote.addr;
+        let key = FlowKey::new(local.port, peer.octets(), remote.port);
+        if self.dev.peers.adopt(key) {
+            c.flow = Some(key);
+        }
+    }
+
+    /// Gives up the steering of `port` once nothing here uses it: no listener, no accepted
+    /// connection whose socket lives.
+    pub(super) fn release_if_unused(&mut self, port: u16) {
+        let used = self.listeners.iter().any(|l| l.port == port)
+            || self
+                .conns
+                .iter()
+                .any(|c| c.accepted_on == Some(port) && !c.socket_gone);
+        if !used {
+            self.dev.port.release_tcp_port(port);
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! In RTS: received bytes into the engine, the engine's FPDUs into TCP.
+//!
+//! FPDU alignment (RFC 5044 section 8): the engine gives one FPDU per `poll_transmit`, at
+//! most the connection's segment size (our MSS, or the peer's where smaller), and full-size
+//! FPDUs are exactly that. smoltcp cuts its send buffer into segments of that size from the
+//! first unsent byte, so a run of full-size FPDUs stays aligned by itself; shorter FPDUs are
+//! queued as a group while they fit in one segment, and the node makes smoltcp send the
+//! group at once (an interface poll) before queuing more, so the next FPDU starts a
+//! segment. smoltcp also cuts a segment at the right edge of the peer's window, so the node
+//! queues an FPDU only when the peer's window (read off its segments by `peer_tcp.rs`) takes
+//! it whole. A retransmission after loss re-cuts from the oldest unacknowledged byte and may
+//! pack FPDUs differently; receivers (ours, siw, hardware) reassemble any split, only first
+//! transmissions are aligned.
+
+use super::*;
+
+/// What [`Node::transmit_into_socket`] did.
+enum Direct {
+    /// An FPDU of this many octets is in the send ring.
+    Sent(usize),
+    /// The QP has nothing to send.
+    Nothing,
+    /// The ring has no room for the largest FPDU in one piece (or the socket cannot send).
+    NoRoom,
+}
+
+impl<P: Port> Node<P> {
+    /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
+    pub(super) fn pump(&mut self, i: usize) -> bool {
+        let handle = self.conns[i].handle;
+        let Some(qp) = self.conns[i].qp else {
+            return false;
+        };
+        let mut busy = false;
+        let rnic = &mut self.rnic;
+        let mut got = 0;
+        {
+            let s = self.sockets.get_mut::<tcp::Socket>(handle);
+            while s.can_recv() {
+                let n = s
+                    .recv(|data| {
+                        rnic.handle_stream(qp, data);
+                        (data.len(), data.len())
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+        }
+        self.stream_rx += got as u64;
+        busy |= got > 0;
+        // Transmit: whole FPDUs only, each as it will go on the wire, packed several to a
+        // segment while they fit (RFC 5044 section 8 allows it; a burst of small messages then
+        // costs one segment per MSS rather than one per message). smoltcp cuts what is
+        // queued into segments of `seg` octets from the first unsent one, so a group that
+        // does not end on that cut is sent on its own before more is queued behind it.
+        let flow = self.conns[i].flow;
+        let seg = self.segment_size(i);
+        let mut open = 0;
+        while self.rnic.wants_transmit(qp) {
+            let room = {
+                let s = self.sockets.get::<tcp::Socket>(handle);
+                let queued = s.send_queue();
+                let mut room =
+                    (s.send_capacity() - queued).min(self.tcp.max_inflight.saturating_sub(queued));
+                // Within the peer's window too, or smoltcp cuts the last FPDU at its edge.
+                // With nothing queued a window below one segment is sent into anyway: it
+                // is the peer's to open, and waiting for it could wait forever.
+                if queued > 0 {
+                    if let Some(window) = flow.and_then(|k| self.dev.peers.window(k)) {
+                        room = room.min(window.saturating_sub(queued));
+                    }
+                }
+                room
+            };
+            if room < seg {
+                break;
+            }
+            // An FPDU that starts a segment is written straight into the socket's send ring
+            // where the ring has room for the largest in one piece (a copy per octet fewer);
+            // one that may join a group is built aside first, since the group goes on its
+            // own when the FPDU turns out not to fit behind it.
+            let n = match (open == 0).then(|| self.transmit_into_socket(handle, qp)) {
+                Some(Direct::Sent(n)) => n,
+                Some(Direct::Nothing) => break,
+                Some(Direct::NoRoom) | None => {
+                    let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
+                        break;
+                    };
+                    if open + n > seg {
+                        self.iface_egress(self.turn_now);
+                        open = 0;
+                    }
+                    let _ = self
+                        .sockets
+                        .get_mut::<tcp::Socket>(handle)
+                        .send_slice(&self.fpdu[..n]);
+                    n
+                }
+            };
+            open = (open + n) % seg;
+            self.fpdus_tx += 1;
+            busy = true;
+        }
+        if open > 0 {
+            // The group goes now, so that the next FPDU queued starts a segment.
+            self.iface_egress(self.turn_now);
+        }
+        // A QP in Error has sent its last FPDU (a Terminate, if any, is queued): the stream
+        // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too; so does one
+        // that finished Closing (back in Idle after RTS: a graceful disconnect). In relay
+        // mode the control plane owns the connection and hears of its end.
+        let c = &mut self.conns[i];
+        let done = match self.rnic.qp_state(qp) {
+            Some(iwarp_engine::QpState::Error) => true,
+            Some(iwarp_engine::QpState::Idle) => c.state == ConnState::Rts,
+            _ => false,
+        };
+        if c.settings.is_none() && !c.closing && done && !self.rnic.wants_transmit(qp) {
+            c.closing = true;
+            self.sockets.get_mut::<tcp::Socket>(handle).close();
+            busy = true;
+        }
+        busy
+    }
+
+    /// The largest TCP segment of connection `i`, and so its largest FPDU: our MSS, or the
+    /// peer's where smaller (never below 64 octets, which every FPDU header fits in; a peer
+    /// asking for less gets cut FPDUs, as it would from any sender).
+    pub(super) fn segment_size(&self, i: usize) -> usize {
+        let ours = self.tcp.mss;
+        self.conns[i]
+            .flow
+            .and_then(|k| self.dev.peers.mss(k))
+            .map_or(ours, |peer| peer.clamp(64, ours))
+    }
+
+    /// The QP's next FPDU emitted straight into the free space at the end of the socket's
+    /// send ring, if that holds the largest FPDU in one piece.
+    fn transmit_into_socket(&mut self, handle: SocketHandle, qp: u32) -> Direct {
+        let (rnic, largest) = (&mut self.rnic, self.fpdu.len());
+        let sent = self.sockets.get_mut::<tcp::Socket>(handle).send(|ring| {
+            if ring.len() < largest {
+                return (0, Direct::NoRoom);
+            }
+            match rnic.poll_transmit(qp, ring) {
+                Some(n) => (n, Direct::Sent(n)),
+                None => (0, Direct::Nothing),
+            }
+        });
+        // A socket that cannot send: the FPDU is built aside and lost as before (the
+        // connection is ending).
+        sent.unwrap_or(Direct::NoRoom)
+    }
+}
