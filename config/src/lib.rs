@@ -84,9 +84,9 @@ pub struct Port {
     /// EAL arguments (dpdk port).
     pub eal_args: Vec<String>,
     pub dpdk_port_id: u16,
-    /// Let the device compute and check TCP checksums where it can (dpdk port; most NICs
-    /// can, memif cannot). Off: smoltcp does both in software, and captures show the
-    /// checksums the wire carries.
+    /// Let the device compute TCP checksums on transmit and check them on receive, each
+    /// where it can (dpdk port; most NICs can, memif cannot). Off: both in software, and
+    /// captures show the checksums the wire carries.
     pub checksum_offload: bool,
 }
 

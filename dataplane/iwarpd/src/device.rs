@@ -1,10 +1,11 @@
 //! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts, queued in the port's own
 //! buffers until smoltcp has read them (then given back to the port: nothing copied, nothing
 //! allocated once warm), and go out through the port, ARP requests paced (see [`ArpPacer`]),
-//! and each TCP peer's window and resets read on the way in.
+//! and each TCP peer's window and resets read on the way in. TCP checksums the port's device
+//! does not check are checked here (not by smoltcp), so a wrong one is counted.
 
 use crate::peer_tcp::PeerTcp;
-use crate::port::Port;
+use crate::port::{tcp_checksum, Port};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
@@ -115,6 +116,11 @@ pub struct PortDevice<P: Port> {
     pub tx_frames: u64,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
+    /// Received TCP checksums are checked here: the port's device does not.
+    check_tcp_checksums: bool,
+    /// Received TCP segments whose checksum was wrong, dropped here (see
+    /// [`Port::bad_checksums`] for those the device dropped).
+    pub rx_bad_checksum: u64,
 }
 
 impl<P: Port> PortDevice<P> {
@@ -126,6 +132,7 @@ impl<P: Port> PortDevice<P> {
     pub fn new(port: P, arp: ArpPacer, mss: usize) -> PortDevice<P> {
         let frame = port.mtu() + 14;
         PortDevice {
+            check_tcp_checksums: !port.tcp_checksum_offload().rx,
             ip_mtu: (mss + 40).min(port.mtu()),
             port,
             rxq: VecDeque::with_capacity(RX_BURST),
@@ -137,6 +144,7 @@ impl<P: Port> PortDevice<P> {
             tx_frames: 0,
             rx_bytes: 0,
             tx_bytes: 0,
+            rx_bad_checksum: 0,
         }
     }
 
@@ -217,7 +225,16 @@ impl<P: Port> phy::Device for PortDevice<P> {
         Self: 'a;
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_, P::Frame>, TxToken<'_, P>)> {
-        let frame = self.rxq.pop_front()?;
+        let frame = loop {
+            let frame = self.rxq.pop_front()?;
+            // smoltcp would drop it too, but silently.
+            if self.check_tcp_checksums && !tcp_checksum::tcp_checksum_ok(&frame) {
+                self.rx_bad_checksum += 1;
+                self.read.push(frame);
+                continue;
+            }
+            break frame;
+        };
         self.peers.observe(&frame);
         Some((
             RxToken {
@@ -251,9 +268,13 @@ impl<P: Port> phy::Device for PortDevice<P> {
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = self.ip_mtu + 14;
         caps.max_burst_size = Some(RX_BURST);
-        if self.port.offloads_tcp_checksum() {
-            caps.checksum.tcp = Checksum::None;
-        }
+        // smoltcp never checks TCP checksums: the device does, or `receive` does. It
+        // computes them unless the device does.
+        caps.checksum.tcp = if self.port.tcp_checksum_offload().tx {
+            Checksum::None
+        } else {
+            Checksum::Tx
+        };
         caps
     }
 }
@@ -329,6 +350,42 @@ mod tests {
         assert_eq!(
             dev.port.given_back, read,
             "smoltcp read the port's own buffers"
+        );
+    }
+
+    /// A port whose device checks no TCP checksum: the device layer checks each one and
+    /// drops a wrong one, counted, its buffer given back like any read frame; smoltcp is told
+    /// to compute checksums on transmit and check none.
+    #[test]
+    fn a_wrong_tcp_checksum_is_dropped_and_counted_before_smoltcp() {
+        use crate::port::tcp_checksum::tests::segment;
+        let (mut a, b) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        let good = segment(b"an FPDU", 5);
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        let arp = arp(1, [10, 0, 0, 2]);
+        for f in [&bad, &good, &bad, &arp] {
+            a.tx(f).unwrap();
+        }
+        let port = Recycling {
+            inner: b,
+            given_back: Vec::new(),
+        };
+        let mut dev = PortDevice::new(port, ArpPacer::new(Duration::ZERO), 1460);
+        let caps = phy::Device::capabilities(&dev);
+        assert!(caps.checksum.tcp.tx() && !caps.checksum.tcp.rx());
+        assert_eq!(dev.fill(), 4);
+        let mut passed = Vec::new();
+        while let Some((rx, _)) = dev.receive(Instant::from_millis(0)) {
+            rx.consume(|f| passed.push(f.to_vec()));
+        }
+        assert_eq!(passed, [good, arp]);
+        assert_eq!(dev.rx_bad_checksum, 2);
+        dev.fill();
+        assert_eq!(
+            dev.port.given_back.len(),
+            4,
+            "every buffer back to the port"
         );
     }
 

@@ -58,6 +58,7 @@ pub struct CoreCounters {
     pub fpdus_tx: AtomicU64,
     pub stream_bytes_rx: AtomicU64,
     pub drops: AtomicU64,
+    pub bad_checksums: AtomicU64,
     pub arp_paced: AtomicU64,
     pub conns_lost: AtomicU64,
     pub connections: AtomicU64,
@@ -99,6 +100,7 @@ impl CoreCounters {
         self.fpdus_tx.store(c.fpdus_tx, r);
         self.stream_bytes_rx.store(c.stream_bytes_rx, r);
         self.drops.store(c.drops, r);
+        self.bad_checksums.store(c.bad_checksums, r);
         self.arp_paced.store(c.arp_paced, r);
         self.conns_lost.store(c.conns_lost, r);
         self.connections.store(c.connections, r);
@@ -133,7 +135,7 @@ impl CoreCounters {
         let r = Ordering::Relaxed;
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
-             stream_bytes_rx={} drops={} arp_paced={} connections={} conns_lost={} crc_errors={} \
+             stream_bytes_rx={} drops={} bad_checksums={} arp_paced={} connections={} conns_lost={} crc_errors={} \
              terminates_sent={} terminates_received={} polls={} sleeps={} wakes_port={} \
              wakes_doorbell={} wakes_timer={}",
             self.core.map_or("-".to_string(), |c| c.to_string()),
@@ -144,6 +146,7 @@ impl CoreCounters {
             self.fpdus_tx.load(r),
             self.stream_bytes_rx.load(r),
             self.drops.load(r),
+            self.bad_checksums.load(r),
             self.arp_paced.load(r),
             self.connections.load(r),
             self.conns_lost.load(r),
@@ -385,6 +388,7 @@ mod tests {
             crc_errors: 10,
             terminates_sent: 11,
             terminates_received: 12,
+            bad_checksums: 14,
             stages: None,
         });
         let line = c.line();
@@ -403,6 +407,7 @@ mod tests {
             "terminates_sent=11",
             "terminates_received=12",
             "arp_paced=13",
+            "bad_checksums=14",
         ] {
             assert!(line.contains(kv), "{kv} missing from {line}");
         }

@@ -5,7 +5,9 @@
 //! on one side of a Linux bridge, our own TAP port (smoltcp computing and checking every
 //! checksum itself) on the other. A checksum the offload path got wrong would be dropped by
 //! the other side, so data placed intact both ways shows it right; a segment with a wrong
-//! checksum written into the `net_tap`'s kernel side is dropped and counted by the DPDK port.
+//! checksum written into the `net_tap`'s kernel side is dropped and counted by the DPDK port
+//! (the device checked it), one written towards our TAP port by the device layer (checked in
+//! software).
 //!
 //! Received frames in their mbufs: one kept after its port is gone still holds what was sent
 //! (it keeps the device's pools alive).
@@ -15,11 +17,11 @@
 
 mod common;
 
-use common::{pair, sh, write_b_to_a, Bridge, End, A_IP};
+use common::{pair, sh, write_b_to_a, Bridge, End, A_IP, B_IP};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use iwarpd::port::tap::TapPort;
-use iwarpd::port::Port;
+use iwarpd::port::{Port, TcpChecksumOffload};
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Address,
     Ipv4Packet, TcpPacket, TcpSeqNumber,
@@ -54,8 +56,8 @@ fn eal() {
     eal_init(&args).expect("EAL init");
 }
 
-/// A TCP SYN to `to` (A's address, a port it listens on), its TCP checksum wrong.
-fn bad_syn(to_mac: [u8; 6]) -> Vec<u8> {
+/// A TCP SYN to `to_mac`, `dst` (an address of a node), its TCP checksum wrong.
+fn bad_syn(to_mac: [u8; 6], dst: Ipv4Address) -> Vec<u8> {
     let mut f = vec![0u8; 14 + 20 + 20];
     {
         let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
@@ -63,7 +65,7 @@ fn bad_syn(to_mac: [u8; 6]) -> Vec<u8> {
         eth.set_src_addr(EthernetAddress([2, 0, 0, 0, 9, 0x99]));
         eth.set_ethertype(EthernetProtocol::Ipv4);
     }
-    let (src, dst) = (Ipv4Address::new(10, 77, 0, 99), A_IP);
+    let src = Ipv4Address::new(10, 77, 0, 99);
     {
         let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
         ip.set_version(4);
@@ -124,13 +126,15 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     eal();
     let pa = DpdkPort::open("net_tap0", 1500).unwrap();
-    assert!(
-        pa.offloads_tcp_checksum(),
-        "net_tap offers TCP checksum offload"
+    assert_eq!(
+        pa.tcp_checksum_offload(),
+        TcpChecksumOffload { tx: true, rx: true },
+        "net_tap offers TCP checksum offload both ways"
     );
     let mac_a = pa.mac;
-    let pb = TapPort::open(KTAP, [2, 0, 0, 0, 9, 0x3b], 1500).expect("TAP");
-    assert!(!pb.offloads_tcp_checksum());
+    let mac_b = [2, 0, 0, 0, 9, 0x3b];
+    let pb = TapPort::open(KTAP, mac_b, 1500).expect("TAP");
+    assert_eq!(pb.tcp_checksum_offload(), TcpChecksumOffload::default());
     // net_tap gives its kernel side the DPDK port's own MAC, which would make the bridge keep
     // frames to that MAC for the host: the kernel side gets one of its own.
     assert!(sh(&format!("ip link set {DTAP} address 02:00:00:00:09:3c")));
@@ -139,18 +143,26 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     // B's segments checked by the device for A, A's filled in by the device for B.
     write_b_to_a(&mut a, &mut b, 4 << 20, 41);
     write_b_to_a(&mut b, &mut a, 4 << 20, 42);
-    assert_eq!(a.node.port().rx_bad_checksum, 0);
-    let dropped = a.node.port().dropped();
+    assert_eq!(a.node.counters().bad_checksums, 0);
+    assert_eq!(b.node.counters().bad_checksums, 0);
 
-    send_raw(DTAP, &bad_syn(mac_a));
+    // Checked by the device for A, in software for B; each dropped and counted once.
+    send_raw(DTAP, &bad_syn(mac_a, A_IP));
+    send_raw(KTAP, &bad_syn(mac_b, B_IP));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while a.node.port().rx_bad_checksum == 0 {
-        assert!(Instant::now() < deadline, "the bad segment never arrived");
+    while a.node.counters().bad_checksums == 0 || b.node.counters().bad_checksums == 0 {
+        assert!(Instant::now() < deadline, "a bad segment never arrived");
         a.node.poll();
         b.node.poll();
     }
-    assert_eq!(a.node.port().rx_bad_checksum, 1);
-    assert_eq!(a.node.port().dropped(), dropped + 1);
+    assert_eq!(a.node.port().bad_checksums(), 1, "A's device dropped it");
+    assert_eq!(a.node.counters().bad_checksums, 1);
+    assert_eq!(b.node.port().bad_checksums(), 0, "B's port does not check");
+    assert_eq!(
+        b.node.counters().bad_checksums,
+        1,
+        "B's device layer dropped it"
+    );
     // And the connection goes on.
     write_b_to_a(&mut a, &mut b, 1 << 20, 43);
     println!("net_tap with TCP checksum offload: {:?}", a.node.counters());

@@ -231,6 +231,8 @@ pub struct Counters {
     pub stream_bytes_rx: u64,
     /// Frames the port could not send or deliver (see [`Port::dropped`]).
     pub drops: u64,
+    /// Received TCP segments with a wrong checksum, dropped (by the device or in software).
+    pub bad_checksums: u64,
     /// Repeats of unanswered ARP requests held back (see [`crate::device::ArpPacer`]): a
     /// growing count names a neighbour that does not answer.
     pub arp_paced: u64,
@@ -365,6 +367,7 @@ impl<P: Port> Node<P> {
             fpdus_tx: self.fpdus_tx,
             stream_bytes_rx: self.stream_rx,
             drops: self.dev.port.dropped(),
+            bad_checksums: self.dev.port.bad_checksums() + self.dev.rx_bad_checksum,
             arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
             connections: self.conns.iter().filter(|c| !c.is_over()).count() as u64,

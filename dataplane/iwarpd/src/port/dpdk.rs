@@ -16,20 +16,22 @@
 //! left at its default. A received frame longer than one mbuf (a peer whose MTU is larger
 //! than ours) is dropped and counted.
 //!
-//! TCP checksums: where the device offers to compute them on transmit and check them on
-//! receive (most NICs; `net_tap`, in software; not memif), and `port.checksum_offload` is
-//! on (the default), the port asks for both, so smoltcp does neither: each TCP frame sent goes
-//! with the pseudo-header sum in its checksum field and the offload flags on its mbuf (and
-//! through `rte_eth_tx_prepare`), and a received frame the device found bad is dropped and
-//! counted, one it did not check is checked here ([`super::tcp_checksum`]).
+//! TCP checksums: with `port.checksum_offload` on (the default) the port asks the device for
+//! each direction it offers (most NICs offer both; `net_tap` does both in software; memif
+//! neither). Computing on transmit: each TCP frame sent goes with the pseudo-header sum in its
+//! checksum field and the offload flags on its mbuf (and through `rte_eth_tx_prepare`), and
+//! smoltcp leaves the checksum to the device. Checking on receive: a frame the device found
+//! bad is dropped and counted, one it did not check is checked here
+//! ([`super::tcp_checksum`]). A direction the device does not take is done in software (by
+//! smoltcp on transmit, by the device layer on receive).
 //!
 //! Not done yet: programming the NIC to steer by
 //! destination port (rte_flow), so that a frame lands on its owner's queue without a
 //! hand-over; setting the NIC's MAC from `port.mac` (the port uses the device's own, which
 //! memif takes from its `mac=` devarg).
 
-use super::tcp_checksum;
 use super::Port;
+use super::{tcp_checksum, TcpChecksumOffload};
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -223,10 +225,10 @@ pub struct DpdkPort {
     pub tx_dropped: u64,
     /// Received frames longer than one mbuf, dropped.
     pub rx_dropped: u64,
-    /// Received frames whose TCP checksum was wrong, dropped (with checksum offload).
-    pub rx_bad_checksum: u64,
-    /// TCP checksums offloaded to the device (see the module's doc).
-    tcp_checksum: bool,
+    /// Received frames whose TCP checksum was wrong, dropped (with receive checksum offload).
+    rx_bad_checksum: u64,
+    /// The TCP checksum work the device does (see the module's doc).
+    offload: TcpChecksumOffload,
     /// A memif client restarts its device when its link stays down (see `watch_link`); only
     /// a device with one queue, since a restart stops every queue under its worker.
     memif_client: bool,
@@ -330,19 +332,24 @@ impl DpdkPort {
                 sys::iw_rx_offload_tcp_cksum(),
             )
         };
-        let tcp_checksum = checksum_offload
-            && info.tx_offload_capa & tx_csum != 0
-            && info.rx_offload_capa & rx_csum != 0;
-        tracing::info!(
-            "DPDK port {port_id} ({}): TCP checksums {}",
-            driver_name(&info),
-            if tcp_checksum {
-                "offloaded to the device"
+        let offload = TcpChecksumOffload {
+            tx: checksum_offload && info.tx_offload_capa & tx_csum != 0,
+            rx: checksum_offload && info.rx_offload_capa & rx_csum != 0,
+        };
+        let by = |device: bool| {
+            if device {
+                "the device"
             } else if checksum_offload {
-                "computed in software (the device cannot take them)"
+                "software (the device cannot)"
             } else {
-                "computed in software (port.checksum_offload = false)"
+                "software (port.checksum_offload = false)"
             }
+        };
+        tracing::info!(
+            "DPDK port {port_id} ({}): TCP checksums computed by {}, checked by {}",
+            driver_name(&info),
+            by(offload.tx),
+            by(offload.rx),
         );
         static POOLS: AtomicU32 = AtomicU32::new(0);
         // SAFETY: plain calls on a port id DPDK gave us; every return value is checked, and
@@ -383,8 +390,10 @@ impl DpdkPort {
             };
             let mut conf = sys::rte_eth_conf::default();
             conf.rxmode.mtu = rx_mtu;
-            if tcp_checksum {
+            if offload.tx {
                 conf.txmode.offloads |= tx_csum;
+            }
+            if offload.rx {
                 conf.rxmode.offloads |= rx_csum;
             }
             let rc = sys::rte_eth_dev_configure(port_id, queues, queues, &conf);
@@ -447,7 +456,7 @@ impl DpdkPort {
                     tx_dropped: 0,
                     rx_dropped: 0,
                     rx_bad_checksum: 0,
-                    tcp_checksum,
+                    offload,
                     memif_client: false,
                     empty_bursts: 0,
                     link_checked: Instant::now(),
@@ -580,8 +589,7 @@ impl Port for DpdkPort {
                 if len as u32 != sys::iw_pktmbuf_pkt_len(m) {
                     self.rx_dropped += 1;
                     sys::iw_pktmbuf_free(m);
-                } else if self.tcp_checksum
-                    && !checksum_ok(m, std::slice::from_raw_parts(data, len))
+                } else if self.offload.rx && !checksum_ok(m, std::slice::from_raw_parts(data, len))
                 {
                     self.rx_bad_checksum += 1;
                     sys::iw_pktmbuf_free(m);
@@ -611,7 +619,7 @@ impl Port for DpdkPort {
         unsafe {
             let dst = sys::iw_pktmbuf_data(m) as *mut u8;
             ptr::copy_nonoverlapping(frame.as_ptr(), dst, frame.len());
-            if self.tcp_checksum {
+            if self.offload.tx {
                 offload_checksum(m, std::slice::from_raw_parts_mut(dst, frame.len()));
             }
         }
@@ -643,7 +651,7 @@ impl Port for DpdkPort {
             unsafe { std::slice::from_raw_parts_mut(sys::iw_pktmbuf_data(m) as *mut u8, len) };
         let (r, send) = build(frame);
         if send {
-            if self.tcp_checksum {
+            if self.offload.tx {
                 // SAFETY: `m` is ours and `frame` its data.
                 unsafe { offload_checksum(m, frame) };
             }
@@ -659,7 +667,7 @@ impl Port for DpdkPort {
         if self.tx_len == 0 {
             return Ok(());
         }
-        let ready = if self.tcp_checksum {
+        let ready = if self.offload.tx {
             // The device's own fix-ups for offloads; a frame it refuses (and any after it)
             // is dropped below.
             // SAFETY: the first tx_len entries are mbufs we own.
@@ -688,10 +696,13 @@ impl Port for DpdkPort {
         Ok(())
     }
     fn dropped(&self) -> u64 {
-        self.tx_dropped + self.rx_dropped + self.rx_bad_checksum
+        self.tx_dropped + self.rx_dropped
     }
-    fn offloads_tcp_checksum(&self) -> bool {
-        self.tcp_checksum
+    fn tcp_checksum_offload(&self) -> TcpChecksumOffload {
+        self.offload
+    }
+    fn bad_checksums(&self) -> u64 {
+        self.rx_bad_checksum
     }
 }
 

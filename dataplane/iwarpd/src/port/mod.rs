@@ -53,8 +53,11 @@ macro_rules! forward_to_inner {
         fn steers_here(&self, port: u16) -> bool {
             self.inner.steers_here(port)
         }
-        fn offloads_tcp_checksum(&self) -> bool {
-            self.inner.offloads_tcp_checksum()
+        fn tcp_checksum_offload(&self) -> $crate::port::TcpChecksumOffload {
+            self.inner.tcp_checksum_offload()
+        }
+        fn bad_checksums(&self) -> u64 {
+            self.inner.bad_checksums()
         }
     };
 }
@@ -67,8 +70,7 @@ pub mod pcap;
 mod rx_pool;
 pub mod steer;
 pub mod tap;
-#[cfg(any(feature = "dpdk", test))]
-mod tcp_checksum;
+pub(crate) mod tcp_checksum;
 pub mod unix;
 
 pub use rx_pool::{RxBuf, RxPool};
@@ -147,12 +149,27 @@ pub trait Port {
     fn steers_here(&self, _port: u16) -> bool {
         true
     }
-    /// Whether the device computes the TCP checksum of every frame sent (sent with the
-    /// field left to it) and has checked that of every frame it delivers, so smoltcp does
-    /// neither (a NIC's checksum offload).
-    fn offloads_tcp_checksum(&self) -> bool {
-        false
+    /// The TCP checksum work the device does itself (a NIC's checksum offload); the device
+    /// layer does the rest in software.
+    fn tcp_checksum_offload(&self) -> TcpChecksumOffload {
+        TcpChecksumOffload::default()
     }
+    /// Received TCP segments the device found with a wrong checksum, dropped (with
+    /// [`TcpChecksumOffload::rx`]); those checked in software are counted by the device layer.
+    fn bad_checksums(&self) -> u64 {
+        0
+    }
+}
+
+/// Which half of TCP checksum work a device takes (each where it offers it and
+/// `port.checksum_offload` is on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpChecksumOffload {
+    /// It computes the checksum of every TCP segment sent, given the pseudo-header sum in
+    /// the field ([`tcp_checksum::prepare_for_offload`]).
+    pub tx: bool,
+    /// It has checked the checksum of every TCP segment it delivers, a wrong one dropped.
+    pub rx: bool,
 }
 
 /// Builds a frame of `len` octets in `scratch` (grown as needed), for a port with no buffer

@@ -415,9 +415,14 @@ impl<P: Port> Port for SteeredPort<P> {
         self.steering.tcp_owner(port) == self.me
     }
 
-    fn offloads_tcp_checksum(&self) -> bool {
-        // Frames handed over come from another worker's queue of the same device, checked.
-        self.queue.offloads_tcp_checksum()
+    fn tcp_checksum_offload(&self) -> super::TcpChecksumOffload {
+        // Frames handed over come from another worker's queue of the same device, checked
+        // there as this queue's are.
+        self.queue.tcp_checksum_offload()
+    }
+
+    fn bad_checksums(&self) -> u64 {
+        self.queue.bad_checksums()
     }
 }
 

@@ -86,12 +86,12 @@ pub fn tcp_checksum_ok(frame: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An Ethernet frame with an IPv4 TCP segment carrying `payload`, its checksum filled in
     /// by smoltcp (with `ihl` 32-bit words of IPv4 header: options shift the TCP header).
-    fn segment(payload: &[u8], ihl: u8) -> Vec<u8> {
+    pub(crate) fn segment(payload: &[u8], ihl: u8) -> Vec<u8> {
         let ip_header = usize::from(ihl) * 4;
         let tcp_len = 20 + payload.len();
         let mut f = vec![0u8; ETH_HEADER + ip_header + tcp_len];
@@ -147,6 +147,30 @@ mod tests {
             );
             device_fills(&mut f, l3);
             assert_eq!(f, right, "{ihl} {}", payload.len());
+        }
+    }
+
+    /// Wire input of any shape gets an answer, never a panic: every truncation of a segment
+    /// (its headers then claim more than is there), and every single-octet change, of which
+    /// only those in the Ethernet header or the IPv4 header (making it something else or
+    /// malformed) can leave the TCP checksum right.
+    #[test]
+    fn any_frame_is_answered_and_a_changed_segment_fails() {
+        let good = segment(b"0123456789abcdef", 6);
+        for len in 0..good.len() {
+            let _ = tcp_checksum_ok(&good[..len]);
+            let mut f = good[..len].to_vec();
+            let _ = prepare_for_offload(&mut f);
+        }
+        let tcp_start = ETH_HEADER + 24;
+        for i in 0..good.len() {
+            let mut f = good.clone();
+            f[i] ^= 0x5a;
+            let ok = tcp_checksum_ok(&f);
+            if i >= tcp_start {
+                assert!(!ok, "octet {i} changed");
+            }
+            let _ = prepare_for_offload(&mut f);
         }
     }
 
