@@ -166,7 +166,7 @@ pub trait Port {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpChecksumOffload {
     /// It computes the checksum of every TCP segment sent, given the pseudo-header sum in
-    /// the field ([`tcp_checksum::prepare_for_offload`]).
+    /// the field (`tcp_checksum::prepare_for_offload`).
     pub tx: bool,
     /// It has checked the checksum of every TCP segment it delivers, a wrong one dropped.
     pub rx: bool,

@@ -3,14 +3,17 @@
 //! such a device expects in the checksum field of a segment to send, and the check of a
 //! received segment the device left unchecked.
 
+#[cfg(any(feature = "dpdk", test))]
+use smoltcp::wire::Ipv4Address;
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, TcpPacket,
+    EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
 };
 
 const ETH_HEADER: usize = 14;
 
 /// The Internet checksum's ones' complement sum of `data` as 16-bit big-endian words (RFC
 /// 1071; an odd last octet padded with zero), folded to 16 bits and not complemented.
+#[cfg(any(feature = "dpdk", test))]
 fn ones_complement_sum(data: &[u8]) -> u16 {
     let mut acc: u64 = data
         .chunks(2)
@@ -24,6 +27,7 @@ fn ones_complement_sum(data: &[u8]) -> u16 {
 
 /// The sum of a TCP segment's IPv4 pseudo-header: source, destination, zero, protocol, TCP
 /// length (RFC 9293 section 3.1).
+#[cfg(any(feature = "dpdk", test))]
 fn pseudo_header_sum(src: Ipv4Address, dst: Ipv4Address, tcp_len: u16) -> u16 {
     let mut header = [0u8; 12];
     header[..4].copy_from_slice(&src.octets());
@@ -53,6 +57,7 @@ fn ipv4_tcp(frame: &[u8]) -> Option<(Ipv4Packet<&[u8]>, usize)> {
 /// length; RFC 9293 section 3.1), folded and not complemented, which such a device adds the
 /// segment to. Returns the IPv4 header length (the device's `l3_len`), or None for a frame
 /// that carries no TCP segment (left untouched: nothing for the device to do).
+#[cfg(any(feature = "dpdk", test))]
 pub fn prepare_for_offload(frame: &mut [u8]) -> Option<usize> {
     let (src, dst, header, tcp_len) = {
         let (ip, header) = ipv4_tcp(frame)?;
