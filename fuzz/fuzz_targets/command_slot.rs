@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
     let n = body.len().min(MSG_PAYLOAD);
     m.payload[..n].copy_from_slice(&body[..n]);
     if let Ok((req_id, c)) = Command::decode(&m) {
-        assert_eq!(Command::decode(&c.encode(req_id)).expect("re-decode"), (req_id, c));
+        assert_eq!(
+            Command::decode(&c.encode(req_id)).expect("re-decode"),
+            (req_id, c)
+        );
     }
     if let Ok(u) = Upcall::decode(&m) {
         assert_eq!(Upcall::decode(&u.encode()).expect("re-decode"), u);

@@ -178,7 +178,10 @@ fuzz_target!(|data: &[u8]| {
         match op % 3 {
             // A raw frame of up to 1514 octets.
             0 => {
-                let len = rest.first().map_or(0, |&n| usize::from(n) * 6).min(rest.len());
+                let len = rest
+                    .first()
+                    .map_or(0, |&n| usize::from(n) * 6)
+                    .min(rest.len());
                 let frame = rest.get(1..len.max(1)).unwrap_or_default().to_vec();
                 rest = &rest[len.min(rest.len())..];
                 wire.lock().unwrap().inject.push_back(frame);
