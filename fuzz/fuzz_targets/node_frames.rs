@@ -78,8 +78,8 @@ impl Port for Injecting {
     }
 }
 
-/// A node with a QP and `len` octets of memory registered for everything.
-fn end<P: Port>(port: P, ip: Ipv4Addr) -> (Node<P>, u32, u32, Sge) {
+/// A node with a QP and 4 KiB of memory registered for everything, which must outlive it.
+fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, u32, Sge) {
     let mut node = Node::new(port, ip, 24, TcpSettings::default());
     let pd = node.rnic.alloc_pd();
     let cq = node.rnic.create_cq(256);
@@ -89,10 +89,9 @@ fn end<P: Port>(port: P, ip: Ipv4Addr) -> (Node<P>, u32, u32, Sge) {
         srq: None,
     };
     let qp = node.rnic.create_qp(pd, cq, cq, caps).unwrap();
-    let len = 4096;
-    let mem = Box::leak(vec![0u64; len / 8].into_boxed_slice());
+    let len = mem.len() * 8;
     let ptr = NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
-    // SAFETY: leaked, so valid for the rest of the process.
+    // SAFETY: the caller keeps `mem` until the node is gone.
     let stag = unsafe {
         node.rnic
             .register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64)
@@ -102,7 +101,7 @@ fn end<P: Port>(port: P, ip: Ipv4Addr) -> (Node<P>, u32, u32, Sge) {
         to: ptr.as_ptr() as u64,
         len: len as u32,
     };
-    (node, qp, cq, sge)
+    (node, qp, sge)
 }
 
 /// `template` with `patches` (offset, octet) applied to its TCP payload, the sequence number
@@ -135,8 +134,9 @@ fuzz_target!(|data: &[u8]| {
         inner: pa,
         wire: Arc::clone(&wire),
     };
-    let (mut a, a_qp, _, a_mem) = end(pa, A_IP);
-    let (mut b, b_qp, _, b_mem) = end(pb, B_IP);
+    let (mut a_buf, mut b_buf) = (vec![0u64; 512], vec![0u64; 512]);
+    let (mut a, a_qp, a_mem) = end(pa, A_IP, &mut a_buf);
+    let (mut b, b_qp, b_mem) = end(pb, B_IP, &mut b_buf);
     let settings = Settings {
         crc: false,
         ..Settings::default()
@@ -214,4 +214,7 @@ fuzz_target!(|data: &[u8]| {
         b.poll();
     }
     let _ = a.counters();
+    // The nodes go before the memory registered with them.
+    drop((a, b));
+    drop((a_buf, b_buf));
 });
