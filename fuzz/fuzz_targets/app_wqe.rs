@@ -117,11 +117,12 @@ impl Input<'_> {
     fn u64(&mut self) -> u64 {
         u64::from_le_bytes(self.bytes())
     }
-    /// An STag and tagged offset: mostly one of `stags` (either end's) near its base, at
-    /// times anything.
+    /// An STag and tagged offset: mostly one of `stags` (either end's), in its region or just
+    /// outside, at times anything.
     fn place(&mut self, stags: &[(u32, u64)]) -> (u32, u64) {
         let pick = usize::from(self.u8());
-        let off = i64::from(self.u16() as i16);
+        // Mostly within the region, at times just outside it.
+        let off = i64::from(self.u16()) % (REGION as i64 + 2 * 64) - 64;
         match stags.get(pick % (stags.len() + 1)) {
             Some(&(stag, base)) => (stag, base.wrapping_add_signed(off)),
             None => (self.u32(), self.u64()),
