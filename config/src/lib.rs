@@ -114,9 +114,10 @@ pub struct Tcp {
     pub user_timeout_ms: u64,
     /// Hold the ACK of a lone small segment up to this long (microseconds, real time) so it
     /// rides the answer instead of costing a frame of its own; 0 sends it at once. Out of
-    /// order data and a second full segment are still acknowledged at once (RFC 5681).
-    /// Pays where applications answer within it (busy-polling cores); on shared cores an
-    /// answer comes later and the held ACK only adds a timer.
+    /// order data and a second full segment are still acknowledged at once (RFC 5681). The
+    /// default, 5, is about one poll turn and a post: a busy-polling application's answer
+    /// comes within it, and an ACK held that long costs a sender nothing (its retransmission
+    /// timer is `min_rto_us`).
     pub ack_delay_us: u64,
 }
 
@@ -234,7 +235,7 @@ impl Default for Tcp {
             mss: 0,
             max_inflight: 0,
             user_timeout_ms: 2000,
-            ack_delay_us: 0,
+            ack_delay_us: 5,
         }
     }
 }

@@ -80,8 +80,8 @@ enum Mode {
     Latency {
         #[arg(long, default_value_t = 100_000)]
         iterations: u64,
-        /// `tcp.ack_delay_us` of both nodes.
-        #[arg(long, default_value_t = 0)]
+        /// `tcp.ack_delay_us` of both nodes (the daemon's default; 0: every ACK at once).
+        #[arg(long, default_value_t = 5)]
         ack_delay_us: u64,
         #[command(flatten)]
         place: Placement,

@@ -44,7 +44,7 @@ pub struct TcpSettings {
     /// its QP enters Error: how a dead peer is detected.
     pub user_timeout: std::time::Duration,
     /// How long the ACK of a lone small segment may wait for data to ride on (real time);
-    /// zero: at once.
+    /// zero: at once. The daemon's default (`tcp.ack_delay_us`) is 5 µs.
     pub ack_delay: std::time::Duration,
 }
 
@@ -57,7 +57,7 @@ impl Default for TcpSettings {
             mss: 1460,
             max_inflight: 256 << 10,
             user_timeout: std::time::Duration::from_secs(2),
-            ack_delay: std::time::Duration::ZERO,
+            ack_delay: std::time::Duration::from_micros(5),
         }
     }
 }
@@ -326,8 +326,8 @@ impl<P: Port> Node<P> {
             tcp::SocketBuffer::new(vec![0; self.tcp.rx_buffer]),
             tcp::SocketBuffer::new(vec![0; self.tcp.tx_buffer]),
         );
-        // RDMA latency: no Nagle; an ACK held only when configured (`TcpSettings::ack_delay`),
-        // and only for a lone small segment.
+        // RDMA latency: no Nagle; the ACK of a lone small segment held a few microseconds
+        // (`TcpSettings::ack_delay`) for the answer to carry it.
         s.set_nagle_enabled(false);
         let delay = self.tcp.ack_delay;
         s.set_ack_delay((!delay.is_zero()).then(|| self.clock.real_to_virtual(delay)));
