@@ -9,7 +9,7 @@
 //! - [`transport`]: the [`transport::PingPong`] / [`transport::Stream`] traits and the
 //!   transports: [`transport::tcp`], [`transport::shm`], [`transport::verbs`].
 //! - [`runner`]: the latency, closed-loop and open-loop measurement loops.
-//! - [`bench`]: runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
+//! - [`bench`](mod@bench): runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
 //!   log, SVG plots; [`stages`]: the per-stage breakdown.
 //!
 //! The `engine-pair` binary (src/bin/engine_pair.rs) is a separate micro-benchmark of the

@@ -93,7 +93,7 @@ impl DaemonStages {
     }
 
     /// Reads `<runtime dir>/stats` as rewritten at `written_after` or later (see
-    /// [`read_stats`]); an absent or unreadable file gives all-`None`.
+    /// `read_stats`); an absent or unreadable file gives all-`None`.
     pub fn read(runtime_dir: &Path, written_after: std::time::SystemTime) -> DaemonStages {
         read_stats(runtime_dir, Some(written_after), |t| {
             Some(DaemonStages::parse(t))
@@ -226,7 +226,7 @@ impl DaemonMemory {
         })
     }
 
-    /// Reads `<runtime dir>/stats` (see [`read_stats`]) for its `process` line.
+    /// Reads `<runtime dir>/stats` (see `read_stats`) for its `process` line.
     pub fn read(
         runtime_dir: &Path,
         endpoint: &str,

@@ -51,7 +51,7 @@ pub struct Config {
 pub struct Daemon {
     /// The instance name: several daemons can run on one machine.
     pub name: String,
-    /// Where sockets, stats and shared-memory names live; default /tmp/iwarp-<uid>/<name>.
+    /// Where sockets, stats and shared-memory names live; default `/tmp/iwarp-<uid>/<name>`.
     pub runtime_dir: Option<PathBuf>,
     pub log_level: String,
 }
@@ -529,7 +529,7 @@ impl Config {
         Ok(())
     }
 
-    /// The runtime directory: configured, or /tmp/iwarp-<uid>/<name>.
+    /// The runtime directory: configured, or `/tmp/iwarp-<uid>/<name>`.
     pub fn runtime_dir(&self) -> PathBuf {
         self.daemon.runtime_dir.clone().unwrap_or_else(|| {
             let uid = std::env::var("UID")

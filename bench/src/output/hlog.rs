@@ -41,7 +41,7 @@ pub fn write(ms: &mut [Measurement], path: &Path, started: SystemTime) -> Result
     std::fs::write(path, buf).map_err(|e| BenchError::io(format!("writing {}", path.display()), e))
 }
 
-/// Reads a log written by [`write`] back: (tag, histogram) per interval, in order.
+/// Reads a log written by [`write()`] back: (tag, histogram) per interval, in order.
 pub fn read(path: &Path) -> Result<Vec<(String, Histogram<u64>)>> {
     let what = || format!("the histogram log {}", path.display());
     let bytes = std::fs::read(path)

@@ -22,7 +22,7 @@
 //! checksum field and the offload flags on its mbuf (and through `rte_eth_tx_prepare`), and
 //! smoltcp leaves the checksum to the device. Checking on receive: a frame the device found
 //! bad is dropped and counted, one it did not check is checked here
-//! ([`super::tcp_checksum`]). A direction the device does not take is done in software (by
+//! (`port/tcp_checksum.rs`). A direction the device does not take is done in software (by
 //! smoltcp on transmit, by the device layer on receive).
 //!
 //! Not done yet: programming the NIC to steer by
