@@ -5,9 +5,9 @@
 //! we hand it a clock that runs D times faster than real time, D = 1 s / the configured
 //! minimum RTO. With min_rto_us = 1000, D = 1000: smoltcp's 1000 ms floor is 1 ms of real
 //! time, its 1 ms RTT resolution is 1 µs, its 60 s RTO ceiling is 60 ms. No smoltcp code is
-//! copied or patched. Side effects, all scaled by the same D and all harmless here: ARP cache
-//! entries expire after 60 ms of real time (one more ARP exchange per minute of smoltcp
-//! time), and any timeout or keep-alive we set is given in dilated units (see `real_to_virtual`).
+//! copied or patched. Side effects, all scaled by the same D: ARP cache entries would expire
+//! after 60 ms of real time (`neighbours.rs` renews them for their real minute), and any
+//! timeout or keep-alive we set is given in dilated units (see `real_to_virtual`).
 
 use smoltcp::time::{Duration, Instant};
 

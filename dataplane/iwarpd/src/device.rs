@@ -4,6 +4,7 @@
 //! and each TCP peer's window and resets read on the way in. TCP checksums the port's device
 //! does not check are checked here (not by smoltcp), so a wrong one is counted.
 
+use crate::neighbours::NeighbourKeeper;
 use crate::peer_tcp::PeerTcp;
 use crate::port::{tcp_checksum, Port};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
@@ -118,6 +119,11 @@ pub struct PortDevice<P: Port> {
     pub tx_bytes: u64,
     /// Received TCP checksums are checked here: the port's device does not.
     check_tcp_checksums: bool,
+    /// Keeps smoltcp's neighbour entries for their real lifetime (see `neighbours.rs`); the
+    /// node sets it up, knowing the interface's address.
+    pub neighbours: Option<NeighbourKeeper>,
+    /// Frames made here for smoltcp (the keeper's ARP replies), taken before the port's.
+    local: VecDeque<Vec<u8>>,
     /// Received TCP segments whose checksum was wrong, dropped here (see
     /// [`Port::bad_checksums`] for those the device dropped).
     pub rx_bad_checksum: u64,
@@ -133,6 +139,8 @@ impl<P: Port> PortDevice<P> {
         let frame = port.mtu() + 14;
         PortDevice {
             check_tcp_checksums: !port.tcp_checksum_offload().rx,
+            neighbours: None,
+            local: VecDeque::new(),
             ip_mtu: (mss + 40).min(port.mtu()),
             port,
             rxq: VecDeque::with_capacity(RX_BURST),
@@ -150,7 +158,33 @@ impl<P: Port> PortDevice<P> {
 
     /// Whether received frames wait for smoltcp.
     pub fn has_rx(&self) -> bool {
-        !self.rxq.is_empty()
+        !self.rxq.is_empty() || !self.local.is_empty()
+    }
+
+    /// The port's next frame for smoltcp: one with a wrong TCP checksum is dropped here
+    /// (smoltcp would drop it too, but silently); what smoltcp is about to read is noted.
+    fn port_frame(&mut self, now: Instant) -> Option<P::Frame> {
+        loop {
+            let frame = self.rxq.pop_front()?;
+            if self.check_tcp_checksums && !tcp_checksum::tcp_checksum_ok(&frame) {
+                self.rx_bad_checksum += 1;
+                self.read.push(frame);
+                continue;
+            }
+            self.peers.observe(&frame);
+            if let Some(k) = &mut self.neighbours {
+                k.heard(&frame, now);
+            }
+            return Some(frame);
+        }
+    }
+
+    /// Renews smoltcp's neighbour entries when they are due (see `neighbours.rs`).
+    pub fn keep_neighbours(&mut self, now: Instant) {
+        if let Some(k) = &mut self.neighbours {
+            let local = &mut self.local;
+            k.refresh(now, |frame| local.push_back(frame));
+        }
     }
 
     /// Pulls a burst from the port when the queue is empty. Returns frames taken.
@@ -178,8 +212,14 @@ impl<P: Port> PortDevice<P> {
 }
 
 pub struct RxToken<'a, F> {
-    frame: F,
+    frame: Received<F>,
     read: &'a mut Vec<F>,
+}
+
+/// A frame for smoltcp: the port's, given back once read, or one made here.
+enum Received<F> {
+    Port(F),
+    Local(Vec<u8>),
 }
 
 pub struct TxToken<'a, P: Port> {
@@ -193,9 +233,14 @@ pub struct TxToken<'a, P: Port> {
 
 impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(&self.frame);
-        self.read.push(self.frame);
-        r
+        match self.frame {
+            Received::Port(frame) => {
+                let r = f(&frame);
+                self.read.push(frame);
+                r
+            }
+            Received::Local(frame) => f(&frame),
+        }
     }
 }
 
@@ -225,17 +270,11 @@ impl<P: Port> phy::Device for PortDevice<P> {
         Self: 'a;
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_, P::Frame>, TxToken<'_, P>)> {
-        let frame = loop {
-            let frame = self.rxq.pop_front()?;
-            // smoltcp would drop it too, but silently.
-            if self.check_tcp_checksums && !tcp_checksum::tcp_checksum_ok(&frame) {
-                self.rx_bad_checksum += 1;
-                self.read.push(frame);
-                continue;
-            }
-            break frame;
+        let frame = if let Some(frame) = self.local.pop_front() {
+            Received::Local(frame)
+        } else {
+            Received::Port(self.port_frame(now)?)
         };
-        self.peers.observe(&frame);
         Some((
             RxToken {
                 frame,

@@ -10,6 +10,7 @@
 //!   the connection.
 //! - `clock.rs`: the dilated clock that brings smoltcp's retransmission timer down to the
 //!   configured minimum RTO.
+//! - `neighbours.rs`: keeps smoltcp's ARP entries for their real lifetime despite that clock.
 //! - `node/`: one RNIC on one port: TCP per QP, the poll loop (`mod.rs`), each connection's
 //!   life (`conn.rs`), MPA run by the control plane (`relay.rs`) or by the node itself
 //!   (`mpa_setup.rs`), FPDU-aligned transmission (`stream.rs`).
@@ -21,6 +22,7 @@
 pub mod clock;
 pub mod device;
 pub mod host;
+pub mod neighbours;
 pub mod node;
 pub mod peer_tcp;
 pub mod port;

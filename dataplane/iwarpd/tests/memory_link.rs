@@ -1,7 +1,7 @@
 //! Two nodes over the in-memory port pair: TCP setup, MPA, and a 4 MiB RDMA Write whose
 //! bytes are compared — the node path with no socket or file at all; FPDUs kept whole in
 //! their segments when the peer's window or MSS is the limit, and packed several to a
-//! segment when small; ARP pacing.
+//! segment when small; ARP pacing; neighbour entries that outlast an idle spell.
 
 mod common;
 
@@ -82,6 +82,74 @@ fn an_unanswered_neighbour_gets_paced_arp_requests() {
         node.counters().arp_paced > 10,
         "{} repeats paced",
         node.counters().arp_paced
+    );
+}
+
+/// A memory port that counts the ARP requests it sends.
+struct CountingArp {
+    inner: MemoryPort,
+    requests: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl iwarpd::port::Port for CountingArp {
+    type Frame = Vec<u8>;
+    fn mac(&self) -> [u8; 6] {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn rx_burst<F: FnMut(Vec<u8>)>(&mut self, max: usize, f: F) -> std::io::Result<usize> {
+        self.inner.rx_burst(max, f)
+    }
+    fn tx(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        if frame.len() >= 22 && frame[12..14] == [8, 6] && frame[20..22] == [0, 1] {
+            self.requests.set(self.requests.get() + 1);
+        }
+        self.inner.tx(frame)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A connection idle for longer than smoltcp's neighbour entries last on the dilated clock
+/// (60 ms) still reaches its peer at once: the next Write goes out with no ARP exchange
+/// first (`neighbours.rs` renews the entries while the peer was heard within a minute).
+#[test]
+fn an_idle_peer_is_reached_without_asking_arp_again() {
+    use iwarp_engine::{Access, Status};
+    use std::time::{Duration, Instant};
+
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 1500);
+    let requests = std::rc::Rc::new(std::cell::Cell::new(0));
+    let pb = CountingArp {
+        inner: pb,
+        requests: requests.clone(),
+    };
+    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    let asked_during_setup = requests.get();
+    assert!(
+        asked_during_setup >= 1,
+        "B asked for A's address to connect"
+    );
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_millis(200) {
+        a.node.poll();
+        b.node.poll();
+    }
+    let (ma, mb) = (a.mem(64, Access::ALL), b.mem(64, Access::ALL));
+    mb.fill(7);
+    b.post_write(1, mb.sge(0, 64), &ma, 0);
+    let mut done = false;
+    until(&mut a, &mut b, 10, |_, b| {
+        done |= b.wcs().iter().any(|w| w.status == Status::Success);
+        done && ma.bytes(0, 64) == mb.bytes(0, 64)
+    });
+    assert_eq!(
+        requests.get(),
+        asked_during_setup,
+        "B asked ARP again after the idle spell"
     );
 }
 

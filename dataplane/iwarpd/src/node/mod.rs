@@ -17,6 +17,7 @@
 use crate::clock::DilatedClock;
 use crate::device::ArpPacer;
 use crate::device::PortDevice;
+use crate::neighbours::{self, NeighbourKeeper};
 use crate::peer_tcp::FlowKey;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
@@ -290,6 +291,12 @@ impl<P: Port> Node<P> {
         cfg.random_seed = u64::from_le_bytes([
             mac.0[0], mac.0[1], mac.0[2], mac.0[3], mac.0[4], mac.0[5], 0x5a, 0xa5,
         ]);
+        dev.neighbours = Some(NeighbourKeeper::new(
+            mac.0,
+            ip.octets(),
+            clock.real_to_virtual(neighbours::LIFETIME),
+            clock.real_to_virtual(neighbours::REFRESH),
+        ));
         let mut iface = Interface::new(cfg, &mut dev, clock.now());
         let [a, b, c, d] = ip.octets();
         iface.update_ip_addrs(|addrs| {
@@ -456,6 +463,7 @@ impl<P: Port> Node<P> {
         // (the turn lasts microseconds; a clock read costs as much as a TCP segment here).
         let now = self.clock.now();
         self.turn_now = now;
+        self.dev.keep_neighbours(now);
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         for _ in 0..8 {
             let n = self.dev.fill();
