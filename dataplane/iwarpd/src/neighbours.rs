@@ -22,9 +22,10 @@ pub const LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often the entries are renewed, in real time: a third of their dilated lifetime.
 pub const REFRESH: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Neighbours kept at most (smoltcp's own cache holds 8): the one heard from longest ago
-/// makes room.
-const NEIGHBOURS: usize = 16;
+/// Neighbours kept at most, as many as smoltcp's own cache holds (its default,
+/// `IFACE_NEIGHBOR_CACHE_COUNT`): renewing more would have them evict each other there. The
+/// one heard from longest ago makes room.
+const NEIGHBOURS: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Neighbour {
