@@ -313,6 +313,7 @@ fn run(cfg: Config) -> Result<(), String> {
     let stats = runtime.join("stats");
     let all: Vec<&CoreCounters> = counters.iter().map(|c| &**c).collect();
     let mut last = Instant::now() - Duration::from_secs(1);
+    let mut bad_checksums = 0;
     while !stop.load(Ordering::Relaxed) && !threads.iter().any(|t| t.is_finished()) {
         if dump.swap(false, Ordering::Relaxed) {
             for c in &all {
@@ -322,6 +323,19 @@ fn run(cfg: Config) -> Result<(), String> {
         if last.elapsed() >= Duration::from_secs(1) {
             write_stats(&stats, &all);
             last = Instant::now();
+            let now: u64 = all
+                .iter()
+                .map(|c| c.bad_checksums.load(Ordering::Relaxed))
+                .sum();
+            if now > bad_checksums {
+                tracing::warn!(
+                    "dropped {} TCP segment(s) with a wrong checksum in the last second ({now} \
+                     in all): a peer behind a veth or a VM's virtio device may leave checksums \
+                     to an offload that never happens (`ethtool -K IF tx off` on its interface)",
+                    now - bad_checksums
+                );
+            }
+            bad_checksums = now;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
