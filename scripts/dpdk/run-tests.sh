@@ -55,7 +55,7 @@ ip link set "$va" up
 ip -n "$ns" addr add 10.79.0.1/24 dev "$vb"
 ip -n "$ns" link set "$vb" up
 # veth hands af_packet frames with the TCP checksum not filled in (checksum offload): make
-# the kernel compute it, or smoltcp drops the segments as corrupt.
+# the kernel compute it, or the daemon drops the segments as corrupt (bad_checksums, warned).
 ip netns exec "$ns" ethtool -K "$vb" tx off >/dev/null
 cat > "$work/af.toml" <<TOML
 [daemon]
