@@ -4,7 +4,8 @@
 //! - `port/`: the [`port::Port`] trait and its implementations (embedded Unix-socket
 //!   Ethernet, TAP, DPDK, pcap capture wrapper, a lossy wrapper for tests), and
 //!   `port/steer.rs`, which shares one port among several workers.
-//! - `device.rs`: smoltcp's `phy::Device` over a port.
+//! - `device.rs`: smoltcp's `phy::Device` over a port; checks received TCP checksums where
+//!   the port's device does not, and paces ARP requests.
 //! - `peer_tcp.rs`: what each TCP peer's segments say that smoltcp keeps to itself: its MSS
 //!   and window (the node sizes and queues only FPDUs that go whole) and whether it reset
 //!   the connection.
