@@ -12,40 +12,11 @@ use iwarp_abi::wqe::{RecvWqe, SendWqe, Sge as WqeSge, MAX_INLINE, MAX_SGE};
 use iwarp_engine::{Access, ConnParams, QpCaps, QpState, Rnic, WorkCompletion};
 use iwarpd::host::convert;
 use libfuzzer_sys::fuzz_target;
-use std::ptr::NonNull;
 
-const REGION: usize = 4096;
-const GUARD: usize = 256;
-const GUARD_OCTET: u8 = 0xa5;
+mod common;
+use common::{Arena, Input, REGION};
+
 const READ_ONLY_OCTET: u8 = 0x3c;
-
-/// An arena holding a region between two guard zones.
-struct Arena {
-    words: Box<[u64]>,
-}
-
-impl Arena {
-    fn new() -> Arena {
-        let mut a = Arena {
-            words: vec![0u64; (GUARD * 2 + REGION) / 8].into_boxed_slice(),
-        };
-        a.octets_mut().fill(GUARD_OCTET);
-        a
-    }
-    fn octets_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the words' own memory, viewed as octets.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.words.len() * 8)
-        }
-    }
-    fn octets(&self) -> &[u8] {
-        // SAFETY: as above, read-only.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) }
-    }
-    fn region(&mut self) -> NonNull<u8> {
-        NonNull::new(self.octets_mut()[GUARD..].as_mut_ptr()).unwrap()
-    }
-}
 
 /// One end: an RNIC with a QP, a region with every right, a read-only region, a window and
 /// a fast-register STag. The RNIC is dropped before the memory it was given (field order).
@@ -72,9 +43,7 @@ fn end(v2: bool) -> End {
         params.rdmap_version = 2;
     }
     rnic.connect(qp, params).unwrap();
-    let mut arenas = vec![Arena::new(), Arena::new()];
-    arenas[0].octets_mut()[GUARD..GUARD + REGION].fill(0);
-    arenas[1].octets_mut()[GUARD..GUARD + REGION].fill(READ_ONLY_OCTET);
+    let mut arenas = vec![Arena::new(0), Arena::new(READ_ONLY_OCTET)];
     let mut stags = Vec::new();
     for (arena, access) in arenas.iter_mut().zip([Access::ALL, Access::REMOTE_READ]) {
         let base = arena.region();
@@ -94,49 +63,13 @@ fn end(v2: bool) -> End {
     }
 }
 
-/// Reads fields out of the input, zeros once it runs out.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn bytes<const N: usize>(&mut self) -> [u8; N] {
-        let mut out = [0u8; N];
-        let n = N.min(self.0.len());
-        out[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        out
-    }
-    fn u8(&mut self) -> u8 {
-        self.bytes::<1>()[0]
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.bytes())
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.bytes())
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.bytes())
-    }
-    /// An STag and tagged offset: mostly one of `stags` (either end's), in its region or just
-    /// outside, at times anything.
-    fn place(&mut self, stags: &[(u32, u64)]) -> (u32, u64) {
-        let pick = usize::from(self.u8());
-        // Mostly within the region, at times just outside it.
-        let off = i64::from(self.u16()) % (REGION as i64 + 2 * 64) - 64;
-        match stags.get(pick % (stags.len() + 1)) {
-            Some(&(stag, base)) => (stag, base.wrapping_add_signed(off)),
-            None => (self.u32(), self.u64()),
-        }
-    }
-    fn sge(&mut self, stags: &[(u32, u64)]) -> WqeSge {
-        let (stag, to) = self.place(stags);
-        let len = match self.u8() % 4 {
-            0 => u32::from(self.u8()),
-            1 => u32::from(self.u16()),
-            2 => REGION as u32,
-            _ => self.u32(),
-        };
-        WqeSge { stag, to, len }
+/// A scatter/gather element around the regions (see [`Input::place`]).
+fn sge(input: &mut Input, stags: &[(u32, u64)]) -> WqeSge {
+    let (stag, to) = input.place(stags);
+    WqeSge {
+        stag,
+        to,
+        len: input.len(),
     }
 }
 
@@ -172,7 +105,7 @@ fuzz_target!(|data: &[u8]| {
     let mut a = end(v2);
     let mut b = end(v2);
     let mut stags: Vec<(u32, u64)> = a.stags.iter().chain(&b.stags).copied().collect();
-    while !input.0.is_empty() {
+    while !input.is_empty() {
         let kind = input.u8();
         if kind % 4 == 0 {
             // A receive on either end.
@@ -182,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
                 ..RecvWqe::default()
             };
             for g in w.sgl.iter_mut() {
-                *g = input.sge(&stags);
+                *g = sge(&mut input, &stags);
             }
             let e = if kind & 0x10 == 0 { &mut b } else { &mut a };
             if let Ok(wr) = convert::recv_wr(&w) {
@@ -210,7 +143,7 @@ fuzz_target!(|data: &[u8]| {
             w.swap = input.u64();
             w.swap_mask = input.u64();
             for g in w.sgl.iter_mut() {
-                *g = input.sge(&stags);
+                *g = sge(&mut input, &stags);
             }
             let n = usize::from(input.u8()) % (MAX_INLINE + 1);
             for i in 0..n {
@@ -242,19 +175,7 @@ fuzz_target!(|data: &[u8]| {
 /// Nothing outside a region changed, nor anything in the read-only one.
 fn check(e: &End) {
     for (i, arena) in e.arenas.iter().enumerate() {
-        let o = arena.octets();
-        assert!(
-            o[..GUARD].iter().all(|&x| x == GUARD_OCTET),
-            "before region {i}"
-        );
-        assert!(
-            o[GUARD + REGION..].iter().all(|&x| x == GUARD_OCTET),
-            "after region {i}"
-        );
+        arena.check_guards(&format!("region {i}"));
     }
-    let ro = &e.arenas[1].octets()[GUARD..GUARD + REGION];
-    assert!(
-        ro.iter().all(|&x| x == READ_ONLY_OCTET),
-        "the read-only region changed"
-    );
+    e.arenas[1].check_unchanged(READ_ONLY_OCTET, "the read-only region");
 }

@@ -14,62 +14,11 @@ use iwarp_wire::rdmap::{
     AOpCode, AtomicRequest, Opcode, RdmapHeader, ReadRequest, ReadRequestV2, SegmentRepr,
 };
 use libfuzzer_sys::fuzz_target;
-use std::ptr::NonNull;
 
-const REGION: usize = 4096;
-const GUARD: usize = 256;
-const GUARD_OCTET: u8 = 0xa5;
+mod common;
+use common::{Arena, Input, REGION};
+
 const KEEP_OCTET: u8 = 0x3c;
-
-const OPCODES: [Opcode; 18] = [
-    Opcode::Write,
-    Opcode::ReadRequest,
-    Opcode::ReadResponse,
-    Opcode::Send,
-    Opcode::SendInvalidate,
-    Opcode::SendSe,
-    Opcode::SendSeInvalidate,
-    Opcode::Terminate,
-    Opcode::ImmediateData,
-    Opcode::ImmediateDataSe,
-    Opcode::AtomicRequest,
-    Opcode::AtomicResponse,
-    Opcode::ReadRequestV2,
-    Opcode::ReadResponseV2,
-    Opcode::SendImmediate,
-    Opcode::SendInvalidateImmediate,
-    Opcode::SendSeImmediate,
-    Opcode::SendSeInvalidateImmediate,
-];
-
-/// A region between two guard zones, 8-aligned (atomics need it).
-struct Arena {
-    words: Box<[u64]>,
-}
-
-impl Arena {
-    fn new(fill: u8) -> Arena {
-        let mut a = Arena {
-            words: vec![0u64; (GUARD * 2 + REGION) / 8].into_boxed_slice(),
-        };
-        let o = a.octets_mut();
-        o.fill(GUARD_OCTET);
-        o[GUARD..GUARD + REGION].fill(fill);
-        a
-    }
-    fn octets_mut(&mut self) -> &mut [u8] {
-        let len = self.words.len() * 8;
-        // SAFETY: the words' own memory, viewed as octets.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), len) }
-    }
-    fn octets(&self) -> &[u8] {
-        // SAFETY: as above, read-only.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) }
-    }
-    fn region(&mut self) -> NonNull<u8> {
-        NonNull::new(self.octets_mut()[GUARD..].as_mut_ptr()).unwrap()
-    }
-}
 
 /// The victim: an RNIC whose QP is in RTS, with its three regions. The RNIC is dropped
 /// before the memory it was given (field order).
@@ -140,67 +89,25 @@ fn victim(v2: bool) -> Victim {
 /// Nothing outside a region changed, nor anything in the two the peer may not write.
 fn check(v: &Victim) {
     for (i, arena) in v.arenas.iter().enumerate() {
-        let o = arena.octets();
-        assert!(
-            o[..GUARD].iter().all(|&x| x == GUARD_OCTET),
-            "before region {i}"
-        );
-        assert!(
-            o[GUARD + REGION..].iter().all(|&x| x == GUARD_OCTET),
-            "after region {i}"
-        );
+        arena.check_guards(&format!("region {i}"));
         if i > 0 {
-            let r = &o[GUARD..GUARD + REGION];
-            assert!(r.iter().all(|&x| x == KEEP_OCTET), "region {i} was written");
+            arena.check_unchanged(KEEP_OCTET, &format!("region {i}"));
         }
     }
 }
 
-/// Reads fields out of the input, zeros once it runs out.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn bytes<const N: usize>(&mut self) -> [u8; N] {
-        let mut out = [0u8; N];
-        let n = N.min(self.0.len());
-        out[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        out
-    }
-    fn u8(&mut self) -> u8 {
-        self.bytes::<1>()[0]
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.bytes())
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.bytes())
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.bytes())
-    }
-    /// An STag and tagged offset: mostly a region's, in it or just outside; at times anything.
-    fn place(&mut self, stags: &[(u32, u64)]) -> (u32, u64) {
-        let pick = usize::from(self.u8());
-        // Mostly within the region, at times just outside it.
-        let off = i64::from(self.u16()) % (REGION as i64 + 2 * 64) - 64;
-        match stags.get(pick % (stags.len() + 1)) {
-            Some(&(stag, base)) => (stag, base.wrapping_add_signed(off)),
-            None => (self.u32(), self.u64()),
-        }
-    }
-    fn size(&mut self) -> u32 {
-        match self.u8() % 3 {
-            0 => u32::from(self.u8()),
-            1 => u32::from(self.u16()),
-            _ => self.u32(),
-        }
+/// A Read's size: small, medium or anything.
+fn size(input: &mut Input) -> u32 {
+    match input.u8() % 3 {
+        0 => u32::from(input.u8()),
+        1 => u32::from(input.u16()),
+        _ => input.u32(),
     }
 }
 
 /// The next segment the input describes.
 fn segment(input: &mut Input, v: &mut Victim) -> (SegmentRepr, usize) {
-    let opcode = OPCODES[usize::from(input.u8()) % OPCODES.len()];
+    let opcode = Opcode::ALL[usize::from(input.u8()) % Opcode::ALL.len()];
     let flags = input.u8();
     let last = flags & 1 == 1;
     // The wrong version, queue number or MSN ends the stream at once: rarely.
@@ -244,7 +151,7 @@ fn segment(input: &mut Input, v: &mut Victim) -> (SegmentRepr, usize) {
             RdmapHeader::ReadRequest(ReadRequest {
                 sink_stag: input.u32(),
                 sink_to: input.u64(),
-                size: input.size(),
+                size: size(input),
                 src_stag,
                 src_to,
             })
@@ -252,7 +159,7 @@ fn segment(input: &mut Input, v: &mut Victim) -> (SegmentRepr, usize) {
         Opcode::ReadRequestV2 => {
             let (src_stag, src_to) = input.place(&v.stags);
             RdmapHeader::ReadRequestV2(ReadRequestV2 {
-                size: input.size(),
+                size: size(input),
                 src_stag,
                 src_to,
             })
@@ -305,7 +212,7 @@ fuzz_target!(|data: &[u8]| {
     );
     let mut out = vec![0u8; 2048];
     let mut wcs = [WorkCompletion::default(); 64];
-    while !input.0.is_empty() {
+    while !input.is_empty() {
         let (seg, len) = segment(&mut input, &mut v);
         let mut header = [0u8; 128];
         let Ok(hl) = seg.emit(&mut header) else {

@@ -113,6 +113,28 @@ pub const ATOMIC_RESPONSE_LEN: usize = 12;
 pub const IMMEDIATE_LEN: usize = 8;
 
 impl Opcode {
+    /// Every opcode, in value order: RFC 5040, RFC 7306, the V2 draft.
+    pub const ALL: [Opcode; 18] = [
+        Opcode::Write,
+        Opcode::ReadRequest,
+        Opcode::ReadResponse,
+        Opcode::Send,
+        Opcode::SendInvalidate,
+        Opcode::SendSe,
+        Opcode::SendSeInvalidate,
+        Opcode::Terminate,
+        Opcode::ImmediateData,
+        Opcode::ImmediateDataSe,
+        Opcode::AtomicRequest,
+        Opcode::AtomicResponse,
+        Opcode::ReadRequestV2,
+        Opcode::ReadResponseV2,
+        Opcode::SendImmediate,
+        Opcode::SendInvalidateImmediate,
+        Opcode::SendSeImmediate,
+        Opcode::SendSeInvalidateImmediate,
+    ];
+
     pub const fn info(self) -> OpcodeInfo {
         match self {
             Opcode::Write | Opcode::ReadResponse => info(true, 0, 0, RDMAP_V1),

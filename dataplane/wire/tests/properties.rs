@@ -14,26 +14,7 @@ use iwarp_wire::Layer;
 use proptest::prelude::*;
 
 fn opcode() -> impl Strategy<Value = Opcode> {
-    prop::sample::select(vec![
-        Opcode::Write,
-        Opcode::ReadRequest,
-        Opcode::ReadResponse,
-        Opcode::Send,
-        Opcode::SendInvalidate,
-        Opcode::SendSe,
-        Opcode::SendSeInvalidate,
-        Opcode::Terminate,
-        Opcode::ImmediateData,
-        Opcode::ImmediateDataSe,
-        Opcode::AtomicRequest,
-        Opcode::AtomicResponse,
-        Opcode::ReadRequestV2,
-        Opcode::ReadResponseV2,
-        Opcode::SendImmediate,
-        Opcode::SendInvalidateImmediate,
-        Opcode::SendSeImmediate,
-        Opcode::SendSeInvalidateImmediate,
-    ])
+    prop::sample::select(Opcode::ALL.to_vec())
 }
 
 fn term_cause() -> impl Strategy<Value = TermCause> {

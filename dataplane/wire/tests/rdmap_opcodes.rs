@@ -24,27 +24,6 @@ fn check(bytes: &[u8], repr: SegmentRepr, payload: &[u8]) {
     );
 }
 
-const ALL: [Opcode; 18] = [
-    Opcode::Write,
-    Opcode::ReadRequest,
-    Opcode::ReadResponse,
-    Opcode::Send,
-    Opcode::SendInvalidate,
-    Opcode::SendSe,
-    Opcode::SendSeInvalidate,
-    Opcode::Terminate,
-    Opcode::ImmediateData,
-    Opcode::ImmediateDataSe,
-    Opcode::AtomicRequest,
-    Opcode::AtomicResponse,
-    Opcode::ReadRequestV2,
-    Opcode::ReadResponseV2,
-    Opcode::SendImmediate,
-    Opcode::SendInvalidateImmediate,
-    Opcode::SendSeImmediate,
-    Opcode::SendSeInvalidateImmediate,
-];
-
 /// (opcode value, tagged, queue number, RDMAP header length, lowest RDMAP version), written
 /// out from the RFC tables rather than from the code.
 const TABLE: [(u8, bool, u32, usize, u8); 18] = [
@@ -70,7 +49,7 @@ const TABLE: [(u8, bool, u32, usize, u8); 18] = [
 
 #[test]
 fn opcode_table_matches_the_rfcs() {
-    for (op, (value, tagged, qn, hl, v)) in ALL.iter().zip(TABLE) {
+    for (op, (value, tagged, qn, hl, v)) in Opcode::ALL.iter().zip(TABLE) {
         assert_eq!(*op as u8, value, "{op:?}");
         assert_eq!(Opcode::try_from(value), Ok(*op));
         let info = op.info();
@@ -370,7 +349,7 @@ fn immediate_data_exactly_eight_octets_in_one_segment() {
 /// error, never a panic.
 #[test]
 fn every_opcode_roundtrips_and_truncates_cleanly() {
-    for op in ALL {
+    for op in Opcode::ALL {
         let info = op.info();
         let buffer = if info.tagged {
             Buffer::Tagged { stag: 7, to: 9 }
