@@ -9,21 +9,43 @@ use crate::peer_tcp::PeerTcp;
 use crate::port::{tcp_checksum, Port};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{ArpOperation, ArpPacket, EthernetFrame, EthernetProtocol};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, Ipv4Address,
+};
 use std::collections::VecDeque;
 use std::ops::Deref;
 
-/// An IPv4 ARP packet's operation, sender and target protocol addresses; None for any other
-/// frame (checked as smoltcp checks what it parses).
-fn ipv4_arp(frame: &[u8]) -> Option<(ArpOperation, [u8; 4], [u8; 4])> {
+/// What the ARP pacer and the neighbour keeper read of an ARP packet.
+pub(crate) struct Arp {
+    pub op: ArpOperation,
+    pub sender_mac: EthernetAddress,
+    pub sender: Ipv4Address,
+    pub target: Ipv4Address,
+}
+
+/// An Ethernet/IPv4 ARP packet as smoltcp reads it (`ArpRepr::parse`); None for any other
+/// frame.
+pub(crate) fn ipv4_arp(frame: &[u8]) -> Option<Arp> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
     if eth.ethertype() != EthernetProtocol::Arp {
         return None;
     }
-    let arp = ArpPacket::new_checked(eth.payload()).ok()?;
-    let sender = arp.source_protocol_addr().try_into().ok()?;
-    let target = arp.target_protocol_addr().try_into().ok()?;
-    Some((arp.operation(), sender, target))
+    let ArpRepr::EthernetIpv4 {
+        operation,
+        source_hardware_addr,
+        source_protocol_addr,
+        target_protocol_addr,
+        ..
+    } = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()?
+    else {
+        return None;
+    };
+    Some(Arp {
+        op: operation,
+        sender_mac: source_hardware_addr,
+        sender: source_protocol_addr,
+        target: target_protocol_addr,
+    })
 }
 
 /// Paces ARP requests: one per target address per interval, the rest dropped.
@@ -60,7 +82,8 @@ impl ArpPacer {
         if self.recent.is_empty() {
             return;
         }
-        if let Some((_, sender, _)) = ipv4_arp(frame) {
+        if let Some(arp) = ipv4_arp(frame) {
+            let sender = arp.sender.octets();
             self.recent.retain(|(t, _)| *t != sender);
         }
     }
@@ -71,7 +94,7 @@ impl ArpPacer {
             return true;
         }
         let target = match ipv4_arp(frame) {
-            Some((ArpOperation::Request, _, target)) => target,
+            Some(arp) if arp.op == ArpOperation::Request => arp.target.octets(),
             _ => return true,
         };
         match self.recent.iter_mut().find(|(t, _)| *t == target) {

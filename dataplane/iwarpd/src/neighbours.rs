@@ -10,6 +10,7 @@
 //! it had just answered. The entry then lives as long as it would without the dilation. The
 //! replies are made here and never reach the wire (nor a capture).
 
+use crate::device::{ipv4_arp, Arp};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
@@ -66,7 +67,7 @@ impl NeighbourKeeper {
         };
         match eth.ethertype() {
             EthernetProtocol::Arp => {
-                let Some((ip, mac)) = arp_to(eth.payload(), self.ip) else {
+                let Some((ip, mac)) = ipv4_arp(frame).and_then(|a| sender_to(&a, self.ip)) else {
                     return;
                 };
                 if let Some(n) = self.known.iter_mut().find(|n| n.ip == ip) {
@@ -121,23 +122,12 @@ impl NeighbourKeeper {
     }
 }
 
-/// The sender of an ARP packet whose target is `us`.
-fn arp_to(payload: &[u8], us: [u8; 4]) -> Option<([u8; 4], [u8; 6])> {
-    let arp = ArpPacket::new_checked(payload).ok()?;
-    let ArpRepr::EthernetIpv4 {
-        operation,
-        source_hardware_addr,
-        source_protocol_addr,
-        target_protocol_addr,
-        ..
-    } = ArpRepr::parse(&arp).ok()?
-    else {
-        return None;
-    };
-    let known_op = matches!(operation, ArpOperation::Request | ArpOperation::Reply);
-    let unicast = source_hardware_addr.is_unicast() && !source_protocol_addr.is_broadcast();
-    (known_op && unicast && target_protocol_addr.octets() == us)
-        .then(|| (source_protocol_addr.octets(), source_hardware_addr.0))
+/// The sender of an ARP request or reply whose target is `us`, if smoltcp would learn it.
+fn sender_to(arp: &Arp, us: [u8; 4]) -> Option<([u8; 4], [u8; 6])> {
+    let known_op = matches!(arp.op, ArpOperation::Request | ArpOperation::Reply);
+    let unicast = arp.sender_mac.is_unicast() && !arp.sender.is_broadcast();
+    (known_op && unicast && arp.target.octets() == us)
+        .then(|| (arp.sender.octets(), arp.sender_mac.0))
 }
 
 /// An ARP reply from neighbour `n` to us (`mac`, `ip`), in an Ethernet frame.
