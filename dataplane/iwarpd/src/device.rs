@@ -6,7 +6,7 @@
 
 use crate::neighbours::NeighbourKeeper;
 use crate::peer_tcp::PeerTcp;
-use crate::port::{tcp_checksum, Port};
+use crate::port::{tcp_checksum, Port, Received, TcpChecksumOffload};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
@@ -140,8 +140,9 @@ pub struct PortDevice<P: Port> {
     pub tx_frames: u64,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
-    /// Received TCP checksums are checked here: the port's device does not.
-    check_tcp_checksums: bool,
+    /// The TCP checksum work the port's device does; the rest is done here (receive) or by
+    /// smoltcp (transmit).
+    offload: TcpChecksumOffload,
     /// Keeps smoltcp's neighbour entries for their real lifetime (see `neighbours.rs`); the
     /// node sets it up, knowing the interface's address.
     pub neighbours: Option<NeighbourKeeper>,
@@ -161,7 +162,7 @@ impl<P: Port> PortDevice<P> {
     pub fn new(port: P, arp: ArpPacer, mss: usize) -> PortDevice<P> {
         let frame = port.mtu() + 14;
         PortDevice {
-            check_tcp_checksums: !port.tcp_checksum_offload().rx,
+            offload: port.tcp_checksum_offload(),
             neighbours: None,
             local: VecDeque::new(),
             ip_mtu: (mss + 40).min(port.mtu()),
@@ -189,7 +190,7 @@ impl<P: Port> PortDevice<P> {
     fn port_frame(&mut self, now: Instant) -> Option<P::Frame> {
         loop {
             let frame = self.rxq.pop_front()?;
-            if self.check_tcp_checksums && !tcp_checksum::tcp_checksum_ok(&frame) {
+            if !self.offload.rx && !tcp_checksum::tcp_checksum_ok(&frame) {
                 self.rx_bad_checksum += 1;
                 self.read.push(frame);
                 continue;
@@ -234,15 +235,10 @@ impl<P: Port> PortDevice<P> {
     }
 }
 
+/// A frame for smoltcp: the port's, given back once read, or one made here.
 pub struct RxToken<'a, F> {
     frame: Received<F>,
     read: &'a mut Vec<F>,
-}
-
-/// A frame for smoltcp: the port's, given back once read, or one made here.
-enum Received<F> {
-    Port(F),
-    Local(Vec<u8>),
 }
 
 pub struct TxToken<'a, P: Port> {
@@ -256,14 +252,11 @@ pub struct TxToken<'a, P: Port> {
 
 impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        match self.frame {
-            Received::Port(frame) => {
-                let r = f(&frame);
-                self.read.push(frame);
-                r
-            }
-            Received::Local(frame) => f(&frame),
+        let r = f(&self.frame);
+        if let Some(frame) = self.frame.into_port() {
+            self.read.push(frame);
         }
+        r
     }
 }
 
@@ -294,7 +287,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
 
     fn receive(&mut self, now: Instant) -> Option<(RxToken<'_, P::Frame>, TxToken<'_, P>)> {
         let frame = if let Some(frame) = self.local.pop_front() {
-            Received::Local(frame)
+            Received::Owned(frame)
         } else {
             Received::Port(self.port_frame(now)?)
         };
@@ -332,7 +325,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
         caps.max_burst_size = Some(RX_BURST);
         // smoltcp never checks TCP checksums: the device does, or `receive` does. It
         // computes them unless the device does.
-        caps.checksum.tcp = if self.port.tcp_checksum_offload().tx {
+        caps.checksum.tcp = if self.offload.tx {
             Checksum::None
         } else {
             Checksum::Tx

@@ -161,6 +161,33 @@ pub trait Port {
     }
 }
 
+/// A received frame: in a port's own buffer, which goes back to that port once read, or an
+/// owned copy (a frame another worker handed over, one the device layer made).
+pub enum Received<F> {
+    Port(F),
+    Owned(Vec<u8>),
+}
+
+impl<F> Received<F> {
+    /// The port's buffer, to give back to it; None for an owned copy.
+    pub fn into_port(self) -> Option<F> {
+        match self {
+            Received::Port(f) => Some(f),
+            Received::Owned(_) => None,
+        }
+    }
+}
+
+impl<F: Deref<Target = [u8]>> Deref for Received<F> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Received::Port(f) => f,
+            Received::Owned(f) => f,
+        }
+    }
+}
+
 /// Which half of TCP checksum work a device takes (each where it offers it and
 /// `port.checksum_offload` is on).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

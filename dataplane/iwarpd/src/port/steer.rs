@@ -20,9 +20,8 @@
 //! costs no system call. With a NIC queue per worker the same rule
 //! would only move the frames the NIC's hash placed elsewhere.
 
-use super::Port;
+use super::{Port, Received};
 use std::io;
-use std::ops::Deref;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -213,23 +212,6 @@ fn held_back(me: usize, frame: &[u8]) -> bool {
     me != 0 && is_arp_reply(frame)
 }
 
-/// A frame a worker received: from its own queue, or handed over by another worker (a copy,
-/// the other's buffer being its own).
-pub enum SteeredFrame<F> {
-    Own(F),
-    Handed(Vec<u8>),
-}
-
-impl<F: Deref<Target = [u8]>> Deref for SteeredFrame<F> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            SteeredFrame::Own(f) => f,
-            SteeredFrame::Handed(f) => f,
-        }
-    }
-}
-
 /// One worker's view of a shared port: its own queue (which may or may not receive), its
 /// inbox, and the steering rule.
 pub struct SteeredPort<P: Port> {
@@ -281,14 +263,16 @@ impl<P: Port> Port for SteeredPort<P> {
         self.queue.mtu()
     }
 
-    type Frame = SteeredFrame<P::Frame>;
+    /// From this worker's own queue, or handed over by another worker (a copy, the other's
+    /// buffer being its queue's).
+    type Frame = Received<P::Frame>;
 
     fn rx_burst<F: FnMut(Self::Frame)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
             match self.lane.frames.try_recv() {
                 Ok(frame) => {
-                    f(SteeredFrame::Handed(frame));
+                    f(Received::Owned(frame));
                     n += 1;
                 }
                 Err(_) => break,
@@ -310,7 +294,7 @@ impl<P: Port> Port for SteeredPort<P> {
         let got = self
             .queue
             .rx_burst(max - n, |frame| match steering.dest(&frame) {
-                Dest::Worker(w) if w == me => f(SteeredFrame::Own(frame)),
+                Dest::Worker(w) if w == me => f(Received::Port(frame)),
                 Dest::Worker(w) => {
                     hand(w, &frame);
                     spent.push(frame);
@@ -319,7 +303,7 @@ impl<P: Port> Port for SteeredPort<P> {
                     for w in (0..steering.workers()).filter(|&w| w != me) {
                         hand(w, &frame);
                     }
-                    f(SteeredFrame::Own(frame));
+                    f(Received::Port(frame));
                 }
             })?;
         for frame in self.spent.drain(..) {
@@ -334,7 +318,7 @@ impl<P: Port> Port for SteeredPort<P> {
     }
 
     fn recycle(&mut self, frame: Self::Frame) {
-        if let SteeredFrame::Own(frame) = frame {
+        if let Some(frame) = frame.into_port() {
             self.queue.recycle(frame)
         }
     }
