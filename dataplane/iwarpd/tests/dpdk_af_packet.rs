@@ -15,10 +15,9 @@
 
 mod common;
 
-use common::sh;
-use iwarp_engine::QpCaps;
+use common::{sh, End};
 use iwarp_wire::mpa::negotiation::Settings;
-use iwarpd::node::{ConnState, Node, TcpSettings};
+use iwarpd::node::{ConnState, Node};
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
@@ -125,15 +124,7 @@ fn the_kernel_behind_a_veth_reaches_a_node_on_dpdk_af_packet() {
     eal_init(&args).expect("EAL init");
     let port = DpdkPort::open("net_af_packet0", 1500).expect("net_af_packet0");
     let mac = port.mac;
-    let mut node = Node::new(port, OURS, 24, TcpSettings::default());
-    let pd = node.rnic.alloc_pd();
-    let cq = node.rnic.create_cq(16);
-    let caps = QpCaps {
-        sq_depth: 4,
-        rq_depth: 4,
-        srq: None,
-    };
-    let qp = node.rnic.create_qp(pd, cq, cq, caps).unwrap();
+    let End { mut node, qp, .. } = End::new(port, OURS);
     let conn = node.listen(LISTEN, qp, Settings::default()).unwrap();
 
     // Checksums left to an offload: every SYN dropped and counted; the connect times out.
