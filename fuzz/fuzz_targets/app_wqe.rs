@@ -9,12 +9,12 @@
 //! any octet of a region registered with no write access.
 #![no_main]
 use iwarp_abi::wqe::{RecvWqe, SendWqe, Sge as WqeSge, MAX_INLINE, MAX_SGE};
-use iwarp_engine::{Access, ConnParams, QpCaps, QpState, Rnic, WorkCompletion};
+use iwarp_engine::{Access, QpState, Rnic, WorkCompletion};
 use iwarpd::host::convert;
 use libfuzzer_sys::fuzz_target;
 
 mod common;
-use common::{Arena, Input, REGION};
+use common::{rts_qp, Arena, Input, REGION};
 
 const READ_ONLY_OCTET: u8 = 0x3c;
 
@@ -31,18 +31,7 @@ struct End {
 fn end(v2: bool) -> End {
     let mut rnic = Rnic::new();
     let pd = rnic.alloc_pd();
-    let cq = rnic.create_cq(1024);
-    let caps = QpCaps {
-        sq_depth: 64,
-        rq_depth: 64,
-        srq: None,
-    };
-    let qp = rnic.create_qp(pd, cq, cq, caps).unwrap();
-    let mut params = ConnParams::new(true, 4, 4, 1460);
-    if v2 {
-        params.rdmap_version = 2;
-    }
-    rnic.connect(qp, params).unwrap();
+    let (qp, cq) = rts_qp(&mut rnic, pd, 64, v2);
     let mut arenas = vec![Arena::new(0), Arena::new(READ_ONLY_OCTET)];
     let mut stags = Vec::new();
     for (arena, access) in arenas.iter_mut().zip([Access::ALL, Access::REMOTE_READ]) {

@@ -7,7 +7,7 @@
 //! guard zones around every region, the read-only region and the other domain's region stay
 //! as they were.
 #![no_main]
-use iwarp_engine::{Access, ConnParams, QpCaps, QpState, RecvWr, Rnic, Sge, WorkCompletion};
+use iwarp_engine::{Access, QpState, RecvWr, Rnic, Sge, WorkCompletion};
 use iwarp_wire::ddp::Buffer;
 use iwarp_wire::mpa::{FpduEmitter, MpaParams};
 use iwarp_wire::rdmap::{
@@ -16,7 +16,7 @@ use iwarp_wire::rdmap::{
 use libfuzzer_sys::fuzz_target;
 
 mod common;
-use common::{Arena, Input, REGION};
+use common::{rts_qp, Arena, Input, REGION};
 
 const KEEP_OCTET: u8 = 0x3c;
 
@@ -37,18 +37,7 @@ fn victim(v2: bool) -> Victim {
     let mut rnic = Rnic::new();
     let pd = rnic.alloc_pd();
     let other_pd = rnic.alloc_pd();
-    let cq = rnic.create_cq(1024);
-    let caps = QpCaps {
-        sq_depth: 16,
-        rq_depth: 16,
-        srq: None,
-    };
-    let qp = rnic.create_qp(pd, cq, cq, caps).unwrap();
-    let mut params = ConnParams::new(true, 4, 4, 1460);
-    if v2 {
-        params.rdmap_version = 2;
-    }
-    rnic.connect(qp, params).unwrap();
+    let (qp, cq) = rts_qp(&mut rnic, pd, 16, v2);
     let mut arenas = [
         Arena::new(0),
         Arena::new(KEEP_OCTET),

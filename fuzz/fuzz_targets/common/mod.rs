@@ -2,7 +2,26 @@
 //! a reader that turns the input into fields.
 #![allow(dead_code)]
 
+use iwarp_engine::{ConnParams, QpCaps, Rnic};
 use std::ptr::NonNull;
+
+/// A QP of `pd` in RTS (MPA CRC on, IRD/ORD 4, 1460-octet FPDUs, RDMAP version 2 if `v2`),
+/// its SQ and RQ `depth` deep, with a CQ of its own: the QP and the CQ.
+pub fn rts_qp(rnic: &mut Rnic, pd: u32, depth: usize, v2: bool) -> (u32, u32) {
+    let cq = rnic.create_cq(1024);
+    let caps = QpCaps {
+        sq_depth: depth,
+        rq_depth: depth,
+        srq: None,
+    };
+    let qp = rnic.create_qp(pd, cq, cq, caps).unwrap();
+    let mut params = ConnParams::new(true, 4, 4, 1460);
+    if v2 {
+        params.rdmap_version = 2;
+    }
+    rnic.connect(qp, params).unwrap();
+    (qp, cq)
+}
 
 /// Octets of a region.
 pub const REGION: usize = 4096;
