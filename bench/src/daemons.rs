@@ -190,8 +190,18 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
             format!("--file-prefix={name}"),
             dev,
         ];
-        if plan.hugepages == HugepagesArg::Off {
+        // EAL without hugepages where there are too few for both daemons' mbuf pools
+        // (jumbo frames: about 40 MiB a worker), as on a machine set up without any.
+        let no_huge = match plan.hugepages {
+            HugepagesArg::Off => true,
+            HugepagesArg::On => false,
+            HugepagesArg::Auto => iwarp_abi::segment::free_hugepages() < 128,
+        };
+        if no_huge {
+            // DPDK 22.11 refuses --in-memory beside --no-huge; --no-shconf keeps the run
+            // from leaving a configuration in /var/run/dpdk all the same.
             args.push("--no-huge".into());
+            args.push("--no-shconf".into());
             args.push("-m".into());
             args.push("512".into());
         } else {

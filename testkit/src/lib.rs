@@ -26,6 +26,27 @@ pub fn root_or_skip(test: &str) -> bool {
     root
 }
 
+/// The EAL arguments that say where DPDK's memory comes from, for a process that needs
+/// `megabytes` of it: `--in-memory` on hugepages when enough 2 MiB pages are free, else
+/// ordinary memory (`--no-huge`), saying so on stderr for `test`. A machine set up without
+/// hugepages (the demo's set-up allocates none) then runs the DPDK tests all the same.
+/// DPDK 22.11 refuses `--in-memory` beside `--no-huge`; `--no-shconf` takes its place there,
+/// so no run shares or leaves a configuration in `/var/run/dpdk`.
+pub fn eal_memory_args(test: &str, megabytes: usize) -> Vec<String> {
+    let free_mb = iwarp_abi::segment::free_hugepages() * 2;
+    let mut args = if free_mb >= megabytes {
+        vec!["--in-memory".to_string()]
+    } else {
+        eprintln!(
+            "{test}: {free_mb} MiB of hugepages free, {megabytes} needed: \
+             DPDK on ordinary memory (--no-huge)"
+        );
+        vec!["--no-huge".to_string(), "--no-shconf".to_string()]
+    };
+    args.extend(["-m".to_string(), megabytes.to_string()]);
+    args
+}
+
 /// A child process stopped on drop: SIGTERM first, so it removes its segments and runtime
 /// files, SIGKILL if it has not exited within seconds.
 pub struct Proc(pub Child);

@@ -112,14 +112,12 @@ fn the_kernel_behind_a_veth_reaches_a_node_on_dpdk_af_packet() {
         return;
     }
     let veth = Veth::new();
-    let args: Vec<String> = ["--in-memory", "--no-pci", "--no-telemetry", "--log-level=3"]
+    let args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
         .map(String::from)
         .into_iter()
-        .chain([
-            "-m".into(),
-            "128".into(),
-            format!("--vdev=net_af_packet0,iface={}", veth.host),
-        ])
+        .chain([format!("--file-prefix=iwarp-afp-{}", std::process::id())])
+        .chain(iwarp_testkit::eal_memory_args("dpdk_af_packet", 128))
+        .chain([format!("--vdev=net_af_packet0,iface={}", veth.host)])
         .collect();
     eal_init(&args).expect("EAL init");
     let port = DpdkPort::open("net_af_packet0", 1500).expect("net_af_packet0");

@@ -1,7 +1,8 @@
 //! Two RNIC nodes over DPDK: a `net_memif` server and client in one process (EAL can start
 //! once per process, so every test's devices are in one set of EAL arguments), every frame
 //! through DPDK's memif shared-memory rings; 1500-octet frames, and 9000-octet jumbo frames.
-//! Needs the `dpdk` feature and root (hugepages, /var/run); skipped, saying so, otherwise.
+//! Needs the `dpdk` feature and root (memif's socket, EAL's memory: hugepages where free,
+//! else ordinary memory); skipped, saying so, otherwise.
 #![cfg(feature = "dpdk")]
 
 mod common;
@@ -30,10 +31,11 @@ fn keep_open<T>(ends: T) {
 /// memif's default buffers, 2/3 with a buffer (`bsize`) per 9000-octet frame.
 fn eal() {
     let pid = std::process::id();
-    let mut args: Vec<String> = ["--in-memory", "--no-pci", "--no-telemetry", "--log-level=3"]
+    let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
         .map(String::from)
         .to_vec();
-    args.extend(["-m".to_string(), "512".to_string()]);
+    args.push(format!("--file-prefix=iwarp-memif-{pid}"));
+    args.extend(iwarp_testkit::eal_memory_args("dpdk_memif", 512));
     for (pair, extra) in [(0, ""), (1, ",bsize=9014"), (2, "")] {
         let sock = format!("/tmp/iwarp-memif-{pid}-{pair}.sock");
         for (i, role) in [(2 * pair, "server"), (2 * pair + 1, "client")] {

@@ -38,21 +38,16 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Starts EAL (once per process) with every test's device.
 fn eal() {
-    let args: Vec<String> = [
-        "--in-memory",
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level=3",
-        "-m",
-        "256",
-    ]
-    .map(String::from)
-    .into_iter()
-    .chain([
-        format!("--vdev=net_tap0,iface={DTAP}"),
-        format!("--vdev=net_tap1,iface={DTAP_LIFE}"),
-    ])
-    .collect();
+    let args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
+        .map(String::from)
+        .into_iter()
+        .chain([format!("--file-prefix=iwarp-dtap-{}", std::process::id())])
+        .chain(iwarp_testkit::eal_memory_args("dpdk_tap", 256))
+        .chain([
+            format!("--vdev=net_tap0,iface={DTAP}"),
+            format!("--vdev=net_tap1,iface={DTAP_LIFE}"),
+        ])
+        .collect();
     eal_init(&args).expect("EAL init");
 }
 

@@ -42,14 +42,23 @@ fn dpdk_endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     let runtime = dir.join(name);
     let role = if n == 1 { "server" } else { "client" };
     let unique = testkit::unique(name);
+    let mut eal: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
+        .map(String::from)
+        .to_vec();
+    eal.push(format!("--file-prefix={unique}"));
+    // Two workers' mbuf pools and rings.
+    eal.extend(testkit::eal_memory_args("workers_process", 128));
+    eal.push(format!(
+        "--vdev=net_memif{n},role={role},socket={},id=0",
+        dir.join("memif.sock").display()
+    ));
+    let eal: Vec<String> = eal.iter().map(|a| format!("{a:?}")).collect();
     let config = format!(
         "[daemon]\nname = {unique:?}\nruntime_dir = {runtime:?}\n\
          [port]\nkind = \"dpdk\"\nipv4 = \"10.56.0.{n}/24\"\n\
-         eal_args = [\"--no-pci\", \"--no-telemetry\", \"--log-level=3\", \
-         \"--file-prefix={unique}\", \"--in-memory\", \
-         \"--vdev=net_memif{n},role={role},socket={sock},id=0\"]\n\
+         eal_args = [{}]\n\
          [cores]\nworkers = 2\n",
-        sock = dir.join("memif.sock").display(),
+        eal.join(", "),
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();
