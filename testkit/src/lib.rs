@@ -367,7 +367,7 @@ fn frames_matching(pcap: &Path, analysis: bool, filter: &str) -> BTreeSet<u64> {
 /// siw queued behind an unacknowledged segment. A retransmission counts when it decodes
 /// cleanly (it may carry an FPDU's only copy) and is left out otherwise: smoltcp re-cuts
 /// retransmissions from the oldest unacknowledged octet, so one may straddle FPDUs (only first
-/// transmissions are aligned; see the README). None, with a message, where tshark is not
+/// transmissions are aligned; see docs/dataplane.md). None, with a message, where tshark is not
 /// installed; CI installs it.
 pub fn tshark_check(pcap: &Path, min_fpdus: usize, crc: bool) -> Option<Decoded> {
     let fields = [

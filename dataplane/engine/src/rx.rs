@@ -539,7 +539,7 @@ impl Rnic {
                 // reads; our own requests send all ones for a plain CmpSwap. (siw's
                 // experimental branch sends zero; with us its CmpSwap then leaves memory
                 // unchanged and returns the original value: a deliberate choice to follow
-                // the RFC, noted in the README.)
+                // the RFC, noted in docs/engine.md.)
                 Irq::Atomic {
                     request_id: a.request_id,
                     target,

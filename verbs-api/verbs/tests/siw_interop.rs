@@ -357,8 +357,8 @@ fn siws_server_takes_a_zero_length_write_as_the_rtr() {
 }
 
 /// The Read RTR is answered: siw's zero-length Read Response must reach us before our
-/// client's first Send is served. (It once looked refused; the cause was siw's responder race,
-/// which the initiator's hold now covers: README, "Interop with Linux siw".)
+/// client's first Send is served. siw's responder race would leave the RTR unread without
+/// the initiator's hold before RTS (docs/interop-siw.md).
 #[test]
 fn siws_server_takes_a_zero_length_read_as_the_rtr() {
     our_client_with_rtr(5, "read");

@@ -86,7 +86,7 @@ fn is_memif_client(name: &str) -> bool {
 
 /// memif's buffer size (`bsize=`, 2048 by default) where frames of `mtu` do not fit one:
 /// memif then carries each frame in a chain of buffers, which measured half the rate of
-/// 64 KiB Writes with 9000-octet frames (README, jumbo frames).
+/// 64 KiB Writes with 9000-octet frames (docs/performance.md).
 fn memif_bsize_short(name: &str, mtu: usize) -> Option<usize> {
     let bsize = memif_devargs(name)?
         .iter()
