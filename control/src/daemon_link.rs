@@ -1,8 +1,8 @@
 //! The control side of the control ↔ iwarpd contract, sans-IO: what the connection manager's
 //! and the resource tables' results become as [`Command`]s, which of the daemon's workers
 //! each goes to ([`Router`]), and a watcher that turns samples of the daemon segment's
-//! generation and heartbeat words into "alive", "restarted" or "stalled" (ARCH.md step 6: a
-//! dead or restarted iwarpd is detected, never silently hung).
+//! generation and heartbeat words into "alive", "restarted" or "stalled", so a dead or
+//! restarted iwarpd is detected, never waited on forever.
 
 use crate::resources::AppId;
 use crate::resources::Teardown;
