@@ -10,10 +10,8 @@
 //! `<runtime dir>/stats` is rewritten every second (one line per core, `key=value`), SIGUSR1
 //! logs the counters at once. SIGINT/SIGTERM stop it cleanly: every connection aborted (RST
 //! to the peer, QP to Error), the port closed (the Unix port removes its socket), runtime
-//! files removed.
-//!
-//! Connections and QPs arrive through the control plane (`iwarp-control`) over the command
-//! ring; until that is wired the daemon serves the port, ARP and TCP.
+//! files removed. Connections and QPs arrive from the control plane (`iwarp-control`) over
+//! the command ring.
 
 use clap::Parser;
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
@@ -414,7 +412,7 @@ fn shared_port(cfg: &Config, workers: usize) -> Result<Vec<SharedQueue>, String>
     }
 }
 
-/// Creates the daemon segment (ARCH.md step 1) as `shm.hugepages` says, linked as
+/// Creates the daemon segment as `shm.hugepages` says, linked as
 /// `<runtime>/daemon.shm`. A segment of the same name left by a daemon that died (its
 /// creator pid gone) is removed first; one whose creator lives is refused.
 fn daemon_segment(cfg: &Config, runtime: &Path, workers: usize) -> Result<Vec<DaemonSide>, String> {
