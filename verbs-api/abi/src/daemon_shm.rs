@@ -1,4 +1,4 @@
-//! iwarpd's segment (ARCH.md step 1): for each of the daemon's poll-mode workers a command
+//! iwarpd's segment: for each of the daemon's poll-mode workers a command
 //! ring (control -> that worker), an upcall ring (replies and events, worker -> control) and
 //! a heartbeat word; the generation words.
 //!
@@ -132,7 +132,7 @@ pub struct DaemonShm;
 impl DaemonShm {
     /// Creates the daemon segment `name` (e.g. `iwarp-<instance>.daemon`, placed as
     /// [`Segment::create`] decides) for one worker with rings of the given capacities
-    /// (powers of two), and, if `link` is given (ARCH.md's `R/daemon.shm`), a symbolic link
+    /// (powers of two), and, if `link` is given (`<runtime>/daemon.shm`), a symbolic link
     /// to it there, replacing a stale one. Both are removed when the returned side is
     /// dropped.
     pub fn create(
