@@ -596,7 +596,7 @@ impl ProtectionDomain {
                 )),
             ),
             Err(e) => {
-                // Still registered under the old STag: release it as before.
+                // Still registered under the old STag: released under that one.
                 let mr = MemoryRegion::from_registration(stag, base_to, len)
                     .with_release(Release::new(self.ctx.link(), Request::DeregMr { stag }));
                 Err((mr, e))
