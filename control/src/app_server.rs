@@ -343,7 +343,7 @@ impl Core {
                 len,
             } => {
                 // Only a segment this application passed and control verified can be
-                // registered: anything else the daemon could not map (DESIGN.md, Memory).
+                // registered: the daemon could not map anything else, and never copies instead.
                 let seg = self
                     .segments
                     .get(&(app, segment))

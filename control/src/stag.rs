@@ -7,7 +7,7 @@
 //! index therefore moves its key on, and the key an index had when freed is remembered.
 //!
 //! Index 0 is never handed out: STag 0 is the reserved "no STag" value of the Verbs spec, and
-//! Chelsio hardware refuses a tagged segment carrying it (see DESIGN.md, interop facts).
+//! Chelsio hardware refuses a tagged segment carrying it.
 
 use crate::error::{Error, Resource};
 
