@@ -207,7 +207,7 @@ impl MemTable {
                 self.regions.len() - 1
             }
         };
-        // Index 0 is never handed out as STag 0 (Chelsio rejects STag 0, DESIGN.md): start
+        // Index 0 is never handed out as STag 0 (Chelsio rejects STag 0): start
         // indices at 1.
         (((index + 1) as u32) << 8) | key as u32
     }

@@ -48,7 +48,7 @@ pub struct PeerToPeer {
 }
 
 /// The STag carried by the RTR Write and Read. Not zero: Chelsio hardware refuses a tagged
-/// segment with STag 0 even at zero length (see DESIGN.md). A zero-length RTR is never
+/// segment with STag 0 even at zero length. A zero-length RTR is never
 /// checked against the STag table, on either side.
 pub const RTR_STAG: u32 = 0x0000_0100;
 
