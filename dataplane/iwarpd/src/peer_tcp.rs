@@ -1,26 +1,9 @@
 //! What each TCP peer's segments say that smoltcp keeps to itself: the largest segment it
-//! takes, the receive window it advertises, and whether it reset the connection.
-//!
-//! The segment size. smoltcp sends segments no larger than the MSS the peer's SYN named (536
-//! octets when it named none), which may be below our own (a peer behind a smaller MTU, a
-//! tunnel). An FPDU larger than that would be cut in two, so the node bounds the
-//! connection's FPDUs by the smaller of the two.
-//!
-//! The window. smoltcp cuts a segment at the right edge of the peer's window. When the node
-//! has queued more than the window holds, the last segment carries part of an FPDU and the
-//! rest follows in another segment: an FPDU split across segments, which RFC 5044 section 8
-//! forbids a sender that knows FPDU boundaries to do. Linux peers (siw) advertise about
-//! 64 KiB at first, less than the node's own in-flight bound. So the device reads the window
-//! from every segment the peer sends (the scale from the peer's SYN, the window field of
-//! later segments) and the node queues an FPDU only when the window takes it whole.
-//!
-//! The reset. A socket the peer reset and one closed by FIN exchange both end in smoltcp's
-//! Closed state; the RST seen here tells the node which, so the control plane and the
-//! application hear "reset" and not "graceful" (smoltcp validates the RST itself; one that
-//! does not close the socket changes nothing, since a graceful end is seen before Closed).
-//!
-//! Only connections the node adopts are tracked, so a flood of SYNs costs a fixed ring of
-//! slots and nothing more.
+//! takes (the node bounds FPDUs by the smaller MSS), the window it advertises (an FPDU is
+//! queued only when the window takes it whole: smoltcp would cut it at the window's edge,
+//! which RFC 5044 section 8 forbids) and whether it reset the connection (smoltcp ends a
+//! reset and a FIN exchange alike in Closed). Only connections the node adopts are tracked,
+//! in a fixed ring of SYN slots, so a SYN flood costs nothing more. See docs/dataplane.md.
 
 use rustc_hash::FxHashMap;
 use smoltcp::wire::{
