@@ -1,11 +1,7 @@
 //! iwarpd's segment: for each of the daemon's poll-mode workers a command
 //! ring (control -> that worker), an upcall ring (replies and events, worker -> control) and
-//! a heartbeat word; the generation words.
-//!
-//! A daemon with several workers shards its RNIC by application: every resource of one
-//! application (PDs, CQs, S-RQs, QPs, regions, its connections) lives on one worker, which
-//! serves it end to end without locks. Control picks the worker when the application
-//! connects and sends each of the application's commands on that worker's ring.
+//! a heartbeat word; the generation words. Each application is served by one worker, whose
+//! rings carry all its commands.
 //!
 //! Layout of the segment's data area:
 //!

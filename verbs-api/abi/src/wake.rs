@@ -1,25 +1,11 @@
-//! Waking an idle daemon: the "needs wake-up" protocol of io_uring's polling thread, so that
-//! a daemon with nothing to do can sleep in the kernel instead of spinning or backing off on
-//! a timer, and a post from another process still reaches it at once.
-//!
-//! Two kinds of object in the daemon's runtime directory:
-//! - `wake.shm`, a link to a small segment: the number of poll-mode workers, then for each a
-//!   word (on its own cache line) that says whether that worker sleeps;
-//! - `doorbell` (worker 0), `doorbell.1`, `doorbell.2`, ...: a named pipe per worker, which
-//!   it polls with its port's descriptor and its timers.
-//!
-//! An application asks control which worker serves it and rings only that one
-//! ([`Waker::for_worker`]); a waker that does not know rings every worker that sleeps (a
-//! worker woken for nothing takes one turn and sleeps again). Control rings the worker it
-//! sent the command to ([`Waker::kick_worker`]).
-//!
-//! The daemon, out of work, stores 1 in the word, fences, and looks at every ring once more;
-//! finding nothing, it waits until the pipe or the port is readable or a timer is due, then
-//! stores 0 and drains the pipe. A producer (an application posting work, control sending a
-//! command) publishes its ring's producer index, fences, and loads the word: only when it
-//! reads 1 does it write one octet to the pipe. Both fences are SeqCst, so either the daemon's
-//! last look sees the new index or the producer sees the word set: no post is left asleep.
-//! While the daemon runs, posting costs one fence and one load, no system call.
+//! Waking an idle daemon as io_uring wakes its polling thread: per worker a "sleeping" word
+//! in `wake.shm` and a named pipe (`doorbell`, `doorbell.1`, ...). Out of work, the worker
+//! stores 1, fences and looks at every ring once more before it sleeps on the pipe, its port
+//! and its timers; a producer publishes its ring index, fences and loads the word, writing
+//! one octet to the pipe only when it reads 1. Both fences are SeqCst, so either the last
+//! look sees the post or the producer sees the word: no post is left asleep, and a running
+//! daemon costs a post one fence and one load. An application rings its own worker
+//! ([`Waker::for_worker`]), control the worker it sent to ([`Waker::kick_worker`]).
 
 // The word lives in a shared mapping other processes write: the loom facade (crate::sync)
 // cannot stand in for it (as in `notify`).
