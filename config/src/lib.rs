@@ -97,7 +97,7 @@ pub struct Tcp {
     /// receive buffer is the window the peer may fill, so it must exceed what the peer keeps
     /// in flight; much more costs speed, not only memory: the buffers are rings the data is
     /// copied through, and a ring larger than the cache is copied through at memory speed
-    /// (4 MiB each, the earlier default, moved 64 KiB Writes 8–18 % slower over memif).
+    /// (4 MiB each moved 64 KiB Writes 8–18 % slower over memif than 1 MiB: docs/performance.md).
     pub rx_buffer: usize,
     pub tx_buffer: usize,
     /// The minimum retransmission timeout, in microseconds (far below smoltcp's fixed 1 s).
