@@ -101,10 +101,10 @@ fn an_fpdu_first_sent_in_a_retransmission_is_decoded() {
 }
 
 /// Part of a run against siw (the handshake, then one rping iteration's 64 KiB RDMA Write
-/// with the Send behind it): siw's TCP acknowledged part of an FPDU (frame 59 ended mid-FPDU
-/// at the edge of siw's window, since fixed), and our fast retransmission, frame 112, started
-/// at that acknowledgement, mid-FPDU. Decoded alone it is malformed, and it is a
-/// retransmission: left out, and every other frame decodes with good CRCs.
+/// with the Send behind it, from a sender that cut FPDUs at the edge of siw's window): siw's
+/// TCP acknowledged part of an FPDU (frame 59 ended mid-FPDU), and our fast retransmission,
+/// frame 112, started at that acknowledgement, mid-FPDU. Decoded alone it is malformed, and
+/// it is a retransmission: left out, and every other frame decodes with good CRCs.
 #[test]
 fn a_retransmission_recut_across_fpdus_is_left_out() {
     let Some(decoded) = tshark_check(Path::new(RECUT), 90, true) else {
