@@ -5,11 +5,10 @@
 use crate::error::Error;
 use crate::link::Release;
 use crate::mr::MrInner;
+use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
 pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
-use iwarp_control::app_proto::ClientReply;
-use iwarp_control::app_server::Request;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -159,7 +158,7 @@ impl CompletionQueue {
         let link = self.link()?;
         let reply = crate::link::lock(link).call(&Request::QueryCq { cq: self.cq_num })?;
         match reply {
-            ClientReply::Cq { depth } => Ok(depth),
+            Reply::Cq { depth } => Ok(depth),
             other => Err(Error::Protocol(format!("Query CQ answered {other:?}"))),
         }
     }
@@ -187,7 +186,7 @@ impl CompletionQueue {
             depth,
             ring,
         })?;
-        let ClientReply::Cq { depth } = reply else {
+        let Reply::Cq { depth } = reply else {
             return Err(Error::Protocol(format!("Modify CQ answered {reply:?}")));
         };
         // The daemon writes only the new ring now: what the old one holds is complete.

@@ -30,8 +30,9 @@ pub use context::{
 };
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use error::Error;
+pub use iwarp_abi::app::ErrorCode;
+pub use iwarp_abi::qp::{QpState, Terminated};
 pub use iwarp_abi::wqe::access;
-pub use iwarp_control::resources::QpState;
 pub use mr::{FastRegStag, MemoryRegion, MemoryWindow};
 pub use qp::{PostBatch, QueuePair, RecvWr, SendWr, Sg, WrOpcode};
 pub use srq::SharedReceiveQueue;
