@@ -171,14 +171,14 @@ impl CompletionQueue {
     /// threads wait while it runs.
     pub fn resize(&self, depth: u32) -> Result<u32, Error> {
         let link = self.link()?;
-        let (seg, _, consumer) = crate::context::ring_segment::<Cqe>(
+        let (seg, _, consumer) = crate::shm::ring_segment::<Cqe>(
             "cq",
             iwarp_abi::segment::SegmentKind::CompletionQueue,
             depth,
             iwarp_abi::notify::cq_segment_bytes,
         )?;
         let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, consumer.capacity());
-        let ring = crate::context::path_of(&seg)?;
+        let ring = crate::shm::path_of(&seg)?;
         // No poll between the daemon's switch and the carry-over below.
         let mut r = lock(&self.ring);
         let reply = crate::link::lock(link).call(&Request::ModifyCq {

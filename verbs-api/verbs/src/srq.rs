@@ -5,7 +5,7 @@
 use crate::cq::Outstanding;
 use crate::error::Error;
 use crate::link::{Release, Shared};
-use crate::qp::{sgl, RecvWr};
+use crate::wr::{sgl, RecvWr};
 use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
