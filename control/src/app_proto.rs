@@ -1,9 +1,8 @@
 //! control.sock as control speaks it: the protocol of [`iwarp_abi::app`], with control's own
 //! types at its edge. A malformed message is [`Error::Protocol`], a refusal goes out as its
-//! [`Error::code`] and message, a connection event as the protocol's [`Event`].
+//! [`Error::code`] and message.
 
 use crate::app_server::Reply;
-use crate::conn_manager::AppEvent;
 use crate::error::Error;
 use iwarp_abi::app::{self, Event, Failure, Request, ToApp};
 
@@ -43,33 +42,14 @@ pub fn encode_reply(rep: &Reply) -> Vec<u8> {
 }
 
 /// Encodes an unsolicited connection or asynchronous event.
-pub fn encode_event(e: &AppEvent) -> Vec<u8> {
-    let event = match e.clone() {
-        AppEvent::ConnectRequest(r) => Event::ConnectRequest(r),
-        AppEvent::Established(x) => Event::Established(x),
-        AppEvent::Rejected { conn, private_data } => Event::Rejected { conn, private_data },
-        AppEvent::Failed { conn, reason } => Event::ConnectFailed {
-            conn,
-            reason: reason.to_string(),
-        },
-        AppEvent::Disconnected { conn, reason } => Event::Disconnected {
-            conn,
-            reason: format!("{reason:?}"),
-        },
-        AppEvent::QpTerminated(t) => Event::QpTerminated(t),
-        AppEvent::QpError { qp } => Event::QpError { qp },
-        AppEvent::CqOverflow { cq } => Event::CqOverflow { cq },
-        AppEvent::SrqLimit { srq } => Event::SrqLimit { srq },
-    };
-    app::encode_to_app(&ToApp::Event(event))
+pub fn encode_event(e: &Event) -> Vec<u8> {
+    app::encode_to_app(&ToApp::Event(e.clone()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::Failure as SetupFailure;
     use iwarp_abi::app::{decode_to_app, ErrorCode};
-    use iwarp_abi::command::CloseReason;
     use iwarp_config::Limits;
 
     fn sent(framed: &[u8]) -> ToApp {
@@ -109,31 +89,5 @@ mod tests {
             sent(&encode_reply(&Reply::Failed(e))),
             ToApp::Reply(app::Reply::Failed(Failure { code: 10, .. }))
         ));
-    }
-
-    #[test]
-    fn events_keep_their_reason() {
-        let e = AppEvent::Failed {
-            conn: 3,
-            reason: SetupFailure::TcpClosed,
-        };
-        assert_eq!(
-            sent(&encode_event(&e)),
-            ToApp::Event(Event::ConnectFailed {
-                conn: 3,
-                reason: SetupFailure::TcpClosed.to_string()
-            })
-        );
-        let e = AppEvent::Disconnected {
-            conn: 4,
-            reason: CloseReason::Reset,
-        };
-        assert_eq!(
-            sent(&encode_event(&e)),
-            ToApp::Event(Event::Disconnected {
-                conn: 4,
-                reason: "Reset".into()
-            })
-        );
     }
 }

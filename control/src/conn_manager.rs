@@ -9,36 +9,12 @@
 use crate::cm::{self, Connection, Failure};
 use crate::daemon_link::rts_params;
 use crate::resources::AppId;
-use iwarp_abi::app::{ConnSettings, ConnectRequest, Established};
-use iwarp_abi::command::{Chunk, CloseReason, Command, Upcall};
-use iwarp_abi::qp::Terminated;
+use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
+use iwarp_abi::command::{Chunk, Command, Upcall};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarp_wire::mpa::Rtr;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-
-/// An event for an application.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppEvent {
-    /// A peer asks to connect on a port the application listens on.
-    ConnectRequest(ConnectRequest),
-    /// The connection is up and its QP in RTS with these negotiated values.
-    Established(Established),
-    /// The peer rejected our request, with its private data.
-    Rejected { conn: u32, private_data: Vec<u8> },
-    /// Setup failed; the reason says why.
-    Failed { conn: u32, reason: Failure },
-    /// An established connection ended (graceful close, reset, timeout).
-    Disconnected { conn: u32, reason: CloseReason },
-    /// A Terminate was sent or received on the QP (RFC 5040 section 7).
-    QpTerminated(Terminated),
-    /// The QP entered Error (asynchronous error, Verbs section 8.3.3).
-    QpError { qp: u32 },
-    /// The CQ overflowed: completions were lost and its QPs are in Error.
-    CqOverflow { cq: u32 },
-    /// The S-RQ fell below its armed limit.
-    SrqLimit { srq: u32 },
-}
 
 /// The MPA negotiation's settings for what an application asked.
 pub fn mpa_settings(s: ConnSettings) -> Settings {
@@ -65,7 +41,7 @@ pub fn mpa_settings(s: ConnSettings) -> Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Daemon(Command),
-    App { app: AppId, event: AppEvent },
+    App { app: AppId, event: Event },
 }
 
 /// Why an application's connection call was refused.
@@ -206,7 +182,7 @@ impl ConnManager {
         }
     }
 
-    /// Accepts a [`AppEvent::ConnectRequest`] for `qp` with the application's settings.
+    /// Accepts a [`Event::ConnectRequest`] for `qp` with the application's settings.
     pub fn accept(
         &mut self,
         app: AppId,
@@ -332,15 +308,18 @@ impl ConnManager {
                     if c.held.is_some() {
                         out.push(Action::App {
                             app: c.app,
-                            event: AppEvent::Failed {
+                            event: Event::ConnectFailed {
                                 conn,
-                                reason: Failure::TcpClosed,
+                                reason: Failure::TcpClosed.to_string(),
                             },
                         });
                     } else if c.established {
                         out.push(Action::App {
                             app: c.app,
-                            event: AppEvent::Disconnected { conn, reason },
+                            event: Event::Disconnected {
+                                conn,
+                                reason: format!("{reason:?}"),
+                            },
                         });
                     } else {
                         c.cm.handle_tcp_closed();
@@ -410,7 +389,7 @@ impl ConnManager {
                         .unwrap_or((0, SocketAddr::from(([0, 0, 0, 0], 0))));
                     out.push(Action::App {
                         app,
-                        event: AppEvent::ConnectRequest(ConnectRequest {
+                        event: Event::ConnectRequest(ConnectRequest {
                             conn,
                             port,
                             peer,
@@ -431,7 +410,7 @@ impl ConnManager {
                         }),
                         Action::App {
                             app,
-                            event: AppEvent::Established(Established {
+                            event: Event::Established(Established {
                                 conn,
                                 qp,
                                 ird: params.ird,
@@ -457,7 +436,7 @@ impl ConnManager {
                     remove = true;
                     out.push(Action::App {
                         app,
-                        event: AppEvent::Rejected { conn, private_data },
+                        event: Event::Rejected { conn, private_data },
                     });
                     out.push(Action::Daemon(Command::TcpClose { conn }));
                 }
@@ -465,7 +444,10 @@ impl ConnManager {
                     remove = true;
                     out.push(Action::App {
                         app,
-                        event: AppEvent::Failed { conn, reason },
+                        event: Event::ConnectFailed {
+                            conn,
+                            reason: reason.to_string(),
+                        },
                     });
                     out.push(Action::Daemon(Command::TcpAbort { conn }));
                 }
@@ -485,7 +467,7 @@ impl ConnManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iwarp_abi::command::RtrKind;
+    use iwarp_abi::command::{CloseReason, RtrKind};
 
     const A: AppId = 10;
     const B: AppId = 20;
@@ -496,7 +478,7 @@ mod tests {
         cms: [ConnManager; 2],
         /// Control's conn id on each side for one TCP connection (side 0 id -> side 1 id).
         link: BTreeMap<(usize, u32), (usize, u32)>,
-        app_events: Vec<(usize, AppId, AppEvent)>,
+        app_events: Vec<(usize, AppId, Event)>,
         rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
         listening: Vec<(usize, u16)>,
         /// The time upcalls are delivered at.
@@ -584,7 +566,7 @@ mod tests {
             self.app_events
                 .iter()
                 .find_map(|(_, _, e)| match e {
-                    AppEvent::ConnectRequest(r) => Some(r.conn),
+                    Event::ConnectRequest(r) => Some(r.conn),
                     _ => None,
                 })
                 .expect("a connect request")
@@ -627,7 +609,7 @@ mod tests {
     fn established_on(n: &Net, side: usize) -> bool {
         n.app_events
             .iter()
-            .any(|(s, _, e)| *s == side && matches!(e, AppEvent::Established(_)))
+            .any(|(s, _, e)| *s == side && matches!(e, Event::Established(_)))
     }
 
     #[test]
@@ -685,10 +667,7 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
             && matches!(
                 e,
-                AppEvent::Failed {
-                    reason: Failure::TcpClosed,
-                    ..
-                }
+                Event::ConnectFailed { reason, .. } if *reason == Failure::TcpClosed.to_string()
             )));
         let acts = n.cms[0].handle_timeout(10);
         n.run(0, acts);
@@ -710,7 +689,7 @@ mod tests {
         let peer_conn = n.request();
         assert!(n.app_events.iter().any(|(s, app, e)| *s == 1
             && *app == B
-            && matches!(e, AppEvent::ConnectRequest(r) if r.port == 5000 && r.private_data == b"hi")));
+            && matches!(e, Event::ConnectRequest(r) if r.port == 5000 && r.private_data == b"hi")));
         // Only the listening app may accept.
         assert_eq!(
             n.cms[1].accept(A, peer_conn, 9, ConnSettings::default()),
@@ -737,17 +716,14 @@ mod tests {
         );
         assert!(n.rts.iter().all(|(_, _, p)| p.rtr == RtrKind::None));
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
-            && matches!(e, AppEvent::Established(x) if x.conn == conn && x.private_data == b"ok")));
+            && matches!(e, Event::Established(x) if x.conn == conn && x.private_data == b"ok")));
         // Graceful disconnect: the peer's application hears of it.
         let acts = n.cms[0].disconnect(A, conn, false).unwrap();
         n.run(0, acts);
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
             && matches!(
                 e,
-                AppEvent::Disconnected {
-                    reason: CloseReason::Graceful,
-                    ..
-                }
+                Event::Disconnected { reason, .. } if reason == "Graceful"
             )));
     }
 
@@ -763,7 +739,7 @@ mod tests {
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Rejected {
+            Event::Rejected {
                 conn,
                 private_data: b"busy".to_vec()
             }
@@ -781,9 +757,9 @@ mod tests {
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Failed {
+            Event::ConnectFailed {
                 conn,
-                reason: Failure::TcpClosed
+                reason: Failure::TcpClosed.to_string()
             }
         )));
         // The listener's app never decides: its side times out and resets the peer.
@@ -797,19 +773,17 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
             && matches!(
                 e,
-                AppEvent::Failed {
-                    reason: Failure::Timeout {
-                        state: cm::State::AwaitingDecision
-                    },
-                    ..
+                Event::ConnectFailed { reason, .. } if *reason == Failure::Timeout {
+                    state: cm::State::AwaitingDecision
                 }
+                .to_string()
             )));
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Failed {
+            Event::ConnectFailed {
                 conn: conn2,
-                reason: Failure::TcpClosed
+                reason: Failure::TcpClosed.to_string()
             }
         )));
         // An established connection whose app dies: aborted, the peer sees a reset.
@@ -820,7 +794,7 @@ mod tests {
             .iter()
             .rev()
             .find_map(|(_, _, e)| match e {
-                AppEvent::ConnectRequest(r) => Some(r.conn),
+                Event::ConnectRequest(r) => Some(r.conn),
                 _ => None,
             })
             .unwrap();
@@ -832,9 +806,9 @@ mod tests {
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Disconnected {
+            Event::Disconnected {
                 conn: c3,
-                reason: CloseReason::Reset
+                reason: "Reset".into()
             }
         )));
     }

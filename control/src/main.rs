@@ -10,7 +10,7 @@
 //! heartbeat). A vanished or replaced iwarpd makes it close every application socket and exit
 //! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
 
-use iwarp_abi::app::{ConnSettings, Request};
+use iwarp_abi::app::{ConnSettings, Event, Request};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
 use iwarp_abi::qp::QpState;
@@ -19,7 +19,7 @@ use iwarp_abi::wake::Waker;
 use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
-use iwarp_control::conn_manager::{Action, AppEvent, CmError, ConnManager};
+use iwarp_control::conn_manager::{Action, CmError, ConnManager};
 use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
 use iwarp_control::error::Resource;
 use iwarp_control::Error;
@@ -251,14 +251,14 @@ fn serve_cm(
 fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
     let r = core.resources();
     let (app, event) = match *u {
-        Upcall::QpTerminated(t) => (r.qp_owner(t.qp)?, AppEvent::QpTerminated(t)),
+        Upcall::QpTerminated(t) => (r.qp_owner(t.qp)?, Event::QpTerminated(t)),
         Upcall::QpError { qp } => {
             let app = r.qp_owner(qp)?;
             core.set_qp_state(qp, QpState::Error);
-            (app, AppEvent::QpError { qp })
+            (app, Event::QpError { qp })
         }
-        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, AppEvent::CqOverflow { cq }),
-        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, AppEvent::SrqLimit { srq }),
+        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, Event::CqOverflow { cq }),
+        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, Event::SrqLimit { srq }),
         _ => return None,
     };
     Some(Action::App { app, event })
