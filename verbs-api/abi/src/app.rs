@@ -62,6 +62,7 @@ pub struct ConnSettings {
     pub peer_to_peer: Option<Rtr>,
     pub rdmap_v2: bool,
     /// The ULP's private data (at most 512 octets less the 4 of the enhanced data).
+    #[serde(with = "codec::octets")]
     pub private_data: Vec<u8>,
 }
 
@@ -212,6 +213,7 @@ pub enum Request {
     },
     Reject {
         conn: u32,
+        #[serde(with = "codec::octets")]
         private_data: Vec<u8>,
     },
     Disconnect {
@@ -289,6 +291,7 @@ pub struct ConnectRequest {
     pub conn: u32,
     pub port: u16,
     pub peer: SocketAddr,
+    #[serde(with = "codec::octets")]
     pub private_data: Vec<u8>,
 }
 
@@ -303,6 +306,7 @@ pub struct Established {
     pub ord: u16,
     pub rdmap_version: u8,
     /// The peer's private data.
+    #[serde(with = "codec::octets")]
     pub private_data: Vec<u8>,
 }
 
@@ -312,13 +316,29 @@ pub struct Established {
 pub enum Event {
     ConnectRequest(ConnectRequest),
     Established(Established),
-    Rejected { conn: u32, private_data: Vec<u8> },
-    ConnectFailed { conn: u32, reason: String },
-    Disconnected { conn: u32, reason: String },
+    Rejected {
+        conn: u32,
+        #[serde(with = "codec::octets")]
+        private_data: Vec<u8>,
+    },
+    ConnectFailed {
+        conn: u32,
+        reason: String,
+    },
+    Disconnected {
+        conn: u32,
+        reason: String,
+    },
     QpTerminated(Terminated),
-    QpError { qp: u32 },
-    CqOverflow { cq: u32 },
-    SrqLimit { srq: u32 },
+    QpError {
+        qp: u32,
+    },
+    CqOverflow {
+        cq: u32,
+    },
+    SrqLimit {
+        srq: u32,
+    },
 }
 
 /// What control sends an application: the reply to its request, or an event in between.
@@ -598,6 +618,18 @@ mod tests {
                 "value out of range (unknown variant, bad path or chunk)"
             ))
         );
+        // Private data that claims more octets than the message holds (4 GiB here) is
+        // refused before anything is allocated for it.
+        let reject = encode_request(&Request::Reject {
+            conn: 9,
+            private_data: b"busy".to_vec(),
+        });
+        let (tag_and_conn, rest) = reject[4..].split_at(2);
+        assert_eq!(rest, b"\x04busy", "a length, then the octets");
+        let mut huge = tag_and_conn.to_vec();
+        huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        huge.extend_from_slice(b"busy");
+        assert_eq!(decode_request(&huge), Err(Malformed("message too short")));
         // A segment path with a NUL, or longer than a slot's path, is refused.
         let mut bad_path = encode_request(&Request::AttachSegment {
             path: ShmPath::new(Path::new("/dev/shm/x")).unwrap(),

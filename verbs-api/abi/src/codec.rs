@@ -73,3 +73,18 @@ where
         out: PhantomData,
     })
 }
+
+/// `#[serde(with = "octets")]` for a `Vec<u8>` field: written as length-prefixed octets (the
+/// same bytes postcard writes for a sequence of `u8`), read with its length checked against
+/// the input before anything is allocated.
+pub(crate) mod octets {
+    use serde::{Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        super::from_octets(d, "octets", |b| Some(b.to_vec()))
+    }
+}
