@@ -2,7 +2,7 @@
 //! name the key and what is wrong with it (`port.kind: unknown value "foo", expected one of
 //! "unix", "tap", "dpdk"`).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -154,7 +154,7 @@ pub struct Pcap {
 }
 
 /// Resource limits: the answers of Query RNIC (Verbs section 8.1).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     pub max_qp: u32,

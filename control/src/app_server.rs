@@ -6,13 +6,13 @@
 use crate::daemon_link::teardown_commands;
 use crate::error::Error;
 use crate::error::Resource;
-use crate::resources::{check_access, AppId, QpAttrs, QpState, Resources};
+use crate::resources::{check_access, AppId, Resources};
 use crate::stag::Stag;
-use iwarp_abi::command::{reply_status, Command, QpState as AbiQpState, ShmPath, NO_ID};
+use iwarp_abi::app::Request;
+use iwarp_abi::command::{reply_status, Command, ShmPath, NO_ID};
+use iwarp_abi::qp::QpState;
 use iwarp_config::Limits;
-use iwarp_wire::mpa::negotiation::Settings;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 /// What a ring segment holds, for its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,153 +43,9 @@ pub struct VerifiedSegment {
     pub data_len: u64,
 }
 
-/// A request from an application.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    QueryRnic,
-    AllocPd,
-    DeallocPd {
-        pd: u32,
-    },
-    CreateCq {
-        depth: u32,
-        ring: ShmPath,
-    },
-    DestroyCq {
-        cq: u32,
-    },
-    /// Query CQ (Verbs section 9.2.3.2): answered with [`Reply::Cq`].
-    QueryCq {
-        cq: u32,
-    },
-    /// Modify CQ (Verbs section 9.2.3.3): resize to `depth` onto the new ring segment `ring`
-    /// the application made; answered with [`Reply::Cq`], or refused (nothing changes) when
-    /// more completions are present than `depth` holds.
-    ModifyCq {
-        cq: u32,
-        depth: u32,
-        ring: ShmPath,
-    },
-    CreateSrq {
-        pd: u32,
-        depth: u32,
-        ring: ShmPath,
-    },
-    DestroySrq {
-        srq: u32,
-    },
-    /// Query S-RQ (Verbs section 9.2.4.2): answered with [`Reply::Srq`].
-    QuerySrq {
-        srq: u32,
-    },
-    /// Which of the daemon's poll-mode workers serves this application (answered with
-    /// [`Reply::Id`]), so that its posts ring only that worker's doorbell.
-    Placement,
-    /// Modify S-RQ (Verbs section 9.2.4.3): set and arm the S-RQ limit (the asynchronous
-    /// event when fewer than `limit` receives remain). The depth cannot change.
-    ModifySrq {
-        srq: u32,
-        limit: u32,
-    },
-    CreateQp {
-        attrs: QpAttrs,
-        sq: ShmPath,
-        rq: ShmPath,
-    },
-    ModifyQp {
-        qp: u32,
-        state: QpState,
-    },
-    QueryQp {
-        qp: u32,
-    },
-    DestroyQp {
-        qp: u32,
-    },
-    /// Register a segment the process layer verified (its id among the app's segments).
-    RegMr {
-        pd: u32,
-        access: u32,
-        segment: u32,
-        offset: u64,
-        len: u64,
-    },
-    ReregMr {
-        stag: u32,
-        access: u32,
-    },
-    DeregMr {
-        stag: u32,
-    },
-    AllocMw {
-        pd: u32,
-    },
-    DeallocMw {
-        stag: u32,
-    },
-    /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1): an STag a Fast-Register
-    /// work request gives memory later (here: part of a region of the same PD).
-    AllocStag {
-        pd: u32,
-    },
-    /// Deallocate STag (section 9.2.6.4) of one from [`Request::AllocStag`].
-    DeallocStag {
-        stag: u32,
-    },
-    /// Offer a shared segment (allocated through iwarp-verbs) for registration; the process
-    /// layer opens and verifies it and calls [`Core::add_segment`]. Answered with its id.
-    AttachSegment {
-        path: ShmPath,
-    },
-    /// Connection management (answered by the process layer with its
-    /// [`crate::conn_manager::ConnManager`]): listen on a port with the MPA settings used
-    /// for every connection accepted there until the application decides.
-    Listen {
-        port: u16,
-        settings: Settings,
-    },
-    /// Active open for `qp`; answered with the connection id, then events.
-    Connect {
-        qp: u32,
-        remote: SocketAddr,
-        settings: Settings,
-    },
-    Accept {
-        conn: u32,
-        qp: u32,
-        settings: Settings,
-    },
-    Reject {
-        conn: u32,
-        private_data: Vec<u8>,
-    },
-    Disconnect {
-        conn: u32,
-        abort: bool,
-    },
-}
-
-/// The answer to a request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Rnic(Limits),
-    Done,
-    /// The new resource's id (PD, CQ, S-RQ, QP number) or STag.
-    Id(u32),
-    Qp {
-        state: QpState,
-    },
-    /// A CQ's size (Query CQ, Modify CQ).
-    Cq {
-        depth: u32,
-    },
-    /// An S-RQ's depth and its limit (0: none armed since creation).
-    Srq {
-        depth: u32,
-        limit: u32,
-    },
-    Failed(Error),
-}
+/// The answer to a request, with control's own error: sent as the protocol's
+/// [`iwarp_abi::app::Failure`] by [`crate::app_proto::encode_reply`].
+pub type Reply = iwarp_abi::app::Reply<Error>;
 
 /// iwarpd's reply status as control's error: `IN_USE` is the verb's "still in use"
 /// immediate error, anything else a refusal with its status.
@@ -316,13 +172,6 @@ impl Core {
             }
             Request::ModifyQp { qp, state } => {
                 r.modify_qp(app, qp, state)?;
-                let state = match state {
-                    QpState::Idle => AbiQpState::Idle,
-                    QpState::Rts => AbiQpState::Rts,
-                    QpState::Closing => AbiQpState::Closing,
-                    QpState::Terminate => AbiQpState::Terminate,
-                    QpState::Error => AbiQpState::Error,
-                };
                 (Reply::Done, vec![Command::ModifyQp { qp, state }])
             }
             Request::QueryQp { qp } => (
@@ -514,6 +363,7 @@ impl Core {
 mod tests {
     use super::*;
     use crate::resources::access;
+    use iwarp_abi::app::QpAttrs;
     use std::path::Path;
 
     fn path(s: &str) -> ShmPath {
@@ -590,7 +440,7 @@ mod tests {
             cmds[0],
             Command::ModifyQp {
                 qp,
-                state: AbiQpState::Error
+                state: QpState::Error
             }
         );
         assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));

@@ -9,51 +9,29 @@
 use crate::cm::{self, Connection, Failure};
 use crate::daemon_link::rts_params;
 use crate::resources::AppId;
-use iwarp_abi::command::{Chunk, CloseReason, Command, Upcall};
+use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
+use iwarp_abi::command::{Chunk, Command, Upcall};
 use iwarp_wire::mpa::negotiation::Settings;
+use iwarp_wire::mpa::Rtr;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-/// An event for an application.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppEvent {
-    /// A peer asks to connect on a port the application listens on.
-    ConnectRequest {
-        conn: u32,
-        port: u16,
-        peer: SocketAddr,
-        private_data: Vec<u8>,
-    },
-    /// The connection is up and its QP in RTS with these negotiated values.
-    Established {
-        conn: u32,
-        qp: u32,
-        ird: u16,
-        ord: u16,
-        rdmap_version: u8,
-        private_data: Vec<u8>,
-    },
-    /// The peer rejected our request, with its private data.
-    Rejected { conn: u32, private_data: Vec<u8> },
-    /// Setup failed; the reason says why.
-    Failed { conn: u32, reason: Failure },
-    /// An established connection ended (graceful close, reset, timeout).
-    Disconnected { conn: u32, reason: CloseReason },
-    /// A Terminate was sent or received on the QP (RFC 5040 section 7): the cause's layer,
-    /// error type and code. The QP is in Error with its work flushed.
-    QpTerminated {
-        qp: u32,
-        received: bool,
-        layer: u8,
-        etype: u8,
-        code: u8,
-    },
-    /// The QP entered Error (asynchronous error, Verbs section 8.3.3).
-    QpError { qp: u32 },
-    /// The CQ overflowed: completions were lost and its QPs are in Error.
-    CqOverflow { cq: u32 },
-    /// The S-RQ fell below its armed limit.
-    SrqLimit { srq: u32 },
+/// The MPA negotiation's settings for what an application asked.
+pub fn mpa_settings(s: ConnSettings) -> Settings {
+    Settings {
+        crc: s.crc,
+        markers: s.markers,
+        revision: s.revision,
+        ird: s.ird,
+        ord: s.ord,
+        peer_to_peer: s.peer_to_peer.map(|r| Rtr {
+            send: r.send,
+            write: r.write,
+            read: r.read,
+        }),
+        rdmap_v2: s.rdmap_v2,
+        private_data: s.private_data,
+    }
 }
 
 /// What the driver must do.
@@ -63,7 +41,7 @@ pub enum AppEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Daemon(Command),
-    App { app: AppId, event: AppEvent },
+    App { app: AppId, event: Event },
 }
 
 /// Why an application's connection call was refused.
@@ -146,7 +124,13 @@ impl ConnManager {
         self
     }
 
-    pub fn listen(&mut self, app: AppId, port: u16, s: Settings) -> Result<Vec<Action>, CmError> {
+    pub fn listen(
+        &mut self,
+        app: AppId,
+        port: u16,
+        s: ConnSettings,
+    ) -> Result<Vec<Action>, CmError> {
+        let s = mpa_settings(s);
         if self.listeners.contains_key(&port) {
             return Err(CmError::PortInUse);
         }
@@ -168,9 +152,10 @@ impl ConnManager {
         app: AppId,
         qp: u32,
         remote: SocketAddr,
-        s: Settings,
+        s: ConnSettings,
         now: u64,
     ) -> (u32, Vec<Action>) {
+        let s = mpa_settings(s);
         let conn = self.next_conn;
         self.next_conn += 1;
         self.conns.insert(
@@ -197,14 +182,15 @@ impl ConnManager {
         }
     }
 
-    /// Accepts a [`AppEvent::ConnectRequest`] for `qp` with the application's settings.
+    /// Accepts a [`Event::ConnectRequest`] for `qp` with the application's settings.
     pub fn accept(
         &mut self,
         app: AppId,
         conn: u32,
         qp: u32,
-        s: Settings,
+        s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
+        let s = mpa_settings(s);
         let c = self.owned(app, conn)?;
         c.qp = Some(qp);
         c.cm.accept(s);
@@ -322,15 +308,18 @@ impl ConnManager {
                     if c.held.is_some() {
                         out.push(Action::App {
                             app: c.app,
-                            event: AppEvent::Failed {
+                            event: Event::ConnectFailed {
                                 conn,
-                                reason: Failure::TcpClosed,
+                                reason: Failure::TcpClosed.to_string(),
                             },
                         });
                     } else if c.established {
                         out.push(Action::App {
                             app: c.app,
-                            event: AppEvent::Disconnected { conn, reason },
+                            event: Event::Disconnected {
+                                conn,
+                                reason: format!("{reason:?}"),
+                            },
                         });
                     } else {
                         c.cm.handle_tcp_closed();
@@ -400,12 +389,12 @@ impl ConnManager {
                         .unwrap_or((0, SocketAddr::from(([0, 0, 0, 0], 0))));
                     out.push(Action::App {
                         app,
-                        event: AppEvent::ConnectRequest {
+                        event: Event::ConnectRequest(ConnectRequest {
                             conn,
                             port,
                             peer,
                             private_data: inc.private_data,
-                        },
+                        }),
                     });
                 }
                 cm::Event::Established { params, .. } => {
@@ -421,14 +410,14 @@ impl ConnManager {
                         }),
                         Action::App {
                             app,
-                            event: AppEvent::Established {
+                            event: Event::Established(Established {
                                 conn,
                                 qp,
                                 ird: params.ird,
                                 ord: params.ord,
                                 rdmap_version: params.rdmap_version,
                                 private_data: params.peer_private_data,
-                            },
+                            }),
                         },
                     ];
                     let (floor, now) = (self.rts_delay_ms, self.now);
@@ -447,7 +436,7 @@ impl ConnManager {
                     remove = true;
                     out.push(Action::App {
                         app,
-                        event: AppEvent::Rejected { conn, private_data },
+                        event: Event::Rejected { conn, private_data },
                     });
                     out.push(Action::Daemon(Command::TcpClose { conn }));
                 }
@@ -455,7 +444,10 @@ impl ConnManager {
                     remove = true;
                     out.push(Action::App {
                         app,
-                        event: AppEvent::Failed { conn, reason },
+                        event: Event::ConnectFailed {
+                            conn,
+                            reason: reason.to_string(),
+                        },
                     });
                     out.push(Action::Daemon(Command::TcpAbort { conn }));
                 }
@@ -475,7 +467,7 @@ impl ConnManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iwarp_abi::command::RtrKind;
+    use iwarp_abi::command::{CloseReason, RtrKind};
 
     const A: AppId = 10;
     const B: AppId = 20;
@@ -486,7 +478,7 @@ mod tests {
         cms: [ConnManager; 2],
         /// Control's conn id on each side for one TCP connection (side 0 id -> side 1 id).
         link: BTreeMap<(usize, u32), (usize, u32)>,
-        app_events: Vec<(usize, AppId, AppEvent)>,
+        app_events: Vec<(usize, AppId, Event)>,
         rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
         listening: Vec<(usize, u16)>,
         /// The time upcalls are delivered at.
@@ -574,19 +566,19 @@ mod tests {
             self.app_events
                 .iter()
                 .find_map(|(_, _, e)| match e {
-                    AppEvent::ConnectRequest { conn, .. } => Some(*conn),
+                    Event::ConnectRequest(r) => Some(r.conn),
                     _ => None,
                 })
                 .expect("a connect request")
         }
     }
 
-    fn settings(ird: u16, ord: u16, pd: &[u8]) -> Settings {
-        Settings {
+    fn settings(ird: u16, ord: u16, pd: &[u8]) -> ConnSettings {
+        ConnSettings {
             ird,
             ord,
             private_data: pd.to_vec(),
-            ..Settings::default()
+            ..ConnSettings::default()
         }
     }
 
@@ -598,13 +590,13 @@ mod tests {
     /// side 1 accepts at `accept_at`; returns side 0's connection id.
     fn connect_with_hold_accepted_at(n: &mut Net, hold: u64, accept_at: u64) -> u32 {
         n.cms[0] = ConnManager::new(1000, 1460).with_rts_delay(hold);
-        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
         n.run(1, acts);
-        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
         n.now = accept_at;
         let acts = n.cms[1]
-            .accept(B, n.request(), 9, Settings::default())
+            .accept(B, n.request(), 9, ConnSettings::default())
             .unwrap();
         n.run(1, acts);
         conn
@@ -617,7 +609,7 @@ mod tests {
     fn established_on(n: &Net, side: usize) -> bool {
         n.app_events
             .iter()
-            .any(|(s, _, e)| *s == side && matches!(e, AppEvent::Established { .. }))
+            .any(|(s, _, e)| *s == side && matches!(e, Event::Established(_)))
     }
 
     #[test]
@@ -675,10 +667,7 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
             && matches!(
                 e,
-                AppEvent::Failed {
-                    reason: Failure::TcpClosed,
-                    ..
-                }
+                Event::ConnectFailed { reason, .. } if *reason == Failure::TcpClosed.to_string()
             )));
         let acts = n.cms[0].handle_timeout(10);
         n.run(0, acts);
@@ -689,10 +678,10 @@ mod tests {
     #[test]
     fn connect_accept_puts_both_qps_in_rts_with_each_sides_ird_ord() {
         let mut n = Net::new();
-        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
         n.run(1, acts);
         assert_eq!(
-            n.cms[1].listen(B, 5000, Settings::default()),
+            n.cms[1].listen(B, 5000, ConnSettings::default()),
             Err(CmError::PortInUse)
         );
         let (conn, acts) = n.cms[0].connect(A, 7, remote(), settings(4, 8, b"hi"), 0);
@@ -700,10 +689,10 @@ mod tests {
         let peer_conn = n.request();
         assert!(n.app_events.iter().any(|(s, app, e)| *s == 1
             && *app == B
-            && matches!(e, AppEvent::ConnectRequest { port: 5000, private_data, .. } if private_data == b"hi")));
+            && matches!(e, Event::ConnectRequest(r) if r.port == 5000 && r.private_data == b"hi")));
         // Only the listening app may accept.
         assert_eq!(
-            n.cms[1].accept(A, peer_conn, 9, Settings::default()),
+            n.cms[1].accept(A, peer_conn, 9, ConnSettings::default()),
             Err(CmError::NoSuchConnection)
         );
         let acts = n.cms[1]
@@ -727,33 +716,30 @@ mod tests {
         );
         assert!(n.rts.iter().all(|(_, _, p)| p.rtr == RtrKind::None));
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
-            && matches!(e, AppEvent::Established { conn: c, private_data, .. } if *c == conn && private_data == b"ok")));
+            && matches!(e, Event::Established(x) if x.conn == conn && x.private_data == b"ok")));
         // Graceful disconnect: the peer's application hears of it.
         let acts = n.cms[0].disconnect(A, conn, false).unwrap();
         n.run(0, acts);
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
             && matches!(
                 e,
-                AppEvent::Disconnected {
-                    reason: CloseReason::Graceful,
-                    ..
-                }
+                Event::Disconnected { reason, .. } if reason == "Graceful"
             )));
     }
 
     #[test]
     fn a_reject_reaches_the_initiator_with_its_private_data() {
         let mut n = Net::new();
-        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
         n.run(1, acts);
-        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
         let acts = n.cms[1].reject(B, n.request(), b"busy").unwrap();
         n.run(1, acts);
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Rejected {
+            Event::Rejected {
                 conn,
                 private_data: b"busy".to_vec()
             }
@@ -766,20 +752,20 @@ mod tests {
     fn refused_silent_and_dead_apps_each_end_with_a_reason() {
         let mut n = Net::new();
         // Nobody listens: refused.
-        let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Failed {
+            Event::ConnectFailed {
                 conn,
-                reason: Failure::TcpClosed
+                reason: Failure::TcpClosed.to_string()
             }
         )));
         // The listener's app never decides: its side times out and resets the peer.
-        let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
         n.run(1, acts);
-        let (conn2, acts) = n.cms[0].connect(A, 8, remote(), Settings::default(), 0);
+        let (conn2, acts) = n.cms[0].connect(A, 8, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
         assert_eq!(n.cms[1].next_timeout(), Some(1000));
         let acts = n.cms[1].handle_timeout(1000);
@@ -787,34 +773,32 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
             && matches!(
                 e,
-                AppEvent::Failed {
-                    reason: Failure::Timeout {
-                        state: cm::State::AwaitingDecision
-                    },
-                    ..
+                Event::ConnectFailed { reason, .. } if *reason == Failure::Timeout {
+                    state: cm::State::AwaitingDecision
                 }
+                .to_string()
             )));
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Failed {
+            Event::ConnectFailed {
                 conn: conn2,
-                reason: Failure::TcpClosed
+                reason: Failure::TcpClosed.to_string()
             }
         )));
         // An established connection whose app dies: aborted, the peer sees a reset.
-        let (c3, acts) = n.cms[0].connect(A, 9, remote(), Settings::default(), 0);
+        let (c3, acts) = n.cms[0].connect(A, 9, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
         let req = n
             .app_events
             .iter()
             .rev()
             .find_map(|(_, _, e)| match e {
-                AppEvent::ConnectRequest { conn, .. } => Some(*conn),
+                Event::ConnectRequest(r) => Some(r.conn),
                 _ => None,
             })
             .unwrap();
-        let acts = n.cms[1].accept(B, req, 3, Settings::default()).unwrap();
+        let acts = n.cms[1].accept(B, req, 3, ConnSettings::default()).unwrap();
         n.run(1, acts);
         let acts = n.cms[1].app_gone(B);
         assert!(acts.contains(&Action::Daemon(Command::TcpUnlisten { port: 5000 })));
@@ -822,9 +806,9 @@ mod tests {
         assert!(n.app_events.contains(&(
             0,
             A,
-            AppEvent::Disconnected {
+            Event::Disconnected {
                 conn: c3,
-                reason: CloseReason::Reset
+                reason: "Reset".into()
             }
         )));
     }

@@ -7,7 +7,8 @@
 use crate::resources::AppId;
 use crate::resources::Teardown;
 use crate::stag::StagKind;
-use iwarp_abi::command::{Command, QpState as AbiQpState, RtrKind, RtsParams, Upcall};
+use iwarp_abi::command::{Command, RtrKind, RtsParams, Upcall};
+use iwarp_abi::qp::QpState;
 use iwarp_wire::mpa::negotiation::Negotiated;
 use std::collections::HashMap;
 
@@ -142,7 +143,7 @@ pub fn teardown_commands(t: &Teardown) -> Vec<Command> {
     for &qp in &t.qps {
         out.push(Command::ModifyQp {
             qp,
-            state: AbiQpState::Error,
+            state: QpState::Error,
         });
         out.push(Command::DestroyQp { qp });
     }
@@ -271,7 +272,7 @@ mod tests {
             vec![
                 Command::ModifyQp {
                     qp: 5,
-                    state: AbiQpState::Error
+                    state: QpState::Error
                 },
                 Command::DestroyQp { qp: 5 },
                 Command::DeregisterMr { stag: 0x101 },

@@ -2,6 +2,7 @@
 //! the "errors" lists of each verb), so the application library can map each to its own.
 
 use core::fmt;
+use iwarp_abi::app::ErrorCode;
 
 /// Which resource a limit or a handle refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,20 +76,20 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable number per variant, sent to applications with the message text.
-    pub fn code(&self) -> u16 {
+    /// The class of this error, sent to applications with the message text.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Error::InvalidHandle { .. } => 1,
-            Error::InvalidStag { .. } => 2,
-            Error::PdMismatch { .. } => 3,
-            Error::InUse { .. } => 4,
-            Error::InsufficientResources { .. } => 5,
-            Error::InvalidAttribute { .. } => 6,
-            Error::InvalidAccess { .. } => 7,
-            Error::InvalidRegion { .. } => 8,
-            Error::InvalidModify { .. } => 9,
-            Error::Protocol { .. } => 10,
-            Error::Refused { .. } => 11,
+            Error::InvalidHandle { .. } => ErrorCode::InvalidHandle,
+            Error::InvalidStag { .. } => ErrorCode::InvalidStag,
+            Error::PdMismatch { .. } => ErrorCode::PdMismatch,
+            Error::InUse { .. } => ErrorCode::InUse,
+            Error::InsufficientResources { .. } => ErrorCode::InsufficientResources,
+            Error::InvalidAttribute { .. } => ErrorCode::InvalidAttribute,
+            Error::InvalidAccess { .. } => ErrorCode::InvalidAccess,
+            Error::InvalidRegion { .. } => ErrorCode::InvalidRegion,
+            Error::InvalidModify { .. } => ErrorCode::InvalidModify,
+            Error::Protocol { .. } => ErrorCode::Protocol,
+            Error::Refused { .. } => ErrorCode::Refused,
         }
     }
 }

@@ -10,7 +10,8 @@
 //! - [`resources`]: the tables of PDs, CQs, S-RQs, QPs, MRs and MWs of every application,
 //!   with the limits of the configuration (the Query RNIC answers, Verbs section 8.1),
 //!   ownership checks, destroy-order checks and per-application cleanup.
-//! - [`app_proto`]: the bytes of control.sock (length-prefixed requests and replies).
+//! - [`app_proto`]: control.sock as control speaks it: the protocol of `iwarp_abi::app`,
+//!   with control's errors and events turned into the protocol's.
 //! - [`app_server`]: each application request checked and turned into a reply plus the
 //!   daemon commands to run; per-application cleanup on socket EOF.
 //! - [`cm`]: one connection's setup as a state machine: MPA Request/Reply (RFC 5044 section 7,

@@ -10,17 +10,18 @@
 //! heartbeat). A vanished or replaced iwarpd makes it close every application socket and exit
 //! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
 
+use iwarp_abi::app::{ConnSettings, Event, Request};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
+use iwarp_abi::qp::QpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::Waker;
 use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
-use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
-use iwarp_control::conn_manager::{Action, AppEvent, CmError, ConnManager};
+use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
+use iwarp_control::conn_manager::{Action, CmError, ConnManager};
 use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
 use iwarp_control::error::Resource;
-use iwarp_control::resources::QpState;
 use iwarp_control::Error;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -250,29 +251,14 @@ fn serve_cm(
 fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
     let r = core.resources();
     let (app, event) = match *u {
-        Upcall::QpTerminated {
-            qp,
-            received,
-            layer,
-            etype,
-            code,
-        } => (
-            r.qp_owner(qp)?,
-            AppEvent::QpTerminated {
-                qp,
-                received,
-                layer,
-                etype,
-                code,
-            },
-        ),
+        Upcall::QpTerminated(t) => (r.qp_owner(t.qp)?, Event::QpTerminated(t)),
         Upcall::QpError { qp } => {
             let app = r.qp_owner(qp)?;
             core.set_qp_state(qp, QpState::Error);
-            (app, AppEvent::QpError { qp })
+            (app, Event::QpError { qp })
         }
-        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, AppEvent::CqOverflow { cq }),
-        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, AppEvent::SrqLimit { srq }),
+        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, Event::CqOverflow { cq }),
+        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, Event::SrqLimit { srq }),
         _ => return None,
     };
     Some(Action::App { app, event })
@@ -284,7 +270,7 @@ fn listen(
     daemon: &mut Daemon,
     app: u32,
     port: u16,
-    settings: iwarp_wire::mpa::negotiation::Settings,
+    settings: ConnSettings,
 ) -> Reply {
     let acts = match cm.listen(app, port, settings) {
         Ok(a) => a,

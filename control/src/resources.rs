@@ -9,9 +9,10 @@
 
 use crate::error::{Error, Resource};
 use crate::stag::{Stag, StagEntry, StagKind, StagTable};
+use iwarp_abi::app::QpAttrs;
+use iwarp_abi::qp::QpState;
 use iwarp_config::Limits;
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// Control's id for an application connection.
 pub type AppId = u32;
@@ -19,51 +20,6 @@ pub type AppId = u32;
 /// Access rights of a memory region or window (Verbs section 7.2.3): the ABI's bits, the
 /// same the engine checks.
 pub use iwarp_abi::wqe::access;
-
-/// QP states as the Verbs spec names them (section 6.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    Idle,
-    Rts,
-    Closing,
-    Terminate,
-    Error,
-}
-
-impl QpState {
-    /// The state's name as the spec spells it.
-    pub const fn name(self) -> &'static str {
-        match self {
-            QpState::Idle => "Idle",
-            QpState::Rts => "RTS",
-            QpState::Closing => "Closing",
-            QpState::Terminate => "Terminate",
-            QpState::Error => "Error",
-        }
-    }
-
-    /// Whether Modify QP may move a QP from `self` to `to` (Verbs section 6.2, figure 4).
-    /// Idle → RTS happens only through connection setup, never by a bare Modify QP.
-    pub fn modify_allowed(self, to: QpState) -> bool {
-        use QpState::*;
-        matches!(
-            (self, to),
-            (Idle, Error)
-                | (Rts, Closing)
-                | (Rts, Terminate)
-                | (Rts, Error)
-                | (Closing, Error)
-                | (Terminate, Error)
-                | (Error, Idle)
-        ) || self == to
-    }
-}
-
-impl fmt::Display for QpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pd {
@@ -83,21 +39,6 @@ pub struct Srq {
     pub depth: u32,
     /// The S-RQ limit last set by Modify S-RQ.
     pub limit: u32,
-}
-
-/// What Create QP asks for (Verbs section 7.3.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QpAttrs {
-    pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub srq: Option<u32>,
-    pub sq_depth: u32,
-    pub rq_depth: u32,
-    pub max_sge: u32,
-    pub max_inline: u32,
-    pub ird: u16,
-    pub ord: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,16 +2,13 @@
 //! control, a fake iwarpd that joins TcpConnect to a TcpListen on loopback and carries the
 //! MPA bytes between the two ends.
 
+use iwarp_abi::app::{
+    decode_to_app, encode_request, message_len, ConnSettings, ConnectRequest, Established, Event,
+    Failure, QpAttrs, Reply, Request, ToApp,
+};
 use iwarp_abi::command::{Command, ShmPath};
 use iwarp_abi::daemon_shm::DaemonShm;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
-use iwarp_control::app_proto::{
-    decode_reply, encode_request, message_len, ClientEvent, ClientReply, ConnectRequest,
-    Established,
-};
-use iwarp_control::app_server::Request;
-use iwarp_control::resources::QpAttrs;
-use iwarp_wire::mpa::negotiation::Settings;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -30,15 +27,15 @@ impl Drop for Kill {
 struct Client {
     s: UnixStream,
     buf: Vec<u8>,
-    events: VecDeque<ClientEvent>,
+    events: VecDeque<Event>,
 }
 
 impl Client {
-    fn next(&mut self) -> ClientReply {
+    fn next(&mut self) -> ToApp {
         let mut tmp = [0u8; 4096];
         loop {
             if let Some(n) = message_len(&self.buf).unwrap() {
-                let r = decode_reply(&self.buf[4..n]).unwrap();
+                let r = decode_to_app(&self.buf[4..n]).unwrap();
                 self.buf.drain(..n);
                 return r;
             }
@@ -47,27 +44,27 @@ impl Client {
             self.buf.extend_from_slice(&tmp[..n]);
         }
     }
-    fn call(&mut self, req: &Request) -> ClientReply {
+    fn call(&mut self, req: &Request) -> Reply {
         self.s.write_all(&encode_request(req)).unwrap();
         loop {
             match self.next() {
-                ClientReply::Event(e) => self.events.push_back(e),
-                r => return r,
+                ToApp::Event(e) => self.events.push_back(e),
+                ToApp::Reply(r) => return r,
             }
         }
     }
-    fn event(&mut self) -> ClientEvent {
+    fn event(&mut self) -> Event {
         if let Some(e) = self.events.pop_front() {
             return e;
         }
         match self.next() {
-            ClientReply::Event(e) => e,
+            ToApp::Event(e) => e,
             other => panic!("expected an event, got {other:?}"),
         }
     }
     fn id(&mut self, req: &Request) -> u32 {
         match self.call(req) {
-            ClientReply::Id(i) => i,
+            Reply::Id(i) => i,
             other => panic!("{req:?}: {other:?}"),
         }
     }
@@ -111,12 +108,12 @@ impl Client {
     }
 }
 
-fn settings(ird: u16, ord: u16, pd: &[u8]) -> Settings {
-    Settings {
+fn settings(ird: u16, ord: u16, pd: &[u8]) -> ConnSettings {
+    ConnSettings {
         ird,
         ord,
         private_data: pd.to_vec(),
-        ..Settings::default()
+        ..ConnSettings::default()
     }
 }
 
@@ -166,15 +163,17 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     assert_eq!(
         b.call(&Request::Listen {
             port: 5000,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Done
+        Reply::Done
     );
     match a.call(&Request::Listen {
         port: 5000,
-        settings: Settings::default(),
+        settings: ConnSettings::default(),
     }) {
-        ClientReply::Failed { message, .. } => assert!(message.contains("still used"), "{message}"),
+        Reply::Failed(Failure { message, .. }) => {
+            assert!(message.contains("still used"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     // A connects with IRD 4 / ORD 8; B accepts with IRD 2 / ORD 16.
@@ -184,7 +183,7 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
         remote,
         settings: settings(4, 8, b"hello"),
     });
-    let ClientEvent::ConnectRequest(ConnectRequest {
+    let Event::ConnectRequest(ConnectRequest {
         conn: cb,
         port: 5000,
         private_data,
@@ -199,9 +198,9 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
         a.call(&Request::Accept {
             conn: cb,
             qp: qa,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Failed { .. }
+        Reply::Failed(Failure { .. })
     ));
     assert_eq!(
         b.call(&Request::Accept {
@@ -209,11 +208,11 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
             qp: qb,
             settings: settings(2, 16, b"welcome"),
         }),
-        ClientReply::Done
+        Reply::Done
     );
     assert_eq!(
         b.event(),
-        ClientEvent::Established(Established {
+        Event::Established(Established {
             conn: cb,
             qp: qb,
             ird: 2,
@@ -224,7 +223,7 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     );
     assert_eq!(
         a.event(),
-        ClientEvent::Established(Established {
+        Event::Established(Established {
             conn: ca,
             qp: qa,
             ird: 4,
@@ -251,9 +250,9 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     let ca2 = a.id(&Request::Connect {
         qp: qa,
         remote,
-        settings: Settings::default(),
+        settings: ConnSettings::default(),
     });
-    let ClientEvent::ConnectRequest(ConnectRequest { conn: cb2, .. }) = b.event() else {
+    let Event::ConnectRequest(ConnectRequest { conn: cb2, .. }) = b.event() else {
         panic!("no second request")
     };
     assert_eq!(
@@ -261,11 +260,11 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
             conn: cb2,
             private_data: b"busy".to_vec()
         }),
-        ClientReply::Done
+        Reply::Done
     );
     assert_eq!(
         a.event(),
-        ClientEvent::Rejected {
+        Event::Rejected {
             conn: ca2,
             private_data: b"busy".to_vec()
         }
@@ -277,10 +276,10 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
             conn: ca,
             abort: false
         }),
-        ClientReply::Done
+        Reply::Done
     );
     match b.event() {
-        ClientEvent::Disconnected { conn, reason } => {
+        Event::Disconnected { conn, reason } => {
             assert_eq!(conn, cb);
             assert!(reason.contains("Graceful"), "{reason}");
         }

@@ -1,11 +1,10 @@
 //! iwarp-control as a separate process: the test plays iwarpd (creates the daemon segment,
 //! answers every command, beats) and an application (talks on control.sock).
 
+use iwarp_abi::app::{decode_to_app, encode_request, message_len, Failure, Reply, Request, ToApp};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
-use iwarp_control::app_proto::{decode_reply, encode_request, message_len, ClientReply};
-use iwarp_control::app_server::Request;
 use iwarp_control::resources::access;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -44,17 +43,20 @@ fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Receive
     }
 }
 
-fn call(s: &mut UnixStream, req: &Request) -> ClientReply {
+fn call(s: &mut UnixStream, req: &Request) -> Reply {
     s.write_all(&encode_request(req)).unwrap();
     recv(s)
 }
 
-fn recv(s: &mut UnixStream) -> ClientReply {
+fn recv(s: &mut UnixStream) -> Reply {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     loop {
         if let Some(n) = message_len(&buf).unwrap() {
-            return decode_reply(&buf[4..n]).unwrap();
+            match decode_to_app(&buf[4..n]).unwrap() {
+                ToApp::Reply(r) => return r,
+                ToApp::Event(e) => panic!("unexpected event {e:?}"),
+            }
         }
         let n = s.read(&mut tmp).unwrap();
         assert!(n > 0, "control closed the socket");
@@ -62,9 +64,9 @@ fn recv(s: &mut UnixStream) -> ClientReply {
     }
 }
 
-fn id(r: ClientReply) -> u32 {
+fn id(r: Reply) -> u32 {
     match r {
-        ClientReply::Id(i) => i,
+        Reply::Id(i) => i,
         other => panic!("{other:?}"),
     }
 }
@@ -104,7 +106,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         }
     };
 
-    let ClientReply::Rnic(limits) = call(&mut s, &Request::QueryRnic) else {
+    let Reply::Rnic(limits) = call(&mut s, &Request::QueryRnic) else {
         panic!("no Query RNIC answer")
     };
     assert_eq!(limits.max_sge, 4);
@@ -113,7 +115,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     // A ring path that is not this application's CQ segment is refused...
     let ring = ShmPath::new(Path::new("/dev/shm/iw-test-no-such-cq")).unwrap();
     match call(&mut s, &Request::CreateCq { depth: 64, ring }) {
-        ClientReply::Failed { message, .. } => assert!(message.contains("ring"), "{message}"),
+        Reply::Failed(Failure { message, .. }) => assert!(message.contains("ring"), "{message}"),
         other => panic!("{other:?}"),
     }
     // ...its own CQ ring segment is accepted.
@@ -165,7 +167,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         len: 1 << 20,
     };
     match call(&mut s, &past) {
-        ClientReply::Failed { message, .. } => {
+        Reply::Failed(Failure { message, .. }) => {
             assert!(message.contains("does not fit"), "{message}")
         }
         other => panic!("{other:?}"),
@@ -175,7 +177,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     std::fs::write(&plain, [0u8; 8192]).unwrap();
     let bad = ShmPath::new(&plain).unwrap();
     match call(&mut s, &Request::AttachSegment { path: bad }) {
-        ClientReply::Failed { message, .. } => {
+        Reply::Failed(Failure { message, .. }) => {
             assert!(message.contains("alloc_buffer"), "{message}")
         }
         other => panic!("{other:?}"),
@@ -183,13 +185,13 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     // A bad request leaves the connection usable.
     s.write_all(&[3, 0, 0, 0, 99, 1, 2]).unwrap();
     match recv(&mut s) {
-        ClientReply::Failed { code: 10, message } => {
-            assert!(message.contains("unknown request tag"), "{message}")
+        Reply::Failed(Failure { code: 10, message }) => {
+            assert!(message.contains("unknown variant"), "{message}")
         }
         other => panic!("{other:?}"),
     }
     match call(&mut s, &Request::QueryQp { qp: 1 }) {
-        ClientReply::Failed { code: 1, .. } => {}
+        Reply::Failed(Failure { code: 1, .. }) => {}
         other => panic!("{other:?}"),
     }
 

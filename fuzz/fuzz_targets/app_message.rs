@@ -1,7 +1,7 @@
-//! Any message on an application's control socket, either way: no panic; a request that
-//! decodes re-encodes to the same request.
+//! Any message on an application's control socket, either way: no panic; a request, reply
+//! or event that decodes re-encodes to one that decodes the same.
 #![no_main]
-use iwarp_control::app_proto::{decode_reply, decode_request, encode_request, message_len};
+use iwarp_abi::app::{decode_request, decode_to_app, encode_request, encode_to_app, message_len};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -10,5 +10,8 @@ fuzz_target!(|data: &[u8]| {
         let framed = encode_request(&req);
         assert_eq!(decode_request(&framed[4..]).expect("re-decode"), req);
     }
-    let _ = decode_reply(data);
+    if let Ok(m) = decode_to_app(data) {
+        let framed = encode_to_app(&m);
+        assert_eq!(decode_to_app(&framed[4..]).expect("re-decode"), m);
+    }
 });

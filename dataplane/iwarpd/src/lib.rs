@@ -6,6 +6,7 @@
 //!   `port/steer.rs`, which shares one port among several workers.
 //! - `device.rs`: smoltcp's `phy::Device` over a port; checks received TCP checksums where
 //!   the port's device does not, and paces ARP requests.
+//! - `arp.rs`: the one parse of an ARP packet and the pacer of ARP requests.
 //! - `peer_tcp.rs`: what each TCP peer's segments say that smoltcp keeps to itself: its MSS
 //!   and window (the node sizes and queues only FPDUs that go whole) and whether it reset
 //!   the connection.
@@ -20,6 +21,7 @@
 //! - `worker.rs`: the poll-mode core that owns a node (pinning, busy/adaptive polling,
 //!   counters readable while it runs); a daemon runs one per configured worker.
 
+pub mod arp;
 pub mod clock;
 pub mod device;
 pub mod host;

@@ -10,7 +10,7 @@
 //! it had just answered. The entry then lives as long as it would without the dilation. The
 //! replies are made here and never reach the wire (nor a capture).
 
-use crate::device::{ipv4_arp, Arp};
+use crate::arp::{ipv4_arp, Arp};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,

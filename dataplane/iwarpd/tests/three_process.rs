@@ -4,19 +4,17 @@
 //! fast path. Connection setup runs MPA in control over the daemon's relay; the data path
 //! runs in the daemons.
 
+use iwarp_abi::app::{decode_to_app, encode_request, message_len, ToApp};
+use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event, QpAttrs, Reply, Request};
 use iwarp_abi::command::ShmPath;
+use iwarp_abi::qp::{QpState, Terminated};
 use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{access, Cqe, RecvWqe, SendWqe};
-use iwarp_control::app_proto::{decode_reply, encode_request, message_len};
-use iwarp_control::app_proto::{ClientEvent, ClientReply, ConnectRequest, Established};
-use iwarp_control::app_server::Request;
-use iwarp_control::resources::{QpAttrs, QpState};
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
     CompletionQueue, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
 };
-use iwarp_wire::mpa::negotiation::Settings;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -30,7 +28,7 @@ struct Endpoint {
     sock: UnixStream,
     /// Bytes read from control beyond the last whole message.
     inbuf: Vec<u8>,
-    events: Vec<ClientEvent>,
+    events: Vec<Event>,
 }
 
 /// iwarp-control on runtime directory `rt`, and an application connection to it.
@@ -62,11 +60,11 @@ fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
 }
 
 impl Endpoint {
-    fn recv(&mut self) -> ClientReply {
+    fn recv(&mut self) -> ToApp {
         let mut chunk = [0u8; 4096];
         loop {
             if let Some(n) = message_len(&self.inbuf).unwrap() {
-                let r = decode_reply(&self.inbuf[4..n]).unwrap();
+                let r = decode_to_app(&self.inbuf[4..n]).unwrap();
                 self.inbuf.drain(..n);
                 return r;
             }
@@ -76,24 +74,24 @@ impl Endpoint {
         }
     }
 
-    fn call(&mut self, r: &Request) -> ClientReply {
+    fn call(&mut self, r: &Request) -> Reply {
         self.sock.write_all(&encode_request(r)).unwrap();
         loop {
             match self.recv() {
-                ClientReply::Event(e) => self.events.push(e),
-                other => return other,
+                ToApp::Event(e) => self.events.push(e),
+                ToApp::Reply(r) => return r,
             }
         }
     }
 
     fn id(&mut self, r: &Request) -> u32 {
         match self.call(r) {
-            ClientReply::Id(i) => i,
+            Reply::Id(i) => i,
             other => panic!("{r:?}: {other:?}"),
         }
     }
 
-    fn event(&mut self) -> ClientEvent {
+    fn event(&mut self) -> Event {
         if !self.events.is_empty() {
             return self.events.remove(0);
         }
@@ -101,7 +99,7 @@ impl Endpoint {
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
         match self.recv() {
-            ClientReply::Event(e) => e,
+            ToApp::Event(e) => e,
             other => panic!("expected an event: {other:?}"),
         }
     }
@@ -109,7 +107,7 @@ impl Endpoint {
 
 impl Endpoint {
     /// Reads events until one matches.
-    fn event_matching(&mut self, what: &str, f: impl Fn(&ClientEvent) -> bool) -> ClientEvent {
+    fn event_matching(&mut self, what: &str, f: impl Fn(&Event) -> bool) -> Event {
         for _ in 0..16 {
             let e = self.event();
             if f(&e) {
@@ -120,13 +118,13 @@ impl Endpoint {
     }
 
     /// The next connection-setup event, past the ends and errors of earlier ones.
-    fn setup_event(&mut self) -> ClientEvent {
+    fn setup_event(&mut self) -> Event {
         loop {
             match self.event() {
-                ClientEvent::Disconnected { .. }
-                | ClientEvent::QpTerminated { .. }
-                | ClientEvent::QpError { .. }
-                | ClientEvent::CqOverflow { .. } => continue,
+                Event::Disconnected { .. }
+                | Event::QpTerminated(_)
+                | Event::QpError { .. }
+                | Event::CqOverflow { .. } => continue,
                 e => return e,
             }
         }
@@ -251,12 +249,12 @@ struct Pair {
     b: Endpoint,
     sa: Side,
     sb: Side,
-    ea: ClientEvent,
-    eb: ClientEvent,
+    ea: Event,
+    eb: Event,
     _dir: tempfile::TempDir,
 }
 
-fn pair(port: u16, set_a: Settings, set_b: Settings) -> Pair {
+fn pair(port: u16, set_a: ConnSettings, set_b: ConnSettings) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let mut a = start(dir.path(), "a", 1);
     let mut b = start(dir.path(), "b", 2);
@@ -281,22 +279,22 @@ fn connect(
     sa: &Side,
     sb: &Side,
     port: u16,
-    set_a: Settings,
-    set_b: Settings,
-) -> (ClientEvent, ClientEvent) {
+    set_a: ConnSettings,
+    set_b: ConnSettings,
+) -> (Event, Event) {
     assert!(matches!(
         b.call(&Request::Listen {
             port,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     let conn_a = a.id(&Request::Connect {
         qp: sa.qp_num,
         remote: format!("10.99.0.2:{port}").parse().unwrap(),
         settings: set_a,
     });
-    let ClientEvent::ConnectRequest(ConnectRequest { conn, .. }) = b.setup_event() else {
+    let Event::ConnectRequest(ConnectRequest { conn, .. }) = b.setup_event() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -305,16 +303,16 @@ fn connect(
             qp: sb.qp_num,
             settings: set_b
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     let ea = a.setup_event();
     assert!(
-        matches!(ea, ClientEvent::Established(Established { conn, .. }) if conn == conn_a),
+        matches!(ea, Event::Established(Established { conn, .. }) if conn == conn_a),
         "{ea:?}"
     );
     let eb = b.setup_event();
     assert!(
-        matches!(eb, ClientEvent::Established(Established { .. })),
+        matches!(eb, Event::Established(Established { .. })),
         "{eb:?}"
     );
     (ea, eb)
@@ -449,21 +447,21 @@ fn every_operation(x: &Side, y: &Side, seed: u8) {
 
 #[test]
 fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
-    let set_a = Settings {
+    let set_a = ConnSettings {
         ird: 2,
         ord: 6,
         rdmap_v2: true,
-        ..Settings::default()
+        ..ConnSettings::default()
     };
-    let set_b = Settings {
+    let set_b = ConnSettings {
         ird: 4,
         ord: 1,
         rdmap_v2: true,
-        ..Settings::default()
+        ..ConnSettings::default()
     };
     let p = pair(7001, set_a, set_b);
     // Each side's ORD is at most the other's IRD (RFC 6581 section 7).
-    let ClientEvent::Established(Established {
+    let Event::Established(Established {
         ird: ird_a,
         ord: ord_a,
         rdmap_version: va,
@@ -472,7 +470,7 @@ fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
     else {
         unreachable!()
     };
-    let ClientEvent::Established(Established {
+    let Event::Established(Established {
         ird: ird_b,
         ord: ord_b,
         rdmap_version: vb,
@@ -537,16 +535,16 @@ fn a_rejected_connection_carries_its_private_data() {
     assert!(matches!(
         b.call(&Request::Listen {
             port: 7002,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     a.id(&Request::Connect {
         qp: sa.qp_num,
         remote: "10.99.0.2:7002".parse().unwrap(),
-        settings: Settings::default(),
+        settings: ConnSettings::default(),
     });
-    let ClientEvent::ConnectRequest(ConnectRequest { conn, .. }) = b.event() else {
+    let Event::ConnectRequest(ConnectRequest { conn, .. }) = b.event() else {
         panic!("no connect request")
     };
     assert!(matches!(
@@ -554,17 +552,17 @@ fn a_rejected_connection_carries_its_private_data() {
             conn,
             private_data: b"busy, try later".to_vec()
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     match a.event() {
-        ClientEvent::Rejected { private_data, .. } => assert_eq!(private_data, b"busy, try later"),
+        Event::Rejected { private_data, .. } => assert_eq!(private_data, b"busy, try later"),
         other => panic!("{other:?}"),
     }
 }
 
 #[test]
 fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
-    let mut p = pair(7003, Settings::default(), Settings::default());
+    let mut p = pair(7003, ConnSettings::default(), ConnSettings::default());
     for i in 0..3 {
         recv(&p.sb.qp, 200 + i, &p.sb.mr, 0);
     }
@@ -572,9 +570,7 @@ fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
     drop(p.sa);
     drop(p.a.sock);
     // (B's QP may report its Error first: the stream ended under it.)
-    p.b.event_matching("disconnect", |e| {
-        matches!(e, ClientEvent::Disconnected { .. })
-    });
+    p.b.event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. }));
     for i in 0..3 {
         let wc = wait_cqe(&p.sb.cq);
         assert_eq!((wc.wr_id, wc.status), (200 + i, WcStatus::WrFlushed));
@@ -583,7 +579,7 @@ fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
 
 #[test]
 fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
-    let mut p = pair(7004, Settings::default(), Settings::default());
+    let mut p = pair(7004, ConnSettings::default(), ConnSettings::default());
     // A Write to an STag B never registered: B answers with a Terminate (RFC 5041
     // section 7.2: invalid STag), and A's work completes in error.
     post(
@@ -619,22 +615,22 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
     let qp_a = p.sa.qp_num;
     let e = p.a.event_matching(
         "Terminate",
-        |e| matches!(e, ClientEvent::QpTerminated { qp, .. } if *qp == qp_a),
+        |e| matches!(e, Event::QpTerminated(t) if t.qp == qp_a),
     );
     assert_eq!(
         e,
-        ClientEvent::QpTerminated {
+        Event::QpTerminated(Terminated {
             qp: qp_a,
             received: true,
             layer: 1,
             etype: 1,
             code: 0
-        }
+        })
     );
     let qp_b = p.sb.qp_num;
     p.b.event_matching(
         "Terminate",
-        |e| matches!(e, ClientEvent::QpTerminated { qp, received: false, .. } if *qp == qp_b),
+        |e| matches!(e, Event::QpTerminated(t) if t.qp == qp_b && !t.received),
     );
     // A's QP is in Error now: new work is flushed.
     post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 8);
@@ -651,8 +647,8 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
         &sa2,
         &sb2,
         7005,
-        Settings::default(),
-        Settings::default(),
+        ConnSettings::default(),
+        ConnSettings::default(),
     );
     recv(&sb2.qp, 5, &sb2.mr, 0);
     mem_write(&sa2.mem, 0, b"still serving");
@@ -680,8 +676,8 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
         &sa,
         &sb,
         7006,
-        Settings::default(),
-        Settings::default(),
+        ConnSettings::default(),
+        ConnSettings::default(),
     );
     // A local SGE naming a region of another PD: a local protection error.
     post(&sa.qp, 1, WrOpcode::Send, &other_pd.mr, 0, 8);
@@ -698,21 +694,21 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
     std::thread::sleep(Duration::from_millis(50));
     match a.call(&Request::ModifyQp {
         qp: small.qp_num,
-        state: iwarp_control::resources::QpState::Error,
+        state: QpState::Error,
     }) {
-        ClientReply::Qp { .. } | ClientReply::Done => {}
+        Reply::Qp { .. } | Reply::Done => {}
         other => panic!("{other:?}"),
     }
     let cq_num = small.cq.cq_num();
     a.event_matching(
         "CQ overflow",
-        |e| matches!(e, ClientEvent::CqOverflow { cq } if *cq == cq_num),
+        |e| matches!(e, Event::CqOverflow { cq } if *cq == cq_num),
     );
 }
 
 #[test]
 fn a_restarted_control_plane_is_noticed_by_applications_daemon_and_peers() {
-    let mut p = pair(7007, Settings::default(), Settings::default());
+    let mut p = pair(7007, ConnSettings::default(), ConnSettings::default());
     recv(&p.sb.qp, 1, &p.sb.mr, 0);
     // A's control plane dies: A's application sees its socket end (never a silent hang).
     p.a.control.0.kill().unwrap();
@@ -733,9 +729,7 @@ fn a_restarted_control_plane_is_noticed_by_applications_daemon_and_peers() {
     p.a.sock = sock;
     p.a.inbuf.clear();
     p.a.events.clear();
-    p.b.event_matching("disconnect", |e| {
-        matches!(e, ClientEvent::Disconnected { .. })
-    });
+    p.b.event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. }));
     let wc = wait_cqe(&p.sb.cq);
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WrFlushed));
     // ...and the new control plane serves applications from a clean daemon.
@@ -747,8 +741,8 @@ fn a_restarted_control_plane_is_noticed_by_applications_daemon_and_peers() {
         &sa,
         &sb,
         7008,
-        Settings::default(),
-        Settings::default(),
+        ConnSettings::default(),
+        ConnSettings::default(),
     );
     recv(&sb.qp, 2, &sb.mr, 0);
     post(&sa.qp, 3, WrOpcode::Send, &sa.mr, 0, 16);
@@ -767,19 +761,19 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
     assert!(matches!(
         b.call(&Request::Listen {
             port: 7000,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     let conn_a = a.id(&Request::Connect {
         qp: sa.qp_num,
         remote: "10.99.0.2:7000".parse().unwrap(),
-        settings: Settings {
+        settings: ConnSettings {
             private_data: b"hello".to_vec(),
-            ..Settings::default()
+            ..ConnSettings::default()
         },
     });
-    let ClientEvent::ConnectRequest(ConnectRequest {
+    let Event::ConnectRequest(ConnectRequest {
         conn, private_data, ..
     }) = b.event()
     else {
@@ -790,18 +784,18 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
         b.call(&Request::Accept {
             conn,
             qp: sb.qp_num,
-            settings: Settings::default()
+            settings: ConnSettings::default()
         }),
-        ClientReply::Done
+        Reply::Done
     ));
     let ea = a.event();
     assert!(
-        matches!(ea, ClientEvent::Established(Established { conn, .. }) if conn == conn_a),
+        matches!(ea, Event::Established(Established { conn, .. }) if conn == conn_a),
         "{ea:?}"
     );
     let eb = b.event();
     assert!(
-        matches!(eb, ClientEvent::Established(Established { .. })),
+        matches!(eb, Event::Established(Established { .. })),
         "{eb:?}"
     );
 
@@ -880,7 +874,7 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
 
 #[test]
 fn a_corrupted_ring_entry_completes_in_error_and_the_daemon_keeps_serving() {
-    let mut p = pair(7009, Settings::default(), Settings::default());
+    let mut p = pair(7009, ConnSettings::default(), ConnSettings::default());
     // A second QP of A's application whose SQ ring this test writes by hand.
     let e = &mut p.a;
     let pd = e.id(&Request::AllocPd);
@@ -955,12 +949,10 @@ fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
     a.id(&Request::Connect {
         qp: sa.qp_num,
         remote: "10.99.0.2:7010".parse().unwrap(),
-        settings: Settings::default(),
+        settings: ConnSettings::default(),
     });
-    let e = a.event_matching("failure", |e| {
-        matches!(e, ClientEvent::ConnectFailed { .. })
-    });
-    assert!(matches!(e, ClientEvent::ConnectFailed { .. }), "{e:?}");
+    let e = a.event_matching("failure", |e| matches!(e, Event::ConnectFailed { .. }));
+    assert!(matches!(e, Event::ConnectFailed { .. }), "{e:?}");
     // The same QP connects once the peer listens, and carries data.
     connect(
         &mut a,
@@ -968,8 +960,8 @@ fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
         &sa,
         &sb,
         7010,
-        Settings::default(),
-        Settings::default(),
+        ConnSettings::default(),
+        ConnSettings::default(),
     );
     recv(&sb.qp, 1, &sb.mr, 0);
     post(&sa.qp, 2, WrOpcode::Send, &sa.mr, 0, 8);
@@ -980,14 +972,14 @@ fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
 #[test]
 fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it() {
     // RFC 6581 peer-to-peer mode, the RTR a zero-length RDMA Write both sides agreed on.
-    let p2p = Settings {
-        peer_to_peer: Some(iwarp_wire::mpa::Rtr {
+    let p2p = ConnSettings {
+        peer_to_peer: Some(iwarp_abi::app::Rtr {
             send: false,
             write: true,
             read: false,
         }),
         rdmap_v2: true,
-        ..Settings::default()
+        ..ConnSettings::default()
     };
     let mut p = pair(7010, p2p.clone(), p2p);
     every_operation(&p.sa, &p.sb, 3);
@@ -1001,27 +993,28 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
     }
     mem_write(&p.sa.mem, 0, b"last words before FIN");
     post(&p.sa.qp, 30, WrOpcode::Send, &p.sa.mr, 0, 21);
-    let ClientEvent::Established(Established { conn, .. }) = p.ea else {
+    let Event::Established(Established { conn, .. }) = p.ea else {
         unreachable!()
     };
     assert!(matches!(
         p.a.call(&Request::Disconnect { conn, abort: false }),
-        ClientReply::Done
+        Reply::Done
     ));
     ok(&p.sa.cq, 30);
     let query = Request::QueryQp { qp: p.sa.qp_num };
     assert!(matches!(
         p.a.call(&query),
-        ClientReply::Qp {
+        Reply::Qp {
             state: QpState::Closing
         }
     ));
     assert_eq!(ok(&p.sb.cq, 300).byte_len, 21);
     assert_eq!(mem_read(&p.sb.mem, 0, 21), b"last words before FIN");
-    match p.b.event_matching("disconnect", |e| {
-        matches!(e, ClientEvent::Disconnected { .. })
-    }) {
-        ClientEvent::Disconnected { reason, .. } => assert_eq!(reason, "Graceful"),
+    match p
+        .b
+        .event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. }))
+    {
+        Event::Disconnected { reason, .. } => assert_eq!(reason, "Graceful"),
         _ => unreachable!(),
     }
     for i in 1..3 {
@@ -1033,12 +1026,12 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
 #[test]
 fn an_mpa_revision_1_peer_connects_and_moves_data() {
     // RFC 5044 revision 1: no enhanced connection data; the responder answers in revision 1.
-    let rev1 = Settings {
+    let rev1 = ConnSettings {
         revision: 1,
-        ..Settings::default()
+        ..ConnSettings::default()
     };
-    let p = pair(7011, rev1, Settings::default());
-    let ClientEvent::Established(Established { rdmap_version, .. }) = p.ea else {
+    let p = pair(7011, rev1, ConnSettings::default());
+    let Event::Established(Established { rdmap_version, .. }) = p.ea else {
         unreachable!()
     };
     assert_eq!(rdmap_version, 1);

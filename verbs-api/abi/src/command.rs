@@ -2,19 +2,22 @@
 //! and events, iwarpd -> iwarp-control), carried in fixed-size [`Msg`] slots of the two rings
 //! of [`crate::daemon_shm`].
 //!
-//! A [`Msg`] is `#[repr(C)]`: a `u32` tag, a `u32` payload length, a `u64` request id and
-//! [`MSG_PAYLOAD`] octets. There is no C union: [`Command`] and [`Upcall`] are Rust enums that
-//! [`Command::encode`] / [`Command::decode`] write and read field by field, little-endian, at
-//! fixed offsets, so a corrupted slot decodes to [`Error::Decode`] and never to a bad value.
+//! A [`Msg`] is `#[repr(C)]`: a `u32` tag (which ring's messages it holds), a `u32` payload
+//! length, a `u64` request id and [`MSG_PAYLOAD`] octets holding a [`Command`] or an
+//! [`Upcall`] in the contract's one codec (serde and postcard), so a corrupted slot decodes to
+//! [`Error::Decode`] and never to a bad value.
 //!
-//! Segment paths travel as a [`ShmPath`]: up to [`SHM_PATH_LEN`] octets, NUL-padded (the size
-//! of `sun_path`), naming a file the receiver opens with [`crate::segment::Segment::open`].
+//! Segment paths travel as a [`ShmPath`]: up to [`SHM_PATH_LEN`] octets (the size of
+//! `sun_path`), naming a file the receiver opens with [`crate::segment::Segment::open`].
 //! Ids (QP number, CQ, S-RQ, PD, STag, connection) are chosen by iwarp-control; iwarpd maps
 //! them to its engine's ids. `req_id` is chosen by control and echoed in the [`Upcall::Reply`].
 
+use crate::codec;
 use crate::error::Error;
+use crate::qp::{QpState, Terminated};
 use crate::ring::Slot;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// Octets of a path in a message (as `sockaddr_un::sun_path`).
@@ -60,13 +63,16 @@ pub struct ShmPath([u8; SHM_PATH_LEN]);
 impl ShmPath {
     pub fn new(path: &Path) -> Result<ShmPath, Error> {
         use std::os::unix::ffi::OsStrExt;
-        let b = path.as_os_str().as_bytes();
+        ShmPath::from_bytes(path.as_os_str().as_bytes()).ok_or(Error::InvalidName)
+    }
+    /// The path of these octets: 1 to [`SHM_PATH_LEN`] of them, no NUL.
+    pub fn from_bytes(b: &[u8]) -> Option<ShmPath> {
         if b.is_empty() || b.len() > SHM_PATH_LEN || b.contains(&0) {
-            return Err(Error::InvalidName);
+            return None;
         }
         let mut a = [0; SHM_PATH_LEN];
         a[..b.len()].copy_from_slice(b);
-        Ok(ShmPath(a))
+        Some(ShmPath(a))
     }
     pub fn as_bytes(&self) -> &[u8] {
         let n = self.0.iter().position(|&c| c == 0).unwrap_or(SHM_PATH_LEN);
@@ -75,6 +81,18 @@ impl ShmPath {
     pub fn to_path(&self) -> PathBuf {
         use std::os::unix::ffi::OsStrExt;
         PathBuf::from(std::ffi::OsStr::from_bytes(self.as_bytes()))
+    }
+}
+
+impl Serialize for ShmPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.as_bytes())
+    }
+}
+
+impl<'de> Deserialize<'de> for ShmPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ShmPath, D::Error> {
+        codec::from_octets(d, "a segment path", ShmPath::from_bytes)
     }
 }
 
@@ -112,40 +130,29 @@ impl Chunk {
     }
 }
 
+impl Serialize for Chunk {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.as_bytes())
+    }
+}
+
+impl<'de> Deserialize<'de> for Chunk {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Chunk, D::Error> {
+        codec::from_octets(d, "at most MAX_CHUNK octets", |b| {
+            (b.len() <= MAX_CHUNK).then(|| Chunk::new(b))
+        })
+    }
+}
+
 impl core::fmt::Debug for Chunk {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "Chunk({} octets)", self.len)
     }
 }
 
-/// QP states as the Verbs spec names them (section 6.2), for [`Command::ModifyQp`].
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    Idle = 0,
-    Rts = 1,
-    Closing = 2,
-    Terminate = 3,
-    Error = 4,
-}
-
-impl TryFrom<u8> for QpState {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<QpState, Error> {
-        use QpState::*;
-        [Idle, Rts, Closing, Terminate, Error]
-            .get(v as usize)
-            .copied()
-            .ok_or(crate::Error::Decode {
-                tag: v as u32,
-                what: "unknown QP state",
-            })
-    }
-}
-
 /// The Ready-To-Receive message peer-to-peer mode agreed on (RFC 6581 section 3).
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RtrKind {
     None = 0,
     ZeroLengthSend = 1,
@@ -153,22 +160,8 @@ pub enum RtrKind {
     ZeroLengthRead = 3,
 }
 
-impl TryFrom<u8> for RtrKind {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<RtrKind, Error> {
-        use RtrKind::*;
-        [None, ZeroLengthSend, ZeroLengthWrite, ZeroLengthRead]
-            .get(v as usize)
-            .copied()
-            .ok_or(Error::Decode {
-                tag: v as u32,
-                what: "unknown RTR kind",
-            })
-    }
-}
-
 /// What the MPA negotiation (RFC 5044 section 7, RFC 6581) settled, for [`Command::QpRts`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RtsParams {
     /// CRC on what we send / on what we receive (RFC 5044 section 7.1: each side may ask).
     pub crc_tx: bool,
@@ -198,7 +191,7 @@ pub struct RtsParams {
 // Values of this enum are built and consumed one at a time next to a 640-octet slot; boxing
 // the large variants would allocate per message for nothing.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     AllocPd {
         pd: u32,
@@ -325,7 +318,7 @@ pub enum Command {
 
 /// Why a TCP connection ended.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CloseReason {
     /// FIN exchanged.
     Graceful = 0,
@@ -337,20 +330,6 @@ pub enum CloseReason {
     Refused = 3,
     /// The daemon is shutting down.
     Shutdown = 4,
-}
-
-impl TryFrom<u8> for CloseReason {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<CloseReason, Error> {
-        use CloseReason::*;
-        [Graceful, Reset, Timeout, Refused, Shutdown]
-            .get(v as usize)
-            .copied()
-            .ok_or(Error::Decode {
-                tag: v as u32,
-                what: "unknown close reason",
-            })
-    }
 }
 
 /// Reply statuses ([`Upcall::Reply`]). Values are ABI.
@@ -376,7 +355,7 @@ pub mod reply_status {
 
 /// Replies and events iwarpd sends to iwarp-control.
 #[allow(clippy::large_enum_variant)] // as for Command
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Upcall {
     /// The answer to the command with `req_id` (in [`Msg::req_id`]); `value` carries a result
     /// where one exists (e.g. the bound port).
@@ -402,14 +381,8 @@ pub enum Upcall {
         conn: u32,
         reason: CloseReason,
     },
-    /// A Terminate was received or sent on `qp` (RFC 5040 section 7).
-    QpTerminated {
-        qp: u32,
-        received: bool,
-        layer: u8,
-        etype: u8,
-        code: u8,
-    },
+    /// A Terminate was received or sent on a QP (RFC 5040 section 7).
+    QpTerminated(Terminated),
     QpError {
         qp: u32,
     },
@@ -425,538 +398,66 @@ pub enum Upcall {
     },
 }
 
-// Tags. Commands 1.., upcalls 0x100.. so a slot on the wrong ring is refused.
-const T_ALLOC_PD: u32 = 1;
-const T_DEALLOC_PD: u32 = 2;
-const T_CREATE_CQ: u32 = 3;
-const T_DESTROY_CQ: u32 = 4;
-const T_CREATE_SRQ: u32 = 5;
-const T_ARM_SRQ: u32 = 6;
-const T_DESTROY_SRQ: u32 = 7;
-const T_CREATE_QP: u32 = 8;
-const T_DESTROY_QP: u32 = 9;
-const T_MODIFY_QP: u32 = 10;
-const T_REGISTER_MR: u32 = 11;
-const T_DEREGISTER_MR: u32 = 12;
-const T_ALLOC_MW: u32 = 13;
-const T_DEALLOC_MW: u32 = 14;
-const T_ALLOC_FASTREG: u32 = 15;
-const T_TCP_LISTEN: u32 = 16;
-const T_TCP_UNLISTEN: u32 = 17;
-const T_TCP_CONNECT: u32 = 18;
-const T_TCP_ACCEPT: u32 = 19;
-const T_TCP_SEND: u32 = 20;
-const T_TCP_CLOSE: u32 = 21;
-const T_TCP_ABORT: u32 = 22;
-const T_QP_RTS: u32 = 23;
-const T_SHUTDOWN: u32 = 24;
-const T_RESIZE_CQ: u32 = 25;
+/// [`Msg::tag`] of a command slot and of an upcall slot, so a slot on the wrong ring is
+/// refused.
+const COMMAND_TAG: u32 = 1;
+const UPCALL_TAG: u32 = 0x100;
 
-const U_REPLY: u32 = 0x100;
-const U_ESTABLISHED: u32 = 0x101;
-const U_INCOMING: u32 = 0x102;
-const U_BYTES: u32 = 0x103;
-const U_CLOSED: u32 = 0x104;
-const U_TERMINATED: u32 = 0x105;
-const U_QP_ERROR: u32 = 0x106;
-const U_CQ_OVERFLOW: u32 = 0x107;
-const U_SRQ_LIMIT: u32 = 0x108;
-const U_HEARTBEAT: u32 = 0x109;
-
-/// Writes fields in order; the payload is large enough for every variant (checked by tests).
-struct W<'a> {
-    buf: &'a mut [u8; MSG_PAYLOAD],
-    at: usize,
-}
-
-impl W<'_> {
-    fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
-        self.at += b.len();
-        self
-    }
-    fn u8(&mut self, v: u8) -> &mut Self {
-        self.bytes(&[v])
-    }
-    fn bool(&mut self, v: bool) -> &mut Self {
-        self.u8(v as u8)
-    }
-    fn u16(&mut self, v: u16) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-    fn path(&mut self, p: &ShmPath) -> &mut Self {
-        self.bytes(&p.0)
-    }
-    fn chunk(&mut self, c: &Chunk) -> &mut Self {
-        self.u16(c.len).bytes(&c.data)
-    }
-    fn addr(&mut self, a: &SocketAddr) -> &mut Self {
-        let (fam, ip) = match a.ip() {
-            IpAddr::V4(v) => (4, v.to_ipv6_mapped().octets()),
-            IpAddr::V6(v) => (6, v.octets()),
-        };
-        self.u8(fam).bytes(&ip).u16(a.port())
-    }
-}
-
-/// Reads fields in order; every read is bounds-checked against `len`.
-struct R<'a> {
-    buf: &'a [u8],
-    at: usize,
-    tag: u32,
-}
-
-impl R<'_> {
-    fn err(&self, what: &'static str) -> Error {
-        Error::Decode {
-            tag: self.tag,
-            what,
-        }
-    }
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let s = self
-            .buf
-            .get(self.at..self.at + N)
-            .ok_or(self.err("payload too short"))?;
-        self.at += N;
-        let mut a = [0; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, Error> {
-        Ok(self.bytes::<1>()?[0])
-    }
-    fn bool(&mut self) -> Result<bool, Error> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(self.err("boolean not 0 or 1")),
-        }
-    }
-    fn u16(&mut self) -> Result<u16, Error> {
-        Ok(u16::from_le_bytes(self.bytes()?))
-    }
-    fn u32(&mut self) -> Result<u32, Error> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-    fn u64(&mut self) -> Result<u64, Error> {
-        Ok(u64::from_le_bytes(self.bytes()?))
-    }
-    fn path(&mut self) -> Result<ShmPath, Error> {
-        let p = ShmPath(self.bytes()?);
-        let n = p.as_bytes().len();
-        if n == 0 || p.0[n..].iter().any(|&c| c != 0) {
-            return Err(self.err("malformed segment path"));
-        }
-        Ok(p)
-    }
-    fn chunk(&mut self) -> Result<Chunk, Error> {
-        let len = self.u16()?;
-        let data = self.bytes()?;
-        if len as usize > MAX_CHUNK {
-            return Err(self.err("chunk longer than MAX_CHUNK"));
-        }
-        Ok(Chunk { len, data })
-    }
-    fn addr(&mut self) -> Result<SocketAddr, Error> {
-        let fam = self.u8()?;
-        let ip = Ipv6Addr::from(self.bytes::<16>()?);
-        let port = self.u16()?;
-        let ip = match fam {
-            4 => IpAddr::V4(
-                ip.to_ipv4_mapped()
-                    .ok_or(self.err("IPv4 address not v4-mapped"))?,
-            ),
-            6 => IpAddr::V6(ip),
-            _ => return Err(self.err("unknown address family")),
-        };
-        Ok(SocketAddr::new(ip, port))
-    }
-}
-
-fn msg(tag: u32, req_id: u64, f: impl FnOnce(&mut W)) -> Msg {
+fn slot<T: Serialize>(tag: u32, req_id: u64, v: &T) -> Msg {
     let mut m = Msg {
         tag,
         req_id,
         ..Msg::default()
     };
-    let mut w = W {
-        buf: &mut m.payload,
-        at: 0,
-    };
-    f(&mut w);
-    m.len = w.at as u32;
+    // The largest value (a full chunk, or two paths) takes well under MSG_PAYLOAD octets,
+    // which the tests check for every variant at its largest.
+    let n = codec::encode_into(v, &mut m.payload).expect("every command and upcall fits a slot");
+    m.len = n as u32;
     m
 }
 
-fn reader(m: &Msg) -> Result<R<'_>, Error> {
-    let len = m.len as usize;
-    if len > MSG_PAYLOAD {
-        return Err(Error::Decode {
-            tag: m.tag,
-            what: "payload length above MSG_PAYLOAD",
-        });
+fn unslot<'a, T: Deserialize<'a>>(m: &'a Msg, tag: u32) -> Result<T, Error> {
+    let err = |what| Error::Decode { tag: m.tag, what };
+    if m.tag != tag {
+        return Err(err("slot of the other ring"));
     }
-    Ok(R {
-        buf: &m.payload[..len],
-        at: 0,
-        tag: m.tag,
-    })
+    let body = m
+        .payload
+        .get(..m.len as usize)
+        .ok_or(err("payload length above MSG_PAYLOAD"))?;
+    codec::decode(body).map_err(err)
 }
 
 impl Command {
     /// The slot for this command with request id `req_id`.
     pub fn encode(&self, req_id: u64) -> Msg {
-        use Command::*;
-        match *self {
-            AllocPd { pd } => msg(T_ALLOC_PD, req_id, |w| {
-                w.u32(pd);
-            }),
-            DeallocPd { pd } => msg(T_DEALLOC_PD, req_id, |w| {
-                w.u32(pd);
-            }),
-            CreateCq { cq, depth, ring } => msg(T_CREATE_CQ, req_id, |w| {
-                w.u32(cq).u32(depth).path(&ring);
-            }),
-            DestroyCq { cq } => msg(T_DESTROY_CQ, req_id, |w| {
-                w.u32(cq);
-            }),
-            ResizeCq { cq, depth, ring } => msg(T_RESIZE_CQ, req_id, |w| {
-                w.u32(cq).u32(depth).path(&ring);
-            }),
-            CreateSrq {
-                srq,
-                pd,
-                depth,
-                ring,
-            } => msg(T_CREATE_SRQ, req_id, |w| {
-                w.u32(srq).u32(pd).u32(depth).path(&ring);
-            }),
-            ArmSrq { srq, limit } => msg(T_ARM_SRQ, req_id, |w| {
-                w.u32(srq).u32(limit);
-            }),
-            DestroySrq { srq } => msg(T_DESTROY_SRQ, req_id, |w| {
-                w.u32(srq);
-            }),
-            CreateQp {
-                qp,
-                pd,
-                send_cq,
-                recv_cq,
-                srq,
-                sq_depth,
-                rq_depth,
-                sq,
-                rq,
-            } => msg(T_CREATE_QP, req_id, |w| {
-                w.u32(qp)
-                    .u32(pd)
-                    .u32(send_cq)
-                    .u32(recv_cq)
-                    .u32(srq)
-                    .u32(sq_depth)
-                    .u32(rq_depth)
-                    .path(&sq)
-                    .path(&rq);
-            }),
-            DestroyQp { qp } => msg(T_DESTROY_QP, req_id, |w| {
-                w.u32(qp);
-            }),
-            ModifyQp { qp, state } => msg(T_MODIFY_QP, req_id, |w| {
-                w.u32(qp).u8(state as u8);
-            }),
-            RegisterMr {
-                stag,
-                pd,
-                access,
-                zero_based,
-                offset,
-                len,
-                va,
-                segment,
-            } => msg(T_REGISTER_MR, req_id, |w| {
-                w.u32(stag)
-                    .u32(pd)
-                    .u32(access)
-                    .bool(zero_based)
-                    .u64(offset)
-                    .u64(len)
-                    .u64(va)
-                    .path(&segment);
-            }),
-            DeregisterMr { stag } => msg(T_DEREGISTER_MR, req_id, |w| {
-                w.u32(stag);
-            }),
-            AllocMw { stag, pd } => msg(T_ALLOC_MW, req_id, |w| {
-                w.u32(stag).u32(pd);
-            }),
-            DeallocMw { stag } => msg(T_DEALLOC_MW, req_id, |w| {
-                w.u32(stag);
-            }),
-            AllocFastRegStag { stag, pd } => msg(T_ALLOC_FASTREG, req_id, |w| {
-                w.u32(stag).u32(pd);
-            }),
-            TcpListen { port, backlog } => msg(T_TCP_LISTEN, req_id, |w| {
-                w.u16(port).u16(backlog);
-            }),
-            TcpUnlisten { port } => msg(T_TCP_UNLISTEN, req_id, |w| {
-                w.u16(port);
-            }),
-            TcpConnect { conn, qp, remote } => msg(T_TCP_CONNECT, req_id, |w| {
-                w.u32(conn).u32(qp).addr(&remote);
-            }),
-            TcpAccept { conn, qp } => msg(T_TCP_ACCEPT, req_id, |w| {
-                w.u32(conn).u32(qp);
-            }),
-            TcpSend { conn, bytes } => msg(T_TCP_SEND, req_id, |w| {
-                w.u32(conn).chunk(&bytes);
-            }),
-            TcpClose { conn } => msg(T_TCP_CLOSE, req_id, |w| {
-                w.u32(conn);
-            }),
-            TcpAbort { conn } => msg(T_TCP_ABORT, req_id, |w| {
-                w.u32(conn);
-            }),
-            QpRts {
-                qp,
-                conn,
-                params: p,
-            } => msg(T_QP_RTS, req_id, |w| {
-                w.u32(qp)
-                    .u32(conn)
-                    .bool(p.crc_tx)
-                    .bool(p.crc_rx)
-                    .bool(p.markers_tx)
-                    .bool(p.markers_rx)
-                    .u32(p.marker_offset)
-                    .u8(p.mpa_rev)
-                    .u16(p.ird)
-                    .u16(p.ord)
-                    .u8(p.rtr as u8)
-                    .bool(p.rtr_initiator)
-                    .u8(p.rdmap_version)
-                    .u32(p.mss);
-            }),
-            Shutdown => msg(T_SHUTDOWN, req_id, |_| {}),
-        }
+        slot(COMMAND_TAG, req_id, self)
     }
 
     /// The command in `m` and its request id; a corrupted or foreign slot is an error.
     pub fn decode(m: &Msg) -> Result<(u64, Command), Error> {
-        use Command::*;
-        let mut r = reader(m)?;
-        let c = match m.tag {
-            T_ALLOC_PD => AllocPd { pd: r.u32()? },
-            T_DEALLOC_PD => DeallocPd { pd: r.u32()? },
-            T_CREATE_CQ => CreateCq {
-                cq: r.u32()?,
-                depth: r.u32()?,
-                ring: r.path()?,
-            },
-            T_DESTROY_CQ => DestroyCq { cq: r.u32()? },
-            T_RESIZE_CQ => ResizeCq {
-                cq: r.u32()?,
-                depth: r.u32()?,
-                ring: r.path()?,
-            },
-            T_CREATE_SRQ => CreateSrq {
-                srq: r.u32()?,
-                pd: r.u32()?,
-                depth: r.u32()?,
-                ring: r.path()?,
-            },
-            T_ARM_SRQ => ArmSrq {
-                srq: r.u32()?,
-                limit: r.u32()?,
-            },
-            T_DESTROY_SRQ => DestroySrq { srq: r.u32()? },
-            T_CREATE_QP => CreateQp {
-                qp: r.u32()?,
-                pd: r.u32()?,
-                send_cq: r.u32()?,
-                recv_cq: r.u32()?,
-                srq: r.u32()?,
-                sq_depth: r.u32()?,
-                rq_depth: r.u32()?,
-                sq: r.path()?,
-                rq: r.path()?,
-            },
-            T_DESTROY_QP => DestroyQp { qp: r.u32()? },
-            T_MODIFY_QP => ModifyQp {
-                qp: r.u32()?,
-                state: QpState::try_from(r.u8()?)?,
-            },
-            T_REGISTER_MR => RegisterMr {
-                stag: r.u32()?,
-                pd: r.u32()?,
-                access: r.u32()?,
-                zero_based: r.bool()?,
-                offset: r.u64()?,
-                len: r.u64()?,
-                va: r.u64()?,
-                segment: r.path()?,
-            },
-            T_DEREGISTER_MR => DeregisterMr { stag: r.u32()? },
-            T_ALLOC_MW => AllocMw {
-                stag: r.u32()?,
-                pd: r.u32()?,
-            },
-            T_DEALLOC_MW => DeallocMw { stag: r.u32()? },
-            T_ALLOC_FASTREG => AllocFastRegStag {
-                stag: r.u32()?,
-                pd: r.u32()?,
-            },
-            T_TCP_LISTEN => TcpListen {
-                port: r.u16()?,
-                backlog: r.u16()?,
-            },
-            T_TCP_UNLISTEN => TcpUnlisten { port: r.u16()? },
-            T_TCP_CONNECT => TcpConnect {
-                conn: r.u32()?,
-                qp: r.u32()?,
-                remote: r.addr()?,
-            },
-            T_TCP_ACCEPT => TcpAccept {
-                conn: r.u32()?,
-                qp: r.u32()?,
-            },
-            T_TCP_SEND => TcpSend {
-                conn: r.u32()?,
-                bytes: r.chunk()?,
-            },
-            T_TCP_CLOSE => TcpClose { conn: r.u32()? },
-            T_TCP_ABORT => TcpAbort { conn: r.u32()? },
-            T_QP_RTS => QpRts {
-                qp: r.u32()?,
-                conn: r.u32()?,
-                params: RtsParams {
-                    crc_tx: r.bool()?,
-                    crc_rx: r.bool()?,
-                    markers_tx: r.bool()?,
-                    markers_rx: r.bool()?,
-                    marker_offset: r.u32()?,
-                    mpa_rev: r.u8()?,
-                    ird: r.u16()?,
-                    ord: r.u16()?,
-                    rtr: RtrKind::try_from(r.u8()?)?,
-                    rtr_initiator: r.bool()?,
-                    rdmap_version: r.u8()?,
-                    mss: r.u32()?,
-                },
-            },
-            T_SHUTDOWN => Shutdown,
-            _ => return Err(r.err("unknown command tag")),
-        };
-        Ok((m.req_id, c))
+        Ok((m.req_id, unslot(m, COMMAND_TAG)?))
     }
 }
 
 impl Upcall {
     pub fn encode(&self) -> Msg {
-        use Upcall::*;
-        match *self {
-            Reply {
-                req_id,
-                status,
-                value,
-            } => msg(U_REPLY, req_id, |w| {
-                w.u32(status).u64(value);
-            }),
-            TcpEstablished { conn } => msg(U_ESTABLISHED, 0, |w| {
-                w.u32(conn);
-            }),
-            TcpIncoming {
-                conn,
-                local_port,
-                peer,
-            } => msg(U_INCOMING, 0, |w| {
-                w.u32(conn).u16(local_port).addr(&peer);
-            }),
-            TcpBytes { conn, bytes } => msg(U_BYTES, 0, |w| {
-                w.u32(conn).chunk(&bytes);
-            }),
-            TcpClosed { conn, reason } => msg(U_CLOSED, 0, |w| {
-                w.u32(conn).u8(reason as u8);
-            }),
-            QpTerminated {
-                qp,
-                received,
-                layer,
-                etype,
-                code,
-            } => msg(U_TERMINATED, 0, |w| {
-                w.u32(qp).bool(received).u8(layer).u8(etype).u8(code);
-            }),
-            QpError { qp } => msg(U_QP_ERROR, 0, |w| {
-                w.u32(qp);
-            }),
-            CqOverflow { cq } => msg(U_CQ_OVERFLOW, 0, |w| {
-                w.u32(cq);
-            }),
-            SrqLimit { srq } => msg(U_SRQ_LIMIT, 0, |w| {
-                w.u32(srq);
-            }),
-            Heartbeat {
-                generation,
-                counter,
-            } => msg(U_HEARTBEAT, 0, |w| {
-                w.u64(generation).u64(counter);
-            }),
-        }
+        let req_id = match *self {
+            Upcall::Reply { req_id, .. } => req_id,
+            _ => 0,
+        };
+        slot(UPCALL_TAG, req_id, self)
     }
 
     pub fn decode(m: &Msg) -> Result<Upcall, Error> {
-        use Upcall::*;
-        let mut r = reader(m)?;
-        Ok(match m.tag {
-            U_REPLY => Reply {
-                req_id: m.req_id,
-                status: r.u32()?,
-                value: r.u64()?,
-            },
-            U_ESTABLISHED => TcpEstablished { conn: r.u32()? },
-            U_INCOMING => TcpIncoming {
-                conn: r.u32()?,
-                local_port: r.u16()?,
-                peer: r.addr()?,
-            },
-            U_BYTES => TcpBytes {
-                conn: r.u32()?,
-                bytes: r.chunk()?,
-            },
-            U_CLOSED => TcpClosed {
-                conn: r.u32()?,
-                reason: CloseReason::try_from(r.u8()?)?,
-            },
-            U_TERMINATED => QpTerminated {
-                qp: r.u32()?,
-                received: r.bool()?,
-                layer: r.u8()?,
-                etype: r.u8()?,
-                code: r.u8()?,
-            },
-            U_QP_ERROR => QpError { qp: r.u32()? },
-            U_CQ_OVERFLOW => CqOverflow { cq: r.u32()? },
-            U_SRQ_LIMIT => SrqLimit { srq: r.u32()? },
-            U_HEARTBEAT => Heartbeat {
-                generation: r.u64()?,
-                counter: r.u64()?,
-            },
-            _ => return Err(r.err("unknown upcall tag")),
-        })
+        unslot(m, UPCALL_TAG)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     fn path(s: &str) -> ShmPath {
         ShmPath::new(Path::new(s)).unwrap()
@@ -1087,13 +588,13 @@ mod tests {
                 conn: 2,
                 reason: CloseReason::Reset,
             },
-            QpTerminated {
+            QpTerminated(Terminated {
                 qp: 5,
                 received: true,
                 layer: 1,
                 etype: 2,
                 code: 3,
-            },
+            }),
             QpError { qp: 5 },
             CqOverflow { cq: 3 },
             SrqLimit { srq: 4 },
@@ -1143,22 +644,82 @@ mod tests {
                 let _ = Command::decode(&t);
             }
         }
+        // TcpSend of connection 1: its variant, the connection, then the chunk's length (a
+        // varint, 600 here) and octets.
         let mut m = Command::TcpSend {
             conn: 1,
             bytes: Chunk::new(b"x"),
         }
         .encode(0);
-        m.payload[4..6].copy_from_slice(&600u16.to_le_bytes());
+        m.payload[2..4].copy_from_slice(&[0xd8, 0x04]);
+        m.len = 4 + 600;
         assert!(Command::decode(&m).is_err(), "chunk length over MAX_CHUNK");
+        m.payload[2] = 1;
+        m.len = 4;
+        assert!(
+            Command::decode(&m).is_ok(),
+            "the same slot with a 1-octet chunk"
+        );
+        // ModifyQp: variant, QP number, state.
         let mut m = Command::ModifyQp {
             qp: 1,
             state: QpState::Rts,
         }
         .encode(0);
-        m.payload[4] = 9;
+        assert_eq!(m.len, 3);
+        m.payload[2] = 9;
         assert!(Command::decode(&m).is_err(), "bad QP state");
+        m.payload[2] = 1;
+        assert!(Command::decode(&m).is_ok());
+        m.payload[0] = 0x7f;
+        assert!(Command::decode(&m).is_err(), "unknown variant");
+        m.payload[0] = 10;
         m.tag = 0xdead;
         assert!(Command::decode(&m).is_err(), "unknown tag");
+    }
+
+    #[test]
+    fn the_largest_values_fit_a_slot() {
+        let long = path(&"/".repeat(SHM_PATH_LEN));
+        for c in [
+            Command::CreateQp {
+                qp: u32::MAX,
+                pd: u32::MAX,
+                send_cq: u32::MAX,
+                recv_cq: u32::MAX,
+                srq: u32::MAX,
+                sq_depth: u32::MAX,
+                rq_depth: u32::MAX,
+                sq: long,
+                rq: long,
+            },
+            Command::RegisterMr {
+                stag: u32::MAX,
+                pd: u32::MAX,
+                access: u32::MAX,
+                zero_based: false,
+                offset: u64::MAX,
+                len: u64::MAX,
+                va: u64::MAX,
+                segment: long,
+            },
+            Command::TcpSend {
+                conn: u32::MAX,
+                bytes: Chunk::new(&[0xff; MAX_CHUNK]),
+            },
+            Command::TcpConnect {
+                conn: u32::MAX,
+                qp: u32::MAX,
+                remote: "[ffff::1]:65535".parse().unwrap(),
+            },
+        ] {
+            assert_eq!(Command::decode(&c.encode(u64::MAX)).unwrap(), (u64::MAX, c));
+        }
+        let u = Upcall::TcpBytes {
+            conn: u32::MAX,
+            bytes: Chunk::new(&[0xff; MAX_CHUNK]),
+        };
+        assert_eq!(Upcall::decode(&u.encode()).unwrap(), u);
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //!   [`wqe::AsyncEvent`].
 //! - [`command`]: the control <-> daemon messages ([`command::Command`],
 //!   [`command::Upcall`]) in fixed-size [`command::Msg`] slots.
+//! - [`app`]: the application <-> control messages of control.sock ([`app::Request`],
+//!   [`app::Reply`], [`app::Event`]).
+//! - [`qp`]: the QP state and Terminate cause both of those speak of.
+//! - `codec`: the one encoding of every message (serde and postcard), panic-free on any
+//!   input.
 //! - [`daemon_shm`]: iwarpd's segment: per worker a command ring, an upcall ring and a
 //!   heartbeat; the generation words.
 //! - [`wake`]: each worker's sleep word and doorbell pipe, so an idle worker sleeps in the
@@ -22,12 +27,15 @@
 //!
 //! Model check: `RUSTFLAGS="--cfg loom" cargo test -p iwarp-abi --release ring_loom`.
 
+pub mod app;
+mod codec;
 pub mod command;
 pub mod daemon_shm;
 pub mod error;
 pub mod fdpass;
 #[cfg(not(loom))]
 pub mod notify;
+pub mod qp;
 pub mod ring;
 pub mod segment;
 pub mod sync;
@@ -38,5 +46,6 @@ pub mod wqe;
 pub use error::Error;
 
 /// The version of everything in this crate that crosses a process boundary. Bump it on any
-/// change of a `#[repr(C)]` layout, a tag or an enum value.
-pub const ABI_VERSION: u32 = 3;
+/// change of a `#[repr(C)]` layout, a tag or an enum value, or of the order of a message's
+/// variants or fields (the codec writes them in order, without names).
+pub const ABI_VERSION: u32 = 4;

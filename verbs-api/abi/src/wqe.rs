@@ -10,6 +10,28 @@
 
 use crate::error::Error;
 use crate::ring::Slot;
+use num_enum::TryFromPrimitive;
+
+/// The error of an octet (or word) that names no value of its enum.
+mod unknown {
+    use crate::Error;
+
+    fn decode(tag: u32, what: &'static str) -> Error {
+        Error::Decode { tag, what }
+    }
+    pub(super) fn send_opcode(v: u8) -> Error {
+        decode(v.into(), "unknown send opcode")
+    }
+    pub(super) fn completion_status(v: u8) -> Error {
+        decode(v.into(), "unknown completion status")
+    }
+    pub(super) fn completion_opcode(v: u8) -> Error {
+        decode(v.into(), "unknown completion opcode")
+    }
+    pub(super) fn async_event_kind(v: u32) -> Error {
+        decode(v, "unknown async event kind")
+    }
+}
 
 /// Scatter/gather elements carried in a WQE (the engine's `MAX_SGE`).
 pub const MAX_SGE: usize = 4;
@@ -28,7 +50,8 @@ const _: () = assert!(core::mem::size_of::<Sge>() == 16);
 
 /// Send Queue operations (`SendWqe::opcode`). Values are ABI: never renumber.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[num_enum(error_type(name = Error, constructor = unknown::send_opcode))]
 pub enum SendOpcode {
     Send = 0,
     /// Send with Solicited Event.
@@ -64,38 +87,6 @@ pub enum SendOpcode {
     /// Bind memory window `local_stag` to `mr_len` octets at tagged offset `mr_to` of region
     /// `mr_stag`, access `access` (Verbs section 7.3).
     BindMw = 18,
-}
-
-impl TryFrom<u8> for SendOpcode {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<SendOpcode, Error> {
-        use SendOpcode::*;
-        const ALL: [SendOpcode; 19] = [
-            Send,
-            SendSe,
-            SendInv,
-            SendSeInv,
-            Write,
-            WriteImm,
-            Read,
-            ReadV2,
-            FetchAdd,
-            CmpSwap,
-            Immediate,
-            ImmediateSe,
-            SendImm,
-            SendSeImm,
-            SendInvImm,
-            SendSeInvImm,
-            LocalInv,
-            FastReg,
-            BindMw,
-        ];
-        ALL.get(v as usize).copied().ok_or(Error::Decode {
-            tag: v as u32,
-            what: "unknown send opcode",
-        })
-    }
 }
 
 /// `SendWqe::flags` bits (Verbs section 8.2.2).
@@ -330,7 +321,8 @@ impl RecvWqe {
 
 /// Completion statuses (Verbs section 8.3.2; the engine's `Status`). Values are ABI.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[num_enum(error_type(name = Error, constructor = unknown::completion_status))]
 pub enum CqeStatus {
     Success = 0,
     LocalLengthError = 1,
@@ -343,30 +335,10 @@ pub enum CqeStatus {
     LlpError = 7,
 }
 
-impl TryFrom<u8> for CqeStatus {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<CqeStatus, Error> {
-        use CqeStatus::*;
-        const ALL: [CqeStatus; 8] = [
-            Success,
-            LocalLengthError,
-            LocalProtectionError,
-            LocalQpOperationError,
-            WrFlushed,
-            RemoteAccessError,
-            RemoteOperationError,
-            LlpError,
-        ];
-        ALL.get(v as usize).copied().ok_or(Error::Decode {
-            tag: v as u32,
-            what: "unknown completion status",
-        })
-    }
-}
-
 /// What a completion completed (the engine's `WcOpcode`). Values are ABI.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[num_enum(error_type(name = Error, constructor = unknown::completion_opcode))]
 pub enum CqeOpcode {
     Send = 0,
     Write = 1,
@@ -380,21 +352,6 @@ pub enum CqeOpcode {
     Recv = 9,
     /// Receive of Immediate Data, or the immediate part of Write with Immediate.
     RecvImm = 10,
-}
-
-impl TryFrom<u8> for CqeOpcode {
-    type Error = Error;
-    fn try_from(v: u8) -> Result<CqeOpcode, Error> {
-        use CqeOpcode::*;
-        const ALL: [CqeOpcode; 11] = [
-            Send, Write, Read, FetchAdd, CmpSwap, Immediate, LocalInv, BindMw, FastReg, Recv,
-            RecvImm,
-        ];
-        ALL.get(v as usize).copied().ok_or(Error::Decode {
-            tag: v as u32,
-            what: "unknown completion opcode",
-        })
-    }
 }
 
 /// `Cqe::flags` bits.
@@ -445,7 +402,8 @@ impl Cqe {
 
 /// Kinds of asynchronous events (Verbs section 8.4) an [`AsyncEvent`] carries. Values are ABI.
 #[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[num_enum(error_type(name = Error, constructor = unknown::async_event_kind))]
 pub enum AsyncEventKind {
     /// The QP entered Error (`qp`).
     QpError = 1,
@@ -467,31 +425,6 @@ pub enum AsyncEventKind {
     Rejected = 9,
     /// iwarpd or iwarp-control went away or restarted (`value` = new generation or 0).
     ServiceLost = 10,
-}
-
-impl TryFrom<u32> for AsyncEventKind {
-    type Error = Error;
-    fn try_from(v: u32) -> Result<AsyncEventKind, Error> {
-        use AsyncEventKind::*;
-        const ALL: [AsyncEventKind; 10] = [
-            QpError,
-            CqOverflow,
-            SrqLimit,
-            TerminateReceived,
-            TerminateSent,
-            Established,
-            ConnectionClosed,
-            ConnectionLost,
-            Rejected,
-            ServiceLost,
-        ];
-        v.checked_sub(1)
-            .and_then(|i| ALL.get(i as usize).copied())
-            .ok_or(Error::Decode {
-                tag: v,
-                what: "unknown async event kind",
-            })
-    }
 }
 
 /// An asynchronous event record, 32 octets; the identifiers not named by the kind are zero.

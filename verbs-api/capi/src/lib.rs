@@ -753,15 +753,9 @@ fn c_event(e: &Event) -> Option<CAsyncEvent> {
                 *d = *s as c_char;
             }
         }
-        Event::QpTerminated {
-            qp,
-            received,
-            layer,
-            etype,
-            code,
-        } => {
-            (c.kind, c.id, c.received) = (2, *qp, *received as c_int);
-            (c.layer, c.etype, c.code) = (*layer, *etype, *code);
+        Event::QpTerminated(t) => {
+            (c.kind, c.id, c.received) = (2, t.qp, t.received as c_int);
+            (c.layer, c.etype, c.code) = (t.layer, t.etype, t.code);
         }
         Event::QpError { qp } => (c.kind, c.id) = (3, *qp),
         Event::CqOverflow { cq } => (c.kind, c.id) = (4, *cq),

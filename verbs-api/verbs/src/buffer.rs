@@ -3,12 +3,12 @@
 //! here can be registered (the types allow nothing else, and control checks the segment's
 //! kind and creator).
 
-use crate::context::{segment_name, Context};
 use crate::error::Error;
+use crate::shm::segment_name;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use std::sync::{Arc, OnceLock};
 
-/// A shared, registrable buffer (see [`Context::alloc_buffer`]). The peer and the daemon may
+/// A shared, registrable buffer (see [`crate::Context::alloc_buffer`]). The peer and the daemon may
 /// write it at any time while registered, so it is read and written by copies, never lent
 /// out as a Rust slice.
 pub struct SharedBuffer {
@@ -28,7 +28,7 @@ impl core::fmt::Debug for SharedBuffer {
 }
 
 impl SharedBuffer {
-    pub(crate) fn new(_ctx: &Context, len: usize) -> Result<SharedBuffer, Error> {
+    pub(crate) fn new(len: usize) -> Result<SharedBuffer, Error> {
         if len == 0 {
             return Err(Error::InvalidLength {
                 offset: 0,
@@ -49,11 +49,15 @@ impl SharedBuffer {
         })
     }
 
-    pub(crate) fn attached_id(&self, ctx: &Context) -> Result<u32, Error> {
+    /// Its id in control, attached by `attach` the first time.
+    pub(crate) fn attached_id(
+        &self,
+        attach: impl FnOnce(&Segment) -> Result<u32, Error>,
+    ) -> Result<u32, Error> {
         if let Some(id) = self.attached.get() {
             return Ok(*id);
         }
-        let id = ctx.attach_segment(&self.seg)?;
+        let id = attach(&self.seg)?;
         Ok(*self.attached.get_or_init(|| id))
     }
 

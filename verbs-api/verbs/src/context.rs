@@ -12,86 +12,37 @@ use crate::error::Error;
 use crate::link::{lock, Link, Release, Shared};
 use crate::mr::{FastRegStag, MemoryRegion, MemoryWindow};
 use crate::qp::QueuePair;
+use crate::shm::{path_of, ring_segment};
 use crate::srq::SharedReceiveQueue;
-use iwarp_abi::command::ShmPath;
-use iwarp_abi::ring;
-use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
-use iwarp_abi::wake::Waker;
-use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
-use iwarp_control::app_proto::ClientReply;
 /// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
 /// Terminate).
-pub use iwarp_control::app_proto::{ClientEvent as Event, ConnectRequest, Established};
-use iwarp_control::app_server::Request;
-use iwarp_control::resources::{QpAttrs, QpState};
+pub use iwarp_abi::app::{ConnectRequest, Established, Event};
+use iwarp_abi::app::{QpAttrs, Reply, Request};
+use iwarp_abi::qp::QpState;
+use iwarp_abi::ring;
+use iwarp_abi::segment::{Segment, SegmentKind};
+use iwarp_abi::wake::Waker;
+use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use iwarp_config::Limits as RnicAttr;
+pub use iwarp_abi::app::Limits as RnicAttr;
 /// MPA settings of a connection (RFC 5044 / RFC 6581): CRC, markers, revision, IRD/ORD,
 /// peer-to-peer RTR, RDMAP version 2, private data.
-pub use iwarp_wire::mpa::negotiation::Settings as ConnSettings;
-pub use iwarp_wire::mpa::Rtr;
+pub use iwarp_abi::app::{ConnSettings, Rtr};
 
-/// Segment names of this process count up from here.
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-pub(crate) fn segment_name(what: &str) -> String {
-    format!(
-        "iwarp-app-{}-{what}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Ring slots for a queue of `depth` entries: rings index with a mask, so a power of two.
-fn ring_slots(depth: u32) -> usize {
-    (depth.max(1) as usize).next_power_of_two()
-}
-
-/// A ring's segment and its two ends.
-type RingSegment<T> = (Arc<Segment>, ring::Producer<T>, ring::Consumer<T>);
-
-/// A new ring of `depth` `T` slots (rounded up to a power of two) in a segment of this
-/// process, of `bytes(slots)` octets (the ring, and for a CQ its notification word after it),
-/// initialised: the segment and both ends (keep the one used, drop the other).
-pub(crate) fn ring_segment<T: ring::Slot>(
-    what: &str,
-    kind: SegmentKind,
-    depth: u32,
-    bytes: impl FnOnce(usize) -> usize,
-) -> Result<RingSegment<T>, Error> {
-    let slots = ring_slots(depth);
-    let seg = Arc::new(Segment::create(
-        &segment_name(what),
-        kind,
-        bytes(slots),
-        HugePolicy::Auto,
-    )?);
-    let (p, c) = ring::init_segment::<T>(&seg, slots)?;
-    Ok((seg, p, c))
-}
-
-pub(crate) fn path_of(seg: &Segment) -> Result<ShmPath, Error> {
-    let p = seg
-        .path()
-        .ok_or_else(|| Error::Protocol("segment without a path".into()))?;
-    Ok(ShmPath::new(p)?)
-}
-
-fn id(r: ClientReply) -> Result<u32, Error> {
+fn id(r: Reply) -> Result<u32, Error> {
     match r {
-        ClientReply::Id(i) => Ok(i),
+        Reply::Id(i) => Ok(i),
         other => Err(Error::Protocol(format!("expected an id, got {other:?}"))),
     }
 }
 
-fn done(r: ClientReply) -> Result<(), Error> {
+fn done(r: Reply) -> Result<(), Error> {
     match r {
-        ClientReply::Done => Ok(()),
+        Reply::Done => Ok(()),
         other => Err(Error::Protocol(format!("expected done, got {other:?}"))),
     }
 }
@@ -170,7 +121,7 @@ impl Context {
         // Control places this application on one of the daemon's workers: posts ring only
         // that worker's doorbell.
         let worker = match link.call(&Request::Placement)? {
-            ClientReply::Id(w) => Some(w as usize),
+            Reply::Id(w) => Some(w as usize),
             _ => None,
         };
         let waker = Waker::open(runtime_dir).ok().map(|w| match worker {
@@ -205,14 +156,14 @@ impl Context {
         &self.runtime_dir
     }
 
-    fn call(&self, req: &Request) -> Result<ClientReply, Error> {
+    fn call(&self, req: &Request) -> Result<Reply, Error> {
         lock(&self.link).call(req)
     }
 
     /// Query RNIC (Verbs section 8.2.2): the limits this RNIC grants.
     pub fn query_rnic(&self) -> Result<RnicAttr, Error> {
         match self.call(&Request::QueryRnic)? {
-            ClientReply::Rnic(l) => Ok(l),
+            Reply::Rnic(l) => Ok(l),
             other => Err(Error::Protocol(format!("Query RNIC answered {other:?}"))),
         }
     }
@@ -251,7 +202,7 @@ impl Context {
     /// Memory the daemon can map, for registration with [`ProtectionDomain::reg_mr`]: a
     /// shared segment (hugepages when free ones exist) of `len` octets, zeroed.
     pub fn alloc_buffer(&self, len: usize) -> Result<SharedBuffer, Error> {
-        SharedBuffer::new(self, len)
+        SharedBuffer::new(len)
     }
 
     pub(crate) fn attach_segment(&self, seg: &Segment) -> Result<u32, Error> {
@@ -346,8 +297,8 @@ impl Context {
             qp: qp.qp_num(),
             state,
         })? {
-            ClientReply::Qp { state } => Ok(state),
-            ClientReply::Done => Ok(state),
+            Reply::Qp { state } => Ok(state),
+            Reply::Done => Ok(state),
             other => Err(Error::Protocol(format!("Modify QP answered {other:?}"))),
         }
     }
@@ -355,7 +306,7 @@ impl Context {
     /// Query QP: its state as control knows it.
     pub fn query_qp(&self, qp: &QueuePair) -> Result<QpState, Error> {
         match self.call(&Request::QueryQp { qp: qp.qp_num() })? {
-            ClientReply::Qp { state } => Ok(state),
+            Reply::Qp { state } => Ok(state),
             other => Err(Error::Protocol(format!("Query QP answered {other:?}"))),
         }
     }
@@ -559,7 +510,7 @@ impl ProtectionDomain {
                 region_len: buf.len() as u64,
             });
         }
-        let segment = buf.attached_id(&self.ctx)?;
+        let segment = buf.attached_id(|seg| self.ctx.attach_segment(seg))?;
         let stag = id(self.ctx.call(&Request::RegMr {
             pd: self.pd,
             access,

@@ -5,11 +5,10 @@
 use crate::error::Error;
 use crate::link::Release;
 use crate::mr::MrInner;
+use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
 pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
-use iwarp_control::app_proto::ClientReply;
-use iwarp_control::app_server::Request;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -159,7 +158,7 @@ impl CompletionQueue {
         let link = self.link()?;
         let reply = crate::link::lock(link).call(&Request::QueryCq { cq: self.cq_num })?;
         match reply {
-            ClientReply::Cq { depth } => Ok(depth),
+            Reply::Cq { depth } => Ok(depth),
             other => Err(Error::Protocol(format!("Query CQ answered {other:?}"))),
         }
     }
@@ -172,14 +171,14 @@ impl CompletionQueue {
     /// threads wait while it runs.
     pub fn resize(&self, depth: u32) -> Result<u32, Error> {
         let link = self.link()?;
-        let (seg, _, consumer) = crate::context::ring_segment::<Cqe>(
+        let (seg, _, consumer) = crate::shm::ring_segment::<Cqe>(
             "cq",
             iwarp_abi::segment::SegmentKind::CompletionQueue,
             depth,
             iwarp_abi::notify::cq_segment_bytes,
         )?;
         let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, consumer.capacity());
-        let ring = crate::context::path_of(&seg)?;
+        let ring = crate::shm::path_of(&seg)?;
         // No poll between the daemon's switch and the carry-over below.
         let mut r = lock(&self.ring);
         let reply = crate::link::lock(link).call(&Request::ModifyCq {
@@ -187,7 +186,7 @@ impl CompletionQueue {
             depth,
             ring,
         })?;
-        let ClientReply::Cq { depth } = reply else {
+        let Reply::Cq { depth } = reply else {
             return Err(Error::Protocol(format!("Modify CQ answered {reply:?}")));
         };
         // The daemon writes only the new ring now: what the old one holds is complete.

@@ -21,7 +21,9 @@ pub mod error;
 mod link;
 pub mod mr;
 pub mod qp;
+mod shm;
 pub mod srq;
+pub mod wr;
 
 pub use buffer::SharedBuffer;
 pub use context::{
@@ -30,8 +32,10 @@ pub use context::{
 };
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use error::Error;
+pub use iwarp_abi::app::ErrorCode;
+pub use iwarp_abi::qp::{QpState, Terminated};
 pub use iwarp_abi::wqe::access;
-pub use iwarp_control::resources::QpState;
 pub use mr::{FastRegStag, MemoryRegion, MemoryWindow};
-pub use qp::{PostBatch, QueuePair, RecvWr, SendWr, Sg, WrOpcode};
+pub use qp::{PostBatch, QueuePair, SendWr, WrOpcode};
 pub use srq::SharedReceiveQueue;
+pub use wr::{RecvWr, Sg};

@@ -3,9 +3,8 @@
 //! [`crate::Context::next_event`]. The slow path only: nothing here runs per work request.
 
 use crate::error::Error;
-use iwarp_control::app_proto::{decode_reply, encode_request, message_len};
-use iwarp_control::app_proto::{ClientEvent, ClientReply};
-use iwarp_control::app_server::Request;
+use iwarp_abi::app::{decode_to_app, encode_request, message_len};
+use iwarp_abi::app::{Event, Failure, Reply, Request, ToApp};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -19,7 +18,7 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) struct Link {
     stream: UnixStream,
     inbuf: Vec<u8>,
-    events: VecDeque<ClientEvent>,
+    events: VecDeque<Event>,
     path: PathBuf,
     /// Control closed the socket (it exited, or found iwarpd gone).
     closed: bool,
@@ -47,7 +46,7 @@ impl Link {
     }
 
     /// Sends `req` and returns its reply; a `Failed` reply becomes [`Error::Refused`].
-    pub(crate) fn call(&mut self, req: &Request) -> Result<ClientReply, Error> {
+    pub(crate) fn call(&mut self, req: &Request) -> Result<Reply, Error> {
         if self.closed {
             return Err(self.gone());
         }
@@ -57,21 +56,18 @@ impl Link {
         let deadline = Instant::now() + REPLY_TIMEOUT;
         loop {
             match self.read_one(Some(deadline))? {
-                ClientReply::Event(e) => self.events.push_back(e),
-                ClientReply::Failed { code, message } => {
+                ToApp::Event(e) => self.events.push_back(e),
+                ToApp::Reply(Reply::Failed(Failure { code, message })) => {
                     return Err(Error::Refused { code, message })
                 }
-                r => return Ok(r),
+                ToApp::Reply(r) => return Ok(r),
             }
         }
     }
 
     /// The next event, waiting until `deadline` (None: return at once if none is queued or
     /// readable).
-    pub(crate) fn event(
-        &mut self,
-        deadline: Option<Instant>,
-    ) -> Result<Option<ClientEvent>, Error> {
+    pub(crate) fn event(&mut self, deadline: Option<Instant>) -> Result<Option<Event>, Error> {
         if let Some(e) = self.events.pop_front() {
             return Ok(Some(e));
         }
@@ -80,7 +76,7 @@ impl Link {
         }
         let deadline = deadline.unwrap_or_else(Instant::now);
         match self.read_one(Some(deadline)) {
-            Ok(ClientReply::Event(e)) => Ok(Some(e)),
+            Ok(ToApp::Event(e)) => Ok(Some(e)),
             Ok(other) => Err(Error::Protocol(format!(
                 "unsolicited reply from iwarp-control: {other:?}"
             ))),
@@ -90,18 +86,19 @@ impl Link {
     }
 
     /// Puts events back at the front of the queue, in order (a waiter skipped them).
-    pub(crate) fn requeue(&mut self, events: Vec<ClientEvent>) {
+    pub(crate) fn requeue(&mut self, events: Vec<Event>) {
         for e in events.into_iter().rev() {
             self.events.push_front(e);
         }
     }
 
     /// Reads one whole message, waiting until `deadline`.
-    fn read_one(&mut self, deadline: Option<Instant>) -> Result<ClientReply, Error> {
+    fn read_one(&mut self, deadline: Option<Instant>) -> Result<ToApp, Error> {
         let mut chunk = [0u8; 4096];
         loop {
             if let Some(n) = message_len(&self.inbuf).map_err(|e| Error::Protocol(e.to_string()))? {
-                let r = decode_reply(&self.inbuf[4..n]).map_err(|e| Error::Protocol(e.to_string()));
+                let r =
+                    decode_to_app(&self.inbuf[4..n]).map_err(|e| Error::Protocol(e.to_string()));
                 self.inbuf.drain(..n);
                 return r;
             }

@@ -5,8 +5,9 @@
 use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
 use crate::link::Release;
-use crate::mr::{MemoryRegion, MrInner};
+use crate::mr::MrInner;
 use crate::srq::SharedReceiveQueue;
+use crate::wr::{sgl, RecvWr, Sg};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
@@ -83,14 +84,6 @@ pub enum WrOpcode {
     },
 }
 
-/// One local scatter/gather element: `len` octets at `offset` of `mr`.
-#[derive(Debug, Clone, Copy)]
-pub struct Sg<'a> {
-    pub mr: &'a MemoryRegion,
-    pub offset: u64,
-    pub len: u32,
-}
-
 /// A send work request.
 #[derive(Debug, Clone, Copy)]
 pub struct SendWr<'a> {
@@ -116,30 +109,6 @@ impl<'a> SendWr<'a> {
             fence: false,
         }
     }
-}
-
-/// A receive work request.
-#[derive(Debug, Clone, Copy)]
-pub struct RecvWr<'a> {
-    pub wr_id: u64,
-    pub sg_list: &'a [Sg<'a>],
-}
-
-/// The SGEs of a work request, bounds-checked, and the regions they use.
-pub(crate) fn sgl(sgs: &[Sg<'_>], max_sge: usize) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
-    if sgs.len() > max_sge {
-        return Err(Error::InvalidSgeCount {
-            count: sgs.len(),
-            max: max_sge,
-        });
-    }
-    let mut sgl = Vec::with_capacity(sgs.len());
-    let mut mrs = Vec::with_capacity(sgs.len());
-    for s in sgs {
-        sgl.push(s.mr.sge(s.offset, s.len)?);
-        mrs.push(s.mr.inner.clone());
-    }
-    Ok((sgl, mrs))
 }
 
 /// A queue pair (Verbs section 7.3). Keeps its completion queues alive.

@@ -5,12 +5,11 @@
 use crate::cq::Outstanding;
 use crate::error::Error;
 use crate::link::{Release, Shared};
-use crate::qp::{sgl, RecvWr};
+use crate::wr::{sgl, RecvWr};
+use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{RecvWqe, MAX_SGE};
-use iwarp_control::app_proto::ClientReply;
-use iwarp_control::app_server::Request;
 use std::sync::{Arc, Mutex};
 
 /// A shared receive queue; create it with [`crate::ProtectionDomain::create_srq`] and name it
@@ -52,7 +51,7 @@ impl SharedReceiveQueue {
     pub fn query(&self) -> Result<(u32, u32), Error> {
         let req = Request::QuerySrq { srq: self.srq_num };
         match crate::link::lock(&self.link).call(&req)? {
-            ClientReply::Srq { depth, limit } => Ok((depth, limit)),
+            Reply::Srq { depth, limit } => Ok((depth, limit)),
             other => Err(Error::Protocol(format!("Query S-RQ answered {other:?}"))),
         }
     }
@@ -66,7 +65,7 @@ impl SharedReceiveQueue {
             limit,
         };
         match crate::link::lock(&self.link).call(&req)? {
-            ClientReply::Done => Ok(()),
+            Reply::Done => Ok(()),
             other => Err(Error::Protocol(format!("Modify S-RQ answered {other:?}"))),
         }
     }

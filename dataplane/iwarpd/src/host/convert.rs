@@ -1,6 +1,7 @@
 //! Record <-> engine conversions. Pure functions, no I/O.
 
 use iwarp_abi::command::Upcall;
+use iwarp_abi::qp::Terminated;
 use iwarp_abi::wqe::{
     self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, CqeStatus, RecvWqe, SendOpcode,
     SendWqe,
@@ -231,13 +232,13 @@ pub fn event(
             r.term_layer = cause.layer as u8;
             r.term_type = cause.etype;
             r.term_code = cause.code;
-            up = Upcall::QpTerminated {
+            up = Upcall::QpTerminated(Terminated {
                 qp: r.qp,
                 received,
                 layer: r.term_layer,
                 etype: r.term_type,
                 code: r.term_code,
-            };
+            });
         }
         AsyncEvent::CqOverflow { cq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::CqOverflow);

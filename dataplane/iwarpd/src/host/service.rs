@@ -18,10 +18,9 @@ use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registr
 use crate::node::{Node, NodeEvent};
 use crate::port::Port;
 use crate::worker::Service;
-use iwarp_abi::command::{
-    reply_status as st, Chunk, Command, QpState as AbiQpState, RtrKind as AbiRtr, RtsParams, NO_ID,
-};
+use iwarp_abi::command::{reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_ID};
 use iwarp_abi::daemon_shm::DaemonSide;
+use iwarp_abi::qp::QpState as AbiQpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;

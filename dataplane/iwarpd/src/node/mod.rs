@@ -14,8 +14,8 @@
 //! - `stream.rs`: in RTS, received bytes into the engine and its FPDUs into TCP, each FPDU
 //!   aligned to a segment (RFC 5044 section 8).
 
+use crate::arp::ArpPacer;
 use crate::clock::DilatedClock;
-use crate::device::ArpPacer;
 use crate::device::PortDevice;
 use crate::neighbours::{self, NeighbourKeeper};
 use crate::peer_tcp::FlowKey;
@@ -234,7 +234,7 @@ pub struct Counters {
     pub drops: u64,
     /// Received TCP segments with a wrong checksum, dropped (by the device or in software).
     pub bad_checksums: u64,
-    /// Repeats of unanswered ARP requests held back (see [`crate::device::ArpPacer`]): a
+    /// Repeats of unanswered ARP requests held back (see [`crate::arp::ArpPacer`]): a
     /// growing count names a neighbour that does not answer.
     pub arp_paced: u64,
     /// Connections that ended other than by our own shutdown (peer reset or closed, user

@@ -78,6 +78,10 @@ use std::io;
 use std::ops::Deref;
 use std::os::fd::RawFd;
 
+/// Frames the device layer takes from a port per burst (and the receive buffers a port keeps
+/// for one).
+pub const RX_BURST: usize = 32;
+
 /// An Ethernet port.
 pub trait Port {
     /// The port's MAC address.

@@ -28,7 +28,7 @@ pub struct RxPool {
 
 impl RxPool {
     /// Buffers kept at most: a burst queued for smoltcp and one being received.
-    const KEEP: usize = 2 * crate::device::RX_BURST;
+    const KEEP: usize = 2 * super::RX_BURST;
 
     /// A pool of buffers of `size` octets (a frame longer than that is cut, as a NIC whose
     /// buffer is too small would).

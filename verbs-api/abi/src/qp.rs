@@ -1,0 +1,81 @@
+//! What the command ring and the application protocol both say about a queue pair: its state
+//! and the cause of a Terminate.
+
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+/// QP states as the Verbs spec names them (section 6.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QpState {
+    Idle,
+    Rts,
+    Closing,
+    Terminate,
+    Error,
+}
+
+impl QpState {
+    /// The state's name as the spec spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            QpState::Idle => "Idle",
+            QpState::Rts => "RTS",
+            QpState::Closing => "Closing",
+            QpState::Terminate => "Terminate",
+            QpState::Error => "Error",
+        }
+    }
+
+    /// Whether Modify QP may move a QP from `self` to `to` (Verbs section 6.2, figure 4).
+    /// Idle → RTS happens only through connection setup, never by a bare Modify QP.
+    pub fn modify_allowed(self, to: QpState) -> bool {
+        use QpState::*;
+        matches!(
+            (self, to),
+            (Idle, Error)
+                | (Rts, Closing)
+                | (Rts, Terminate)
+                | (Rts, Error)
+                | (Closing, Error)
+                | (Terminate, Error)
+                | (Error, Idle)
+        ) || self == to
+    }
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Terminate sent (`received == false`) or received on `qp`, with its cause: the layer,
+/// error type and code of RFC 5040 section 7. The QP is in Error with its work flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Terminated {
+    pub qp: u32,
+    pub received: bool,
+    pub layer: u8,
+    pub etype: u8,
+    pub code: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Verbs section 6.2, figure 4: the transitions Modify QP may make.
+    #[test]
+    fn modify_qp_follows_the_state_diagram() {
+        use QpState::*;
+        assert!(Idle.modify_allowed(Error));
+        assert!(
+            !Idle.modify_allowed(Rts),
+            "RTS only through connection setup"
+        );
+        assert!(Rts.modify_allowed(Closing) && Rts.modify_allowed(Terminate));
+        assert!(!Closing.modify_allowed(Rts));
+        assert!(Error.modify_allowed(Idle) && !Error.modify_allowed(Rts));
+        assert_eq!(Rts.to_string(), "RTS");
+    }
+}
