@@ -12,7 +12,7 @@ use crate::worker::{self, CoreCounters, Polling};
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
 use iwarp_abi::segment::{HugePolicy, Segment};
 use iwarp_abi::wake::{DaemonWake, DOORBELL, WORD_LINK};
-use iwarp_config::{parse_cidr, Config};
+use iwarp_config::{parse_cidr, Config, Hugepages};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,7 +144,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     tracing::info!(
         "{}: {:?} port {} {}, runtime {}, {} polling, {} worker(s)",
         cfg.daemon.name,
-        cfg.port_kind(),
+        cfg.port.kind,
         cfg.port.mac,
         cfg.port.ipv4,
         runtime.display(),
@@ -210,10 +210,10 @@ fn daemon_segment(cfg: &Config, runtime: &Path, workers: usize) -> Result<Vec<Da
         ),
         Ok(None) => {}
     }
-    let policy = match cfg.shm.hugepages.as_str() {
-        "on" => HugePolicy::Required,
-        "off" => HugePolicy::Off,
-        _ => HugePolicy::Auto,
+    let policy = match cfg.shm.hugepages {
+        Hugepages::On => HugePolicy::Required,
+        Hugepages::Off => HugePolicy::Off,
+        Hugepages::Auto => HugePolicy::Auto,
     };
     DaemonShm::create_workers(
         &name,
@@ -363,13 +363,12 @@ impl Ctx<'_> {
         };
         let mut node = Node::new(port, self.ip, self.prefix, tcp);
         node.set_worker(self.worker);
-        let polling = if cfg.cores.polling == "busy" {
-            Polling::Busy
-        } else {
-            Polling::Adaptive {
+        let polling = match cfg.cores.polling {
+            iwarp_config::Polling::Busy => Polling::Busy,
+            iwarp_config::Polling::Adaptive => Polling::Adaptive {
                 idle_spins: cfg.cores.idle_spins,
                 max_sleep: Duration::from_micros(cfg.cores.max_idle_sleep_us),
-            }
+            },
         };
         let _ = self.ready.send(Ok(()));
         // The command ring and the applications' rings are served on this core between port

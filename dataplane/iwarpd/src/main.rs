@@ -6,7 +6,7 @@
 //! them, SIGINT/SIGTERM stop it cleanly (connections aborted, runtime files removed).
 
 use clap::Parser;
-use iwarp_config::Config;
+use iwarp_config::{Config, ConfigError, LogLevel};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -71,8 +71,9 @@ fn load(args: &Args) -> Result<Config, String> {
     if let Some(v) = &args.name {
         c.daemon.name = v.clone();
     }
+    // Words go through the configuration's own parse, so the message names the key.
     if let Some(v) = &args.port {
-        c.port.kind = v.clone();
+        c.port.kind = v.parse().map_err(|e: ConfigError| e.to_string())?;
     }
     if let Some(v) = &args.mac {
         c.port.mac = v.clone();
@@ -93,7 +94,7 @@ fn load(args: &Args) -> Result<Config, String> {
         c.daemon.runtime_dir = Some(v.clone());
     }
     if let Some(v) = &args.log_level {
-        c.daemon.log_level = v.clone();
+        c.daemon.log_level = v.parse().map_err(|e: ConfigError| e.to_string())?;
     }
     if let Some(v) = &args.cores {
         c.cores.list = v.clone();
@@ -102,7 +103,7 @@ fn load(args: &Args) -> Result<Config, String> {
         c.cores.workers = v;
     }
     if let Some(v) = &args.polling {
-        c.cores.polling = v.clone();
+        c.cores.polling = v.parse().map_err(|e: ConfigError| e.to_string())?;
     }
     if let Some(v) = args.min_rto_us {
         c.tcp.min_rto_us = v;
@@ -135,11 +136,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let level = cfg
-        .daemon
-        .log_level
-        .parse::<tracing::Level>()
-        .unwrap_or(tracing::Level::INFO);
+    let level = match cfg.daemon.log_level {
+        LogLevel::Error => tracing::Level::ERROR,
+        LogLevel::Warn => tracing::Level::WARN,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Trace => tracing::Level::TRACE,
+    };
     // Also bridges smoltcp's `log` records into tracing.
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)

@@ -31,7 +31,7 @@ fn port_mac(cfg: &Config) -> Result<[u8; 6], String> {
 /// Opens the configured port for one worker alone. The error names the configuration key.
 pub fn open(cfg: &Config) -> Result<WorkerPort, String> {
     let mac = port_mac(cfg)?;
-    match cfg.port_kind() {
+    match cfg.port.kind {
         PortKind::Unix => UnixPort::open(&cfg.port.segment, mac, cfg.port.mtu)
             .map(WorkerPort::Unix)
             .map_err(|e| format!("port.segment {}: {e}", cfg.port.segment.display())),
@@ -54,7 +54,7 @@ pub fn open(cfg: &Config) -> Result<WorkerPort, String> {
 /// The configured port shared by `workers` workers, one view each, in order.
 pub fn open_shared(cfg: &Config, workers: usize) -> Result<Vec<WorkerPort>, String> {
     let steering = |e: std::io::Error| format!("cores.workers: {e}");
-    match cfg.port_kind() {
+    match cfg.port.kind {
         PortKind::Unix => {
             // One socket: worker 0 receives and steers, each transmits on its own handle.
             let mac = port_mac(cfg)?;
