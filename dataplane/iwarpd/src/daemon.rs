@@ -352,16 +352,7 @@ impl Ctx<'_> {
 
     fn poll<P: Port>(&self, port: P) -> Result<(), String> {
         let cfg = self.cfg;
-        let tcp = TcpSettings {
-            rx_buffer: cfg.tcp.rx_buffer,
-            tx_buffer: cfg.tcp.tx_buffer,
-            min_rto_us: cfg.tcp.min_rto_us,
-            mss: cfg.mss(),
-            max_inflight: cfg.max_inflight(),
-            user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
-            ack_delay: Duration::from_micros(cfg.tcp.ack_delay_us),
-        };
-        let mut node = Node::new(port, self.ip, self.prefix, tcp);
+        let mut node = Node::new(port, self.ip, self.prefix, TcpSettings::from_config(cfg));
         node.set_worker(self.worker);
         let polling = match cfg.cores.polling {
             iwarp_config::Polling::Busy => Polling::Busy,

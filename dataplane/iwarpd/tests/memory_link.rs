@@ -282,11 +282,10 @@ fn jumbo_frames_carry_jumbo_fpdus() {
     let pcap = dir.path().join("b.pcap");
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 9000);
     let pb = PcapPort::new(pb, &pcap).unwrap();
-    let jumbo = TcpSettings {
-        mss: 8960,
-        max_inflight: 64 * 8960,
-        ..TcpSettings::default()
-    };
+    // The daemon's settings for 9000-octet frames: 8960-octet segments, 64 in flight.
+    let jumbo =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 9000\n").unwrap());
+    assert_eq!((jumbo.mss, jumbo.max_inflight), (8960, 64 * 8960));
     let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), jumbo, jumbo);
     let len = 1 << 20;
     write_b_to_a(&mut a, &mut b, len, 17);
