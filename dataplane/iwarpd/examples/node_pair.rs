@@ -4,10 +4,10 @@
 //! on its way through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the post that
 //! starts it.
 //!
-//!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
-//!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
-//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- latency --link memif --threads 2
-//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- rate --link memif --threads 2
+//!     cargo run --release -p iwarpd --example node-pair -- latency [--iterations N] [--ack-delay-us US]
+//!     cargo run --release -p iwarpd --example node-pair -- rate [--seconds S] [--op sends|writes]
+//!     cargo run --release -p iwarpd --features dpdk --example node-pair -- latency --link memif --threads 2
+//!     cargo run --release -p iwarpd --features dpdk --example node-pair -- rate --link memif --threads 2
 //!
 //! `latency`: RDMA Write 64 B ping-pong; percentiles of the round trip and of one hop (half
 //! of it), in microseconds. With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides
@@ -520,7 +520,7 @@ fn main() {
         Link::Memif => {
             eprintln!(
                 "node-pair: --link memif needs the dpdk feature \
-                 (cargo run --release -p iwarp-bench --features dpdk --bin node-pair)"
+                 (cargo run --release -p iwarpd --features dpdk --example node-pair)"
             );
             std::process::exit(2);
         }
