@@ -221,10 +221,10 @@ fn fpdus_fit_the_peers_mss_when_it_is_below_ours() {
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("b.pcap");
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 1500);
-    let narrow = TcpSettings {
-        mss: 1160,
-        ..TcpSettings::default()
-    };
+    // The daemon's settings for port.mtu 1200.
+    let narrow =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 1200\n").unwrap());
+    assert_eq!(narrow.mss, 1160);
     let pb = PcapPort::new(pb, &pcap).unwrap();
     let (mut a, mut b) = pair_tcps(
         pa.with_mtu(1200),
