@@ -7,7 +7,7 @@ use crate::node::{Node, TcpSettings};
 use crate::port::open::{self, WorkerPort};
 use crate::port::pcap::PcapPort;
 use crate::port::Port;
-use crate::stats::write_stats;
+use crate::stats::StatsFile;
 use crate::worker::{self, CoreCounters, Polling};
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide, DEFAULT_COMMAND_SLOTS, DEFAULT_UPCALL_SLOTS};
 use iwarp_abi::segment::{HugePolicy, Segment};
@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Removes the daemon's runtime files when dropped, whatever way `run` ends, then the
 /// directory if nothing else is left in it (it may be a directory the user shares).
@@ -89,19 +89,70 @@ pub fn run(cfg: Config) -> Result<(), String> {
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))
         .map_err(|e| format!("signal handler: {e}"))?;
 
+    let counters: Vec<Arc<CoreCounters>> = (0..workers)
+        .map(|w| Arc::new(CoreCounters::new(cfg.cores.list.get(w).copied())))
+        .collect();
+    let threads = start_workers(&cfg, sides, bells, &counters, &stop)?;
+    tracing::info!(
+        "{}: {:?} port {} {}, runtime {}, {} polling, {} worker(s)",
+        cfg.daemon.name,
+        cfg.port.kind,
+        cfg.port.mac,
+        cfg.port.ipv4,
+        runtime.display(),
+        cfg.cores.polling,
+        workers
+    );
+
+    let all: Vec<&CoreCounters> = counters.iter().map(|c| &**c).collect();
+    let mut stats = StatsFile::new(runtime.join("stats"));
+    while !stop.load(Ordering::Relaxed) && !threads.iter().any(|t| t.is_finished()) {
+        if dump.swap(false, Ordering::Relaxed) {
+            for c in &all {
+                tracing::info!("SIGUSR1 counters: {}", c.line());
+            }
+        }
+        stats.tick(&all);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    tracing::info!("{}: stopping", cfg.daemon.name);
+    let mut result = Ok(());
+    for t in threads {
+        let r = t.join().unwrap_or_else(|_| Err("worker panicked".into()));
+        if r.is_err() && result.is_ok() {
+            result = r;
+        }
+    }
+    for c in &all {
+        tracing::info!("final counters: {}", c.line());
+    }
+    tracing::info!("{}: stopped, runtime files removed", cfg.daemon.name);
+    result
+}
+
+type Worker = std::thread::JoinHandle<Result<(), String>>;
+
+/// Starts a thread per worker, each with its rings, doorbell and counters, and waits until
+/// every one has its port; on an error, stops those started and returns the first.
+fn start_workers(
+    cfg: &Config,
+    sides: Vec<DaemonSide>,
+    bells: Vec<DaemonWake>,
+    counters: &[Arc<CoreCounters>],
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<Worker>, String> {
+    let workers = sides.len();
     // With several workers the port is shared: opened here, received by worker 0, which
     // steers each frame to the worker that owns its connection; every worker transmits on
     // its own handle.
     let mut shared = match workers {
         1 => None,
-        n => Some(open::open_shared(&cfg, n)?),
+        n => Some(open::open_shared(cfg, n)?),
     };
-    let counters: Vec<Arc<CoreCounters>> = (0..workers)
-        .map(|w| Arc::new(CoreCounters::new(cfg.cores.list.get(w).copied())))
-        .collect();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::new();
-    for ((w, (shm, bell)), counters) in sides.into_iter().zip(bells).enumerate().zip(&counters) {
+    for ((w, (shm, bell)), counters) in sides.into_iter().zip(bells).enumerate().zip(counters) {
         let core = cfg.cores.list.get(w).copied();
         let job = Job {
             worker: w,
@@ -112,7 +163,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         };
         let (cfg, stop, counters, ready) = (
             cfg.clone(),
-            Arc::clone(&stop),
+            Arc::clone(stop),
             Arc::clone(counters),
             ready_tx.clone(),
         );
@@ -141,60 +192,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         return Err(e);
     }
-    tracing::info!(
-        "{}: {:?} port {} {}, runtime {}, {} polling, {} worker(s)",
-        cfg.daemon.name,
-        cfg.port.kind,
-        cfg.port.mac,
-        cfg.port.ipv4,
-        runtime.display(),
-        cfg.cores.polling,
-        workers
-    );
-
-    let stats = runtime.join("stats");
-    let all: Vec<&CoreCounters> = counters.iter().map(|c| &**c).collect();
-    let mut last = Instant::now() - Duration::from_secs(1);
-    let mut bad_checksums = 0;
-    while !stop.load(Ordering::Relaxed) && !threads.iter().any(|t| t.is_finished()) {
-        if dump.swap(false, Ordering::Relaxed) {
-            for c in &all {
-                tracing::info!("SIGUSR1 counters: {}", c.line());
-            }
-        }
-        if last.elapsed() >= Duration::from_secs(1) {
-            write_stats(&stats, &all);
-            last = Instant::now();
-            let now: u64 = all
-                .iter()
-                .map(|c| c.bad_checksums.load(Ordering::Relaxed))
-                .sum();
-            if now > bad_checksums {
-                tracing::warn!(
-                    "dropped {} TCP segment(s) with a wrong checksum in the last second ({now} \
-                     in all): a peer behind a veth or a VM's virtio device may leave checksums \
-                     to an offload that never happens (`ethtool -K IF tx off` on its interface)",
-                    now - bad_checksums
-                );
-            }
-            bad_checksums = now;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    tracing::info!("{}: stopping", cfg.daemon.name);
-    let mut result = Ok(());
-    for t in threads {
-        let r = t.join().unwrap_or_else(|_| Err("worker panicked".into()));
-        if r.is_err() && result.is_ok() {
-            result = r;
-        }
-    }
-    for c in &all {
-        tracing::info!("final counters: {}", c.line());
-    }
-    tracing::info!("{}: stopped, runtime files removed", cfg.daemon.name);
-    result
+    Ok(threads)
 }
 
 /// Creates the daemon segment as `shm.hugepages` says, linked as
