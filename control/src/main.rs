@@ -514,6 +514,9 @@ fn main() -> ExitCode {
         })
         .collect();
     let sock = dir.join("control.sock");
+    // Before control.sock appears: whoever sees it may stop us at once, and SIGTERM must
+    // then end the loop below, not the process.
+    install_signal_handlers();
     // Bound under a temporary name and renamed into place: control.sock exists only once it
     // is listening, so an application that sees the file can connect (no refused window
     // between bind and listen).
@@ -544,7 +547,6 @@ fn main() -> ExitCode {
     let mut core = Core::new(config.limits.clone());
     let mut apps: Vec<App> = Vec::new();
     let mut next_app = 1u32;
-    install_signal_handlers();
     loop {
         if STOP.load(std::sync::atomic::Ordering::Relaxed) {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and

@@ -42,6 +42,17 @@ impl Drop for RuntimeDir {
 /// Runs the daemon the configuration describes until SIGINT or SIGTERM (or a worker ends);
 /// the error names the configuration key at fault where there is one.
 pub fn run(cfg: Config) -> Result<(), String> {
+    // First: once the daemon segment appears, control may start and anyone may stop us, and
+    // SIGTERM must then stop the daemon cleanly (runtime files removed), not kill it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let dump = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| format!("signal handler: {e}"))?;
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))
+        .map_err(|e| format!("signal handler: {e}"))?;
+
     let runtime = cfg.runtime_dir();
     let pid_file = runtime.join("pid");
     if let Ok(pid) = std::fs::read_to_string(&pid_file) {
@@ -79,15 +90,6 @@ pub fn run(cfg: Config) -> Result<(), String> {
         cfg.shm.hugepages,
         runtime.join("daemon.shm").display()
     );
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let dump = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .map_err(|e| format!("signal handler: {e}"))?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&dump))
-        .map_err(|e| format!("signal handler: {e}"))?;
 
     let counters: Vec<Arc<CoreCounters>> = (0..workers)
         .map(|w| Arc::new(CoreCounters::new(cfg.cores.list.get(w).copied())))
