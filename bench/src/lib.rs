@@ -12,8 +12,8 @@
 //! - [`bench`](mod@bench): runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
 //!   log, SVG plots; [`stages`]: the per-stage breakdown.
 //!
-//! The `engine-pair` binary (src/bin/engine_pair.rs) is a separate micro-benchmark of the
-//! sans-IO engine alone.
+//! The engine alone and the daemon's frame path alone are measured next to their code:
+//! `iwarp-engine`'s `engine-pair` and `iwarpd`'s `node-pair` examples.
 
 pub mod bench;
 pub mod cli;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 /// A configuration error: the key (dotted path) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,75 @@ fn err(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The error for a value outside a key's choices, listing them.
+fn unknown(key: &str, value: &str, allowed: &[&str]) -> ConfigError {
+    let list: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
+    err(
+        key,
+        format!(
+            "unknown value \"{value}\", expected one of {}",
+            list.join(", ")
+        ),
+    )
+}
+
+/// A key whose value is one of a few words: an enum that TOML and the command line spell
+/// as those words. Parsing (`FromStr`, and serde through it) refuses any other word with
+/// an error that names the key and lists the words.
+macro_rules! choice {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $key:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+        #[serde(try_from = "String")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// The configuration key this value is given by.
+            pub const KEY: &'static str = $key;
+            /// Every value, as the configuration spells it.
+            pub const WORDS: &'static [&'static str] = &[$($word),+];
+
+            /// The value as the configuration spells it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ConfigError;
+            fn from_str(s: &str) -> Result<$name, ConfigError> {
+                match s {
+                    $($word => Ok($name::$variant),)+
+                    _ => Err(unknown($key, s, $name::WORDS)),
+                }
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(s: String) -> Result<$name, String> {
+                // The key comes from the path serde_path_to_error records.
+                s.parse().map_err(|e: ConfigError| e.message)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -53,24 +123,58 @@ pub struct Daemon {
     pub name: String,
     /// Where sockets, stats and shared-memory names live; default `/tmp/iwarp-<uid>/<name>`.
     pub runtime_dir: Option<PathBuf>,
-    pub log_level: String,
+    pub log_level: LogLevel,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PortKind {
-    /// The embedded virtual Ethernet made of Unix datagram sockets: no root, no DPDK.
-    Unix,
-    /// A Linux TAP device (root).
-    Tap,
-    /// A DPDK port (the `dpdk` feature).
-    Dpdk,
+choice! {
+    /// How much the daemons log.
+    LogLevel, "daemon.log_level" {
+        Error = "error",
+        Warn = "warn",
+        Info = "info",
+        Debug = "debug",
+        Trace = "trace",
+    }
+}
+
+choice! {
+    /// The kind of Ethernet port the daemon runs on.
+    PortKind, "port.kind" {
+        /// The embedded virtual Ethernet made of Unix datagram sockets: no root, no DPDK.
+        Unix = "unix",
+        /// A Linux TAP device (root).
+        Tap = "tap",
+        /// A DPDK port (the `dpdk` feature).
+        Dpdk = "dpdk",
+    }
+}
+
+choice! {
+    /// How a poll-mode worker waits when it has nothing to do.
+    Polling, "cores.polling" {
+        /// Polls without pause.
+        Busy = "busy",
+        /// Sleeps when idle, until a frame, a doorbell or a TCP timer wakes it.
+        Adaptive = "adaptive",
+    }
+}
+
+choice! {
+    /// Whether shared-memory segments use hugepages.
+    Hugepages, "shm.hugepages" {
+        /// When free ones exist.
+        Auto = "auto",
+        /// Always: a segment fails without them.
+        On = "on",
+        /// Never.
+        Off = "off",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Port {
-    pub kind: String,
+    pub kind: PortKind,
     /// MAC address, "02:00:00:00:00:01" form.
     pub mac: String,
     /// IPv4 address with prefix, "10.77.0.1/24" form.
@@ -133,7 +237,7 @@ pub struct Cores {
     pub workers: usize,
     /// "busy" polls without pause; "adaptive" sleeps when idle, until a frame, a doorbell
     /// from an application or control, or a TCP timer wakes it.
-    pub polling: String,
+    pub polling: Polling,
     /// Adaptive polling on a port without a descriptor to sleep on (DPDK): the longest
     /// timed sleep when idle, in microseconds.
     pub max_idle_sleep_us: u64,
@@ -176,7 +280,7 @@ pub struct Limits {
 #[serde(deny_unknown_fields, default)]
 pub struct Shm {
     /// "auto" uses hugepages when free ones exist, "on" requires them, "off" never uses them.
-    pub hugepages: String,
+    pub hugepages: Hugepages,
 }
 
 /// Connection setup (iwarp-control).
@@ -204,7 +308,7 @@ impl Default for Daemon {
         Daemon {
             name: "iwarp0".into(),
             runtime_dir: None,
-            log_level: "info".into(),
+            log_level: LogLevel::Info,
         }
     }
 }
@@ -212,7 +316,7 @@ impl Default for Daemon {
 impl Default for Port {
     fn default() -> Port {
         Port {
-            kind: "unix".into(),
+            kind: PortKind::Unix,
             mac: "02:00:00:00:00:01".into(),
             ipv4: "10.77.0.1/24".into(),
             gateway: None,
@@ -245,7 +349,7 @@ impl Default for Cores {
         Cores {
             list: Vec::new(),
             workers: 0,
-            polling: "adaptive".into(),
+            polling: Polling::Adaptive,
             max_idle_sleep_us: 200,
             idle_spins: 0,
             stage_timing: false,
@@ -276,23 +380,8 @@ impl Default for Limits {
 impl Default for Shm {
     fn default() -> Shm {
         Shm {
-            hugepages: "auto".into(),
+            hugepages: Hugepages::Auto,
         }
-    }
-}
-
-fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), ConfigError> {
-    if allowed.contains(&value) {
-        Ok(())
-    } else {
-        let list: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
-        Err(err(
-            key,
-            format!(
-                "unknown value \"{value}\", expected one of {}",
-                list.join(", ")
-            ),
-        ))
     }
 }
 
@@ -335,13 +424,21 @@ impl Config {
 
     /// Parses and validates TOML text; unknown keys are errors.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| {
-            let key = e
-                .span()
-                .map(|s| text[..s.start].lines().count())
-                .map_or(String::new(), |l| format!("line {l}"));
-            err(&key, e.message().to_string())
-        })?;
+        let c: Config =
+            serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                // A syntax error has no key yet: its line stands in for it.
+                let key = if path != "." {
+                    path
+                } else {
+                    inner
+                        .span()
+                        .map(|s| text[..s.start].lines().count())
+                        .map_or(String::new(), |l| format!("line {l}"))
+                };
+                err(&key, inner.message().to_string())
+            })?;
         c.validate()?;
         Ok(c)
     }
@@ -371,14 +468,6 @@ impl Config {
         }
     }
 
-    pub fn port_kind(&self) -> PortKind {
-        match self.port.kind.as_str() {
-            "tap" => PortKind::Tap,
-            "dpdk" => PortKind::Dpdk,
-            _ => PortKind::Unix,
-        }
-    }
-
     /// Checks every value; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.mpa.rts_delay_ms > 10_000 {
@@ -393,12 +482,6 @@ impl Config {
         if self.daemon.name.is_empty() || self.daemon.name.contains('/') {
             return Err(err("daemon.name", "must be a non-empty name without '/'"));
         }
-        one_of(
-            "daemon.log_level",
-            &self.daemon.log_level,
-            &["error", "warn", "info", "debug", "trace"],
-        )?;
-        one_of("port.kind", &self.port.kind, &["unix", "tap", "dpdk"])?;
         if parse_mac(&self.port.mac).is_none() {
             return Err(err(
                 "port.mac",
@@ -429,7 +512,7 @@ impl Config {
                 format!("{} is outside 576..=9216", self.port.mtu),
             ));
         }
-        if self.port_kind() == PortKind::Dpdk && self.port.eal_args.is_empty() {
+        if self.port.kind == PortKind::Dpdk && self.port.eal_args.is_empty() {
             return Err(err(
                 "port.eal_args",
                 "the dpdk port needs EAL arguments (e.g. [\"--vdev=net_memif0\"])",
@@ -482,7 +565,6 @@ impl Config {
                 format!("{} is outside 0..=1000", self.tcp.ack_delay_us),
             ));
         }
-        one_of("cores.polling", &self.cores.polling, &["busy", "adaptive"])?;
         if !(1..=1_000_000).contains(&self.cores.max_idle_sleep_us) {
             return Err(err(
                 "cores.max_idle_sleep_us",
@@ -525,7 +607,6 @@ impl Config {
                 format!("{} is outside 1..=4", self.limits.max_sge),
             ));
         }
-        one_of("shm.hugepages", &self.shm.hugepages, &["auto", "on", "off"])?;
         Ok(())
     }
 
@@ -575,7 +656,55 @@ mod tests {
         assert_eq!(c.daemon.name, "left");
         assert_eq!(parse_mac(&c.port.mac), Some([2, 0, 0, 0, 0, 10]));
         assert_eq!(c.tcp.min_rto_us, 500);
+        assert_eq!(c.cores.polling, Polling::Busy);
+        assert_eq!(c.port.kind, PortKind::Unix);
         assert_eq!(c.pcap.file.as_deref(), Some(Path::new("/tmp/x.pcap")));
+    }
+
+    #[test]
+    fn choices_are_enums_whose_errors_name_the_key_and_list_the_words() {
+        let c = Config::parse(
+            "[daemon]\nlog_level = \"debug\"\n[cores]\npolling = \"busy\"\n\
+             [shm]\nhugepages = \"off\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.daemon.log_level, c.cores.polling, c.shm.hugepages),
+            (LogLevel::Debug, Polling::Busy, Hugepages::Off)
+        );
+        for (text, expected) in [
+            (
+                "[daemon]\nlog_level = \"loud\"\n",
+                "daemon.log_level: unknown value \"loud\", expected one of \"error\", \"warn\", \
+                 \"info\", \"debug\", \"trace\"",
+            ),
+            (
+                "[cores]\npolling = \"lazy\"\n",
+                "cores.polling: unknown value \"lazy\", expected one of \"busy\", \"adaptive\"",
+            ),
+            (
+                "[shm]\nhugepages = \"yes\"\n",
+                "shm.hugepages: unknown value \"yes\", expected one of \"auto\", \"on\", \"off\"",
+            ),
+        ] {
+            assert_eq!(Config::parse(text).unwrap_err().to_string(), expected);
+        }
+        // The command line's words go through the same parse and the same message.
+        assert_eq!(
+            "lazy".parse::<Polling>().unwrap_err(),
+            Config::parse("[cores]\npolling = \"lazy\"\n").unwrap_err()
+        );
+        for w in PortKind::WORDS {
+            assert_eq!(w.parse::<PortKind>().unwrap().as_str(), *w);
+        }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key_and_a_syntax_error_its_line() {
+        let e = Config::parse("[port]\nmtu = 1500\n[tcp]\nmss = \"big\"\n").unwrap_err();
+        assert_eq!(e.key, "tcp.mss", "{e}");
+        let e = Config::parse("[port]\nmtu = 1500\nmac =\n").unwrap_err();
+        assert_eq!(e.key, "line 3", "{e}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
 use iwarp_abi::qp::QpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::Waker;
-use iwarp_config::Config;
+use iwarp_config::{Config, LogLevel};
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
 use iwarp_control::conn_manager::{Action, CmError, ConnManager};
@@ -118,7 +118,7 @@ impl Daemon {
                     self.router.learn(w, &u);
                     self.pending.push_back(u)
                 }
-                Some(Err(e)) => eprintln!("iwarp-control: bad upcall slot: {e}"),
+                Some(Err(e)) => tracing::warn!("bad upcall slot: {e}"),
                 None => {
                     if Instant::now() > deadline || !self.side.daemon_alive() {
                         return Err(format!(
@@ -314,7 +314,7 @@ fn pump(
                     outbox.extend(cm.handle_upcall(&u, now));
                     outbox.extend(async_event(core, &u));
                 }
-                Err(e) => eprintln!("iwarp-control: bad upcall slot: {e}"),
+                Err(e) => tracing::warn!("bad upcall slot: {e}"),
             }
         }
         if outbox.is_empty() {
@@ -328,8 +328,8 @@ fn pump(
                     }
                     match daemon.call(None, &c) {
                         Ok(reply_status::OK) => {}
-                        Ok(st) => eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}"),
-                        Err(e) => eprintln!("iwarp-control: {e}"),
+                        Ok(st) => tracing::warn!("iwarpd refused {c:?}: status {st}"),
+                        Err(e) => tracing::error!("{e}"),
                     }
                 }
                 Action::App { app, event } => {
@@ -385,11 +385,11 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
     let reply = core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
         Ok(reply_status::OK) => reply_status::OK,
         Ok(st) => {
-            eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}");
+            tracing::warn!("iwarpd refused {c:?}: status {st}");
             st
         }
         Err(e) => {
-            eprintln!("iwarp-control: {e}");
+            tracing::error!("{e}");
             reply_status::BAD_COMMAND
         }
     });
@@ -406,9 +406,24 @@ fn remove_files(app: &App) {
         match std::fs::remove_file(f) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => eprintln!("iwarp-control: cannot remove {}: {e}", f.display()),
+            Err(e) => tracing::warn!("cannot remove {}: {e}", f.display()),
         }
     }
+}
+
+/// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
+fn init_logging(level: LogLevel) {
+    let level = match level {
+        LogLevel::Error => tracing::Level::ERROR,
+        LogLevel::Warn => tracing::Level::WARN,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Trace => tracing::Level::TRACE,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -431,6 +446,7 @@ fn main() -> ExitCode {
             }
         }
     }
+    init_logging(config.daemon.log_level);
     let dir = runtime.unwrap_or_else(|| config.runtime_dir());
     let shm = dir.join("daemon.shm");
     let generation = std::time::SystemTime::now()
@@ -444,10 +460,7 @@ fn main() -> ExitCode {
             match DaemonShm::open(&shm, generation) {
                 Ok(s) => break s,
                 Err(e) if Instant::now() > deadline => {
-                    eprintln!(
-                        "iwarp-control: cannot map {}: {e} (is iwarpd running?)",
-                        shm.display()
-                    );
+                    tracing::error!("cannot map {}: {e} (is iwarpd running?)", shm.display());
                     return ExitCode::from(1);
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -462,8 +475,8 @@ fn main() -> ExitCode {
         // iwarpd makes its doorbell before its segment appears.
         waker: Waker::open(&dir)
             .map_err(|e| {
-                eprintln!(
-                    "iwarp-control: no doorbell in {} ({e}): commands wait for iwarpd's next \
+                tracing::warn!(
+                    "no doorbell in {} ({e}): commands wait for iwarpd's next \
                      poll",
                     dir.display()
                 )
@@ -487,6 +500,9 @@ fn main() -> ExitCode {
         })
         .collect();
     let sock = dir.join("control.sock");
+    // Before control.sock appears: whoever sees it may stop us at once, and SIGTERM must
+    // then end the loop below, not the process.
+    install_signal_handlers();
     // Bound under a temporary name and renamed into place: control.sock exists only once it
     // is listening, so an application that sees the file can connect (no refused window
     // between bind and listen).
@@ -498,17 +514,17 @@ fn main() -> ExitCode {
     }) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("iwarp-control: cannot bind {}: {e}", sock.display());
+            tracing::error!("cannot bind {}: {e}", sock.display());
             let _ = std::fs::remove_file(&staging);
             return ExitCode::from(1);
         }
     };
     if let Err(e) = listener.set_nonblocking(true) {
-        eprintln!("iwarp-control: {e}");
+        tracing::error!("{e}");
         return ExitCode::from(1);
     }
-    eprintln!(
-        "iwarp-control: serving {} (iwarpd pid {}, generation {:#x}, {} worker(s))",
+    tracing::info!(
+        "serving {} (iwarpd pid {}, generation {:#x}, {} worker(s))",
         sock.display(),
         daemon.side.daemon_pid(),
         daemon.side.generation(),
@@ -517,7 +533,6 @@ fn main() -> ExitCode {
     let mut core = Core::new(config.limits.clone());
     let mut apps: Vec<App> = Vec::new();
     let mut next_app = 1u32;
-    install_signal_handlers();
     loop {
         if STOP.load(std::sync::atomic::Ordering::Relaxed) {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
@@ -529,13 +544,13 @@ fn main() -> ExitCode {
                 remove_files(&app);
             }
             let _ = std::fs::remove_file(&sock);
-            eprintln!("iwarp-control: stopped");
+            tracing::info!("stopped");
             return ExitCode::SUCCESS;
         }
         if !daemon.side.daemon_alive() || daemon.side.daemon_replaced() {
             // Every QP, region and connection lived in that daemon: tell applications by
             // closing their sockets, and leave (a supervisor restarts us with the new one).
-            eprintln!("iwarp-control: iwarpd died or was restarted; closing all applications");
+            tracing::error!("iwarpd died or was restarted; closing all applications");
             let _ = std::fs::remove_file(&sock);
             return ExitCode::from(3);
         }
@@ -555,15 +570,15 @@ fn main() -> ExitCode {
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => eprintln!("iwarp-control: accept: {e}"),
+            Err(e) => tracing::warn!("accept: {e}"),
         }
         let now = start.elapsed().as_millis() as u64;
         for (w, (watch, stalled)) in watches.iter_mut().enumerate() {
             match watch.sample(daemon.side.generation(), daemon.side.heartbeat(w), now) {
                 Liveness::Stalled { since_ms } if !*stalled => {
                     *stalled = true;
-                    eprintln!(
-                        "iwarp-control: the heartbeat of iwarpd's worker {w} has not moved for \
+                    tracing::warn!(
+                        "the heartbeat of iwarpd's worker {w} has not moved for \
                          {since_ms} ms"
                     );
                 }
@@ -624,7 +639,7 @@ fn main() -> ExitCode {
             let app = apps.remove(i);
             for c in core.app_gone(app.id) {
                 if let Err(e) = daemon.call(Some(app.id), &c) {
-                    eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
+                    tracing::warn!("cleanup of app {}: {e}", app.id);
                 }
             }
             daemon.router.forget_app(app.id);

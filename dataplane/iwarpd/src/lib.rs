@@ -20,13 +20,18 @@
 //!   control, its applications' queue rings, completions and events.
 //! - `worker.rs`: the poll-mode core that owns a node (pinning, busy/adaptive polling,
 //!   counters readable while it runs); a daemon runs one per configured worker.
+//! - `daemon.rs`: the daemon the `iwarpd` binary runs: runtime directory, daemon segment,
+//!   worker threads (each opens its port with `port/open.rs`), signals, the stats file
+//!   (`stats.rs`).
 
 pub mod arp;
 pub mod clock;
+pub mod daemon;
 pub mod device;
 pub mod host;
 pub mod neighbours;
 pub mod node;
 pub mod peer_tcp;
 pub mod port;
+pub mod stats;
 pub mod worker;

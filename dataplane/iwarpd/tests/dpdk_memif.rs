@@ -124,11 +124,9 @@ fn jumbo_frames_over_dpdk_memif() {
     let got = first_frames(&mut pa, &mut pb, |p| p.tx(&[0x6b; 9014]).unwrap());
     assert!(got.iter().all(|f| f[..] == [0x6b; 9014]));
 
-    let tcp = TcpSettings {
-        mss: 8960,
-        max_inflight: iwarp_config::default_max_inflight(8960, TcpSettings::default().tx_buffer),
-        ..TcpSettings::default()
-    };
+    let tcp =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 9000\n").unwrap());
+    assert_eq!(tcp.mss, 8960);
     let (mut a, mut b) = pair_tcp(pa, pb, Settings::default(), tcp);
     let frames = b.node.counters().tx_frames;
     // Frames sent above while the link came up may have been dropped (TX ring not ready).

@@ -221,10 +221,10 @@ fn fpdus_fit_the_peers_mss_when_it_is_below_ours() {
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("b.pcap");
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 1500);
-    let narrow = TcpSettings {
-        mss: 1160,
-        ..TcpSettings::default()
-    };
+    // The daemon's settings for port.mtu 1200.
+    let narrow =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 1200\n").unwrap());
+    assert_eq!(narrow.mss, 1160);
     let pb = PcapPort::new(pb, &pcap).unwrap();
     let (mut a, mut b) = pair_tcps(
         pa.with_mtu(1200),
@@ -282,11 +282,10 @@ fn jumbo_frames_carry_jumbo_fpdus() {
     let pcap = dir.path().join("b.pcap");
     let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], B_MAC, 9000);
     let pb = PcapPort::new(pb, &pcap).unwrap();
-    let jumbo = TcpSettings {
-        mss: 8960,
-        max_inflight: 64 * 8960,
-        ..TcpSettings::default()
-    };
+    // The daemon's settings for 9000-octet frames: 8960-octet segments, 64 in flight.
+    let jumbo =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 9000\n").unwrap());
+    assert_eq!((jumbo.mss, jumbo.max_inflight), (8960, 64 * 8960));
     let (mut a, mut b) = pair_tcps(pa, pb, Settings::default(), jumbo, jumbo);
     let len = 1 << 20;
     write_b_to_a(&mut a, &mut b, len, 17);

@@ -104,11 +104,9 @@ fn jumbo_frames_over_tap_and_a_bridge() {
         assert_eq!(mtu.trim(), "9000", "{t}'s kernel side");
     }
     let _bridge = Bridge::new("iwbr2", &["iwtapJ", "iwtapK"]);
-    let tcp = TcpSettings {
-        mss: 8960,
-        max_inflight: iwarp_config::default_max_inflight(8960, TcpSettings::default().tx_buffer),
-        ..TcpSettings::default()
-    };
+    let tcp =
+        TcpSettings::from_config(&iwarp_config::Config::parse("[port]\nmtu = 9000\n").unwrap());
+    assert_eq!(tcp.mss, 8960);
     let (mut a, mut b) = common::pair_tcp(ta, tb, Settings::default(), tcp);
     let frames = b.node.counters().tx_frames;
     let len = 4 << 20;

@@ -164,7 +164,7 @@ pub fn free_hugepages() -> usize {
 
 fn warn_fallback(why: &str) {
     if !WARNED.swap(true, Ordering::Relaxed) {
-        log::warn!(
+        tracing::warn!(
             "no usable hugepages ({why}; free 2 MiB pages: {}): shared memory falls back to \
              ordinary pages in {SHM_DIR} (more TLB misses); see deploy/ for hugepage set-up",
             free_hugepages()
@@ -601,7 +601,7 @@ impl Drop for Segment {
         if self.remove_on_drop {
             if let Some(p) = &self.path {
                 if let Err(e) = std::fs::remove_file(p) {
-                    log::warn!("removing segment {}: {e}", p.display());
+                    tracing::warn!("removing segment {}: {e}", p.display());
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use crate::link::Release;
-use crate::mr::MrInner;
+use crate::wr::Regions;
 use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
@@ -37,11 +37,11 @@ impl WorkCompletion {
 /// completion for `wr_id` also retires every earlier (unsignaled) entry.
 #[derive(Debug, Default)]
 pub(crate) struct Outstanding {
-    entries: Mutex<VecDeque<(u64, Vec<Arc<MrInner>>)>>,
+    entries: Mutex<VecDeque<(u64, Regions)>>,
 }
 
 impl Outstanding {
-    pub(crate) fn push(&self, wr_id: u64, mrs: Vec<Arc<MrInner>>) {
+    pub(crate) fn push(&self, wr_id: u64, mrs: Regions) {
         for m in &mrs {
             m.posted.fetch_add(1, Ordering::AcqRel);
         }

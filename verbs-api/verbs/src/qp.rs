@@ -5,12 +5,11 @@
 use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
 use crate::link::Release;
-use crate::mr::MrInner;
 use crate::srq::SharedReceiveQueue;
-use crate::wr::{sgl, RecvWr, Sg};
+use crate::wr::{sgl, Regions, RecvWr, Sg, Sgl};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
-use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, Sge, MAX_INLINE, MAX_SGE};
+use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, MAX_INLINE, MAX_SGE};
 use std::sync::{Arc, Mutex};
 
 /// What a send work request does (Verbs section 8.2.2, RFC 7306 for atomics and Immediate).
@@ -128,6 +127,16 @@ pub struct QueuePair {
     tracker: Arc<QpTracker>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
+    /// The storage of the last batch, emptied, for the next one: a batch (and so each Post
+    /// Send) allocates only when it outgrows every batch before it.
+    spare: Mutex<BatchStorage>,
+}
+
+/// What a [`PostBatch`] collects: the encoded WQEs, and each request's id and regions.
+#[derive(Default)]
+struct BatchStorage {
+    wqes: Vec<SendWqe>,
+    mrs: Vec<(u64, Regions)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -213,6 +222,7 @@ impl QueuePair {
             max_inline: max_inline.min(MAX_INLINE),
             tracker,
             waker: None,
+            spare: Mutex::default(),
         }
     }
 
@@ -249,11 +259,11 @@ impl QueuePair {
         &self.recv_cq
     }
 
-    fn sgl(&self, sgs: &[Sg<'_>]) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
+    fn sgl(&self, sgs: &[Sg<'_>]) -> Result<(Sgl, Regions), Error> {
         sgl(sgs, self.max_sge)
     }
 
-    fn encode(&self, wr: &SendWr<'_>) -> Result<(SendWqe, Vec<Arc<MrInner>>), Error> {
+    fn encode(&self, wr: &SendWr<'_>) -> Result<(SendWqe, Regions), Error> {
         let (sgl, mrs) = self.sgl(wr.sg_list)?;
         let op = match wr.opcode {
             WrOpcode::Send => SendOpcode::Send,
@@ -393,8 +403,7 @@ impl QueuePair {
     pub fn batch(&self) -> PostBatch<'_> {
         PostBatch {
             qp: self,
-            wqes: Vec::new(),
-            mrs: Vec::new(),
+            store: std::mem::take(&mut *lock(&self.spare)),
         }
     }
 }
@@ -427,32 +436,40 @@ impl Drop for QueuePair {
 #[must_use = "a batch posts nothing until submit() rings the doorbell"]
 pub struct PostBatch<'q> {
     qp: &'q QueuePair,
-    wqes: Vec<SendWqe>,
-    mrs: Vec<(u64, Vec<Arc<MrInner>>)>,
+    store: BatchStorage,
+}
+
+impl Drop for PostBatch<'_> {
+    fn drop(&mut self) {
+        // Whatever was not posted releases its regions here; the storage goes back.
+        self.store.wqes.clear();
+        self.store.mrs.clear();
+        *lock(&self.qp.spare) = std::mem::take(&mut self.store);
+    }
 }
 
 impl PostBatch<'_> {
     /// Checks and encodes `wr` into the batch (nothing reaches the ring yet).
     pub fn send(&mut self, wr: &SendWr<'_>) -> Result<&mut Self, Error> {
         let (w, mrs) = self.qp.encode(wr)?;
-        self.wqes.push(w);
-        self.mrs.push((wr.wr_id, mrs));
+        self.store.wqes.push(w);
+        self.store.mrs.push((wr.wr_id, mrs));
         Ok(self)
     }
 
     /// Writes every WQE and publishes them with one producer-index store. All or nothing: if
     /// the SQ lacks room for the whole batch, nothing is posted and [`Error::QueueFull`].
-    pub fn submit(self) -> Result<(), Error> {
+    pub fn submit(mut self) -> Result<(), Error> {
         let mut ring = lock(&self.qp.sq);
-        if ring.free_slots() < self.wqes.len() {
+        if ring.free_slots() < self.store.wqes.len() {
             return Err(Error::QueueFull);
         }
         // Track before publishing so a completion can never precede its entry.
-        for (wr_id, mrs) in self.mrs {
+        for (wr_id, mrs) in self.store.mrs.drain(..) {
             self.qp.tracker.sq.push(wr_id, mrs);
         }
-        let n = ring.push_batch(&self.wqes);
-        debug_assert_eq!(n, self.wqes.len());
+        let n = ring.push_batch(&self.store.wqes);
+        debug_assert_eq!(n, self.store.wqes.len());
         drop(ring);
         self.qp.kick();
         Ok(())

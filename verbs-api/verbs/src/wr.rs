@@ -3,8 +3,14 @@
 
 use crate::error::Error;
 use crate::mr::{MemoryRegion, MrInner};
-use iwarp_abi::wqe::Sge;
+use arrayvec::ArrayVec;
+use iwarp_abi::wqe::{Sge, MAX_SGE};
 use std::sync::Arc;
+
+/// A work request's SGEs, as many as a WQE carries: held inline, no allocation per post.
+pub(crate) type Sgl = ArrayVec<Sge, MAX_SGE>;
+/// The regions a posted work request uses (one per SGE), kept alive until it completes.
+pub(crate) type Regions = ArrayVec<Arc<MrInner>, MAX_SGE>;
 
 /// One local scatter/gather element: `len` octets at `offset` of `mr`.
 #[derive(Debug, Clone, Copy)]
@@ -22,15 +28,15 @@ pub struct RecvWr<'a> {
 }
 
 /// The SGEs of a work request, bounds-checked, and the regions they use.
-pub(crate) fn sgl(sgs: &[Sg<'_>], max_sge: usize) -> Result<(Vec<Sge>, Vec<Arc<MrInner>>), Error> {
-    if sgs.len() > max_sge {
+pub(crate) fn sgl(sgs: &[Sg<'_>], max_sge: usize) -> Result<(Sgl, Regions), Error> {
+    if sgs.len() > max_sge.min(MAX_SGE) {
         return Err(Error::InvalidSgeCount {
             count: sgs.len(),
             max: max_sge,
         });
     }
-    let mut sgl = Vec::with_capacity(sgs.len());
-    let mut mrs = Vec::with_capacity(sgs.len());
+    let mut sgl = Sgl::new();
+    let mut mrs = Regions::new();
     for s in sgs {
         sgl.push(s.mr.sge(s.offset, s.len)?);
         mrs.push(s.mr.inner.clone());

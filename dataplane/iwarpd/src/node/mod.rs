@@ -49,16 +49,25 @@ pub struct TcpSettings {
     pub ack_delay: std::time::Duration,
 }
 
+/// The daemon's defaults (those of an empty configuration file).
 impl Default for TcpSettings {
     fn default() -> TcpSettings {
+        TcpSettings::from_config(&iwarp_config::Config::default())
+    }
+}
+
+impl TcpSettings {
+    /// The settings the configuration gives: its `tcp` section, with the segment size and
+    /// in-flight bound derived from `port.mtu` where the file leaves them out.
+    pub fn from_config(cfg: &iwarp_config::Config) -> TcpSettings {
         TcpSettings {
-            rx_buffer: 1 << 20,
-            tx_buffer: 1 << 20,
-            min_rto_us: 1000,
-            mss: 1460,
-            max_inflight: 256 << 10,
-            user_timeout: std::time::Duration::from_secs(2),
-            ack_delay: std::time::Duration::from_micros(5),
+            rx_buffer: cfg.tcp.rx_buffer,
+            tx_buffer: cfg.tcp.tx_buffer,
+            min_rto_us: cfg.tcp.min_rto_us,
+            mss: cfg.mss(),
+            max_inflight: cfg.max_inflight(),
+            user_timeout: std::time::Duration::from_millis(cfg.tcp.user_timeout_ms),
+            ack_delay: std::time::Duration::from_micros(cfg.tcp.ack_delay_us),
         }
     }
 }

@@ -66,6 +66,7 @@ macro_rules! forward_to_inner {
 pub mod dpdk;
 pub mod lossy;
 pub mod memory;
+pub mod open;
 pub mod pcap;
 mod rx_pool;
 pub mod steer;

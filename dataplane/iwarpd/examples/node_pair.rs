@@ -4,10 +4,10 @@
 //! on its way through a daemon (port, TCP, MPA/DDP/RDMAP, placement) plus the post that
 //! starts it.
 //!
-//!     cargo run --release -p iwarp-bench --bin node-pair -- latency [--iterations N] [--ack-delay-us US]
-//!     cargo run --release -p iwarp-bench --bin node-pair -- rate [--seconds S] [--op sends|writes]
-//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- latency --link memif --threads 2
-//!     cargo run --release -p iwarp-bench --features dpdk --bin node-pair -- rate --link memif --threads 2
+//!     cargo run --release -p iwarpd --example node-pair -- latency [--iterations N] [--ack-delay-us US]
+//!     cargo run --release -p iwarpd --example node-pair -- rate [--seconds S] [--op sends|writes]
+//!     cargo run --release -p iwarpd --features dpdk --example node-pair -- latency --link memif --threads 2
+//!     cargo run --release -p iwarpd --features dpdk --example node-pair -- rate --link memif --threads 2
 //!
 //! `latency`: RDMA Write 64 B ping-pong; percentiles of the round trip and of one hop (half
 //! of it), in microseconds. With an ACK delay (`tcp.ack_delay_us`) the receiver's ACK rides
@@ -126,15 +126,16 @@ impl Placement {
         (self.threads == 2).then(|| [self.cores[0], self.cores[1]])
     }
 
-    /// Both nodes' TCP settings: the daemon's defaults for the link's MTU.
+    /// Both nodes' configuration: the daemon's defaults for the link's MTU.
+    fn config(&self) -> iwarp_config::Config {
+        let mut c = iwarp_config::Config::default();
+        c.port.mtu = usize::from(self.mtu);
+        c
+    }
+
+    /// Both nodes' TCP settings: the daemon's for the link's MTU.
     fn tcp(&self) -> TcpSettings {
-        let d = TcpSettings::default();
-        let mss = usize::from(self.mtu) - 40;
-        TcpSettings {
-            mss,
-            max_inflight: iwarp_config::default_max_inflight(mss, d.tx_buffer),
-            ..d
-        }
+        TcpSettings::from_config(&self.config())
     }
 }
 
@@ -477,9 +478,10 @@ fn main() {
                 ack_us: ack_delay_us,
                 cores: place.cores(),
                 rings: place.rings,
-                tcp: TcpSettings {
-                    ack_delay: Duration::from_micros(ack_delay_us),
-                    ..place.tcp()
+                tcp: {
+                    let mut c = place.config();
+                    c.tcp.ack_delay_us = ack_delay_us;
+                    TcpSettings::from_config(&c)
                 },
             };
             (Job::Latency(run), place)
@@ -518,7 +520,7 @@ fn main() {
         Link::Memif => {
             eprintln!(
                 "node-pair: --link memif needs the dpdk feature \
-                 (cargo run --release -p iwarp-bench --features dpdk --bin node-pair)"
+                 (cargo run --release -p iwarpd --features dpdk --example node-pair)"
             );
             std::process::exit(2);
         }

@@ -2,7 +2,7 @@
 //! CRC32c on. Reports 64-byte Sends per second, 64 KiB RDMA Write bandwidth, and heap
 //! allocations per message on the steady path (counted by a wrapping global allocator).
 //!
-//!     cargo run --release -p iwarp-bench --bin engine-pair [-- SECONDS [sends|writes]]
+//!     cargo run --release -p iwarp-engine --example engine-pair [-- SECONDS [sends|writes]]
 
 use iwarp_engine::{Access, ConnParams, QpCaps, RecvWr, Rnic, SendOp, SendWr, Sge, WorkCompletion};
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,0 +1,84 @@
+//! The daemon's stats file, `<runtime dir>/stats`: the counters of each core and the
+//! process's memory, rewritten every second for a reader outside the daemon.
+
+use crate::worker::CoreCounters;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The stats file and what the daemon says about the counters once a second.
+pub struct StatsFile {
+    path: PathBuf,
+    last: Option<Instant>,
+    bad_checksums: u64,
+}
+
+impl StatsFile {
+    pub fn new(path: PathBuf) -> StatsFile {
+        StatsFile {
+            path,
+            last: None,
+            bad_checksums: 0,
+        }
+    }
+
+    /// Called often: once a second, rewrites the file and warns of TCP segments dropped for
+    /// a wrong checksum since the last time.
+    pub fn tick(&mut self, cores: &[&CoreCounters]) {
+        if self
+            .last
+            .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        write_stats(&self.path, cores);
+        self.last = Some(Instant::now());
+        let now: u64 = cores
+            .iter()
+            .map(|c| c.bad_checksums.load(Ordering::Relaxed))
+            .sum();
+        if now > self.bad_checksums {
+            tracing::warn!(
+                "dropped {} TCP segment(s) with a wrong checksum in the last second ({now} \
+                 in all): a peer behind a veth or a VM's virtio device may leave checksums \
+                 to an offload that never happens (`ethtool -K IF tx off` on its interface)",
+                now - self.bad_checksums
+            );
+        }
+        self.bad_checksums = now;
+    }
+}
+
+/// Writes the stats file atomically (a reader never sees half of it): one line per core,
+/// then the process's memory as the kernel counts it (`/proc/self/status`, KiB): resident in
+/// all, of it anonymous (heap, stacks) and shared (rings and registered segments in
+/// /dev/shm), and hugetlb pages mapped (hugepage segments, DPDK's mempool), which resident
+/// memory leaves out.
+fn write_stats(path: &Path, cores: &[&CoreCounters]) {
+    let mut text = String::new();
+    for c in cores {
+        text.push_str(&c.line());
+        text.push('\n');
+    }
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        text.push_str(&format!(
+            "process pid={} rss_kib={} rss_anon_kib={} rss_shmem_kib={} hugetlb_kib={}\n",
+            std::process::id(),
+            kib("VmRSS:"),
+            kib("RssAnon:"),
+            kib("RssShmem:"),
+            kib("HugetlbPages:"),
+        ));
+    }
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
