@@ -352,6 +352,12 @@ impl Rnic {
 
     // ---- work requests ----
 
+    /// Post Send (Verbs section 9.3.1.1). Its immediate errors leave the QP as it was
+    /// (section 8.3.1): a malformed WR (too many SGEs, inline data where none may go, an
+    /// operation not negotiated), a local STag the WR cannot use, a full SQ. An accepted WR
+    /// meets the QP's state as figures 7 to 11 say: enqueued in Idle (run once in RTS), RTS
+    /// and Terminate (flushed when Error follows), enqueued and flushed with the QP moved to
+    /// Error in Closing, flushed at once in Error.
     pub fn post_send(&mut self, qp: u32, wr: SendWr) -> Result<(), VerbsError> {
         if wr.num_sge as usize > MAX_SGE {
             return Err(VerbsError::TooManySge);
@@ -359,21 +365,46 @@ impl Rnic {
         let q = self.qp_mut(qp)?;
         let (pd, version) = (q.pd, q.conn.as_ref().map_or(1, |c| c.params.rdmap_version));
         self.check_send_wr(pd, version, &wr)?;
+        self.enqueue_send(qp, wr)
+    }
+
+    /// Post Send of a WR that cannot run, for a caller that can no longer return an
+    /// immediate error: the daemon's fast path, whose application got its answer when it
+    /// wrote the WR to its ring. `wr` is what [`Rnic::post_send`] refused, or a stand-in
+    /// with the WR's id and operation when the entry could not be decoded. It takes its
+    /// place in the SQ like any WR and, in its turn, once every WR before it completed,
+    /// completes with `status`; that moves the QP to Error and flushes the WRs behind it
+    /// (Verbs sections 8.2.2 rule 2 and 8.3.2, figure 23). So completions leave the SQ in
+    /// posting order whatever failed. Refused only with `QueueFull` (post it again later)
+    /// or `InvalidQp`.
+    pub fn post_send_failed(
+        &mut self,
+        qp: u32,
+        mut wr: SendWr,
+        status: Status,
+    ) -> Result<(), VerbsError> {
+        wr.refused = Some(status);
+        self.enqueue_send(qp, wr)
+    }
+
+    fn enqueue_send(&mut self, qp: u32, wr: SendWr) -> Result<(), VerbsError> {
         let q = self.qp_mut(qp)?;
-        match q.state {
-            QpState::Rts => {}
-            QpState::Error => {
-                // Verbs: WRs posted in Error complete with the flush status.
-                let (cq, qpn) = (q.send_cq, q.id);
-                self.complete_now(cq, qpn, &wr, Status::WrFlushed);
-                return Ok(());
-            }
-            _ => return Err(VerbsError::InvalidQpState),
+        if q.state == QpState::Error {
+            // Figure 10: posted in Error, a WR is enqueued and flushed. Everything posted
+            // before was flushed on entry to Error, so this completion keeps the order.
+            let (cq, qpn) = (q.send_cq, q.id);
+            self.complete_now(cq, qpn, &wr, Status::WrFlushed);
+            return Ok(());
         }
         if q.sq.len() + q.inflight.len() >= q.sq_depth {
             return Err(VerbsError::QueueFull);
         }
         q.sq.push_back(wr);
+        if q.state == QpState::Closing {
+            // Figure 11, PostSQ in Closing: enqueue and flush, reset the stream, "Bad Close"
+            // event, Error. The flush completes the WRs before this one first.
+            self.enter_error(qp, None);
+        }
         Ok(())
     }
 
@@ -441,27 +472,64 @@ impl Rnic {
         Ok(())
     }
 
+    /// Post Receive (Verbs section 9.3.1.2). Immediate error: too many SGEs, a full RQ.
+    /// An accepted WR meets the QP's state as figures 7 to 11 say: enqueued in Idle, RTS and
+    /// Terminate, enqueued and flushed in Closing and Error. Local STags are checked when a
+    /// message is placed (a completion error then, figure 23).
     pub fn post_recv(&mut self, qp: u32, wr: RecvWr) -> Result<(), VerbsError> {
         if wr.num_sge as usize > MAX_SGE {
             return Err(VerbsError::TooManySge);
         }
+        self.enqueue_recv(qp, wr)
+    }
+
+    /// Post Receive of a WR that cannot be used (it could not be decoded), for a caller that
+    /// can no longer return an immediate error (see [`Rnic::post_send_failed`]). It waits
+    /// in the RQ like any receive; the message that consumes it completes it with `status`
+    /// and ends the stream with a Terminate (figure 23, "Invalid WQE format"). Refused only
+    /// with `QueueFull` or `InvalidQp`.
+    pub fn post_recv_failed(
+        &mut self,
+        qp: u32,
+        mut wr: RecvWr,
+        status: Status,
+    ) -> Result<(), VerbsError> {
+        wr.refused = Some(status);
+        self.enqueue_recv(qp, wr)
+    }
+
+    /// [`Rnic::post_recv_failed`] for an S-RQ: the QP whose message consumes it completes it.
+    pub fn post_srq_recv_failed(
+        &mut self,
+        srq: u32,
+        mut wr: RecvWr,
+        status: Status,
+    ) -> Result<(), VerbsError> {
+        wr.refused = Some(status);
+        self.post_srq_recv(srq, wr)
+    }
+
+    fn enqueue_recv(&mut self, qp: u32, wr: RecvWr) -> Result<(), VerbsError> {
         let q = self.qp_mut(qp)?;
-        match q.state {
-            QpState::Idle | QpState::Rts => {}
-            QpState::Error => {
-                let (cq, qpn) = (q.recv_cq, q.id);
-                self.push_wc(
-                    cq,
-                    WorkCompletion::new(wr.wr_id, qpn, WcOpcode::Recv, Status::WrFlushed, 0),
-                );
-                return Ok(());
-            }
-            _ => return Err(VerbsError::InvalidQpState),
+        if q.state == QpState::Error {
+            let (cq, qpn) = (q.recv_cq, q.id);
+            self.push_wc(
+                cq,
+                WorkCompletion::new(wr.wr_id, qpn, WcOpcode::Recv, Status::WrFlushed, 0),
+            );
+            return Ok(());
         }
         if q.rq.len() >= q.rq_depth {
             return Err(VerbsError::QueueFull);
         }
         q.rq.push_back(wr);
+        // Figure 11, PostRQ in Closing: enqueue and flush (section 6.2.5: the RQ is flushed
+        // during Closing), the QP stays in Closing. Flushed behind the receives posted
+        // before it; a receive a message is still filling keeps its place at the head.
+        let filling = q.conn.as_ref().is_some_and(|c| c.rx_recv.is_some());
+        if q.state == QpState::Closing && !filling {
+            self.flush_rq(qp, None);
+        }
         Ok(())
     }
 

@@ -315,6 +315,13 @@ impl Rnic {
                 self.terminate(qp, t::DDP_UNTAGGED_NO_BUFFER, ulpdu, 18);
                 return;
             };
+            if let Some(status) = wr.refused {
+                // A receive accepted although unusable fails when consumed, in its turn
+                // (Verbs figure 23, "Invalid WQE format": Local Catastrophic Error).
+                self.push_wc(cq, recv_wc(id, wr.wr_id, WcOpcode::Recv, status, 0));
+                self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
+                return;
+            }
             conn.rx_recv = Some(RxRecv { wr, received: 0 });
         }
         let Some(mut rx) = conn.rx_recv else { return };

@@ -18,8 +18,13 @@ const IRQ_BURST: u32 = 8;
 /// What a transmit step finished, applied after the borrow of the QP ends.
 enum Done {
     None,
-    Wr { seq: u64, status: Status, len: u32 },
-    Error,
+    Wr {
+        seq: u64,
+        status: Status,
+        len: u32,
+    },
+    /// The WR failed with this status: the QP goes to Error with it as the cause.
+    Error(Status),
 }
 
 impl Rnic {
@@ -78,7 +83,7 @@ impl Rnic {
             match done {
                 Done::None => {}
                 Done::Wr { seq, status, len } => self.finish_wr(qp, seq, status, len),
-                Done::Error => self.enter_error(qp, Some(Status::LocalProtectionError)),
+                Done::Error(status) => self.enter_error(qp, Some(status)),
             }
             match n {
                 Some(n) => return Some(n),
@@ -280,6 +285,11 @@ fn next_startable(q: &Qp) -> bool {
     let Some(conn) = q.conn.as_ref() else {
         return false;
     };
+    if failure(wr, conn).is_some() {
+        // It fails once every WR before it completed, so that those get their own
+        // completions rather than a flush (Verbs section 6.2.4 allows either).
+        return q.inflight.is_empty();
+    }
     if wr.read_fence && !conn.orq.is_empty() {
         return false;
     }
@@ -293,6 +303,21 @@ fn next_startable(q: &Qp) -> bool {
         | SendOp::CmpSwap { .. } => conn.orq.len() < conn.params.ord as usize,
         _ => true,
     }
+}
+
+/// Why the WR cannot run, if it cannot: refused when posted, or a Read or atomic on a
+/// connection with ORD 0, which could never start (Verbs section 8.3.2, figure 23: "Zero
+/// ORD" is a completion error of the SQ WR).
+fn failure(wr: &SendWr, conn: &Conn) -> Option<Status> {
+    let needs_ord = matches!(
+        wr.op,
+        SendOp::Read { .. }
+            | SendOp::ReadV2 { .. }
+            | SendOp::FetchAdd { .. }
+            | SendOp::CmpSwap { .. }
+    );
+    wr.refused
+        .or((needs_ord && conn.params.ord == 0).then_some(Status::LocalQpOperationError))
 }
 
 fn max_payload(conn: &Conn, header: usize) -> u32 {
@@ -370,6 +395,9 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             signaled: wr.signaled,
             done: None,
         });
+        if let Some(status) = q.conn.as_ref().and_then(|c| failure(wr, c)) {
+            return (None, Done::Error(status));
+        }
         // Work that touches only the local STag table completes without going on the wire.
         let local = match wr.op {
             SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd)),
@@ -448,7 +476,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, Done::Error(Status::LocalProtectionError))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last: true } => {
@@ -492,7 +520,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, TAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, Done::Error(Status::LocalProtectionError))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 // Write with Immediate: the Immediate Data message comes next.
@@ -573,7 +601,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             let sge = wr.sgl[0];
             let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
                 conn.cur = None;
-                return (None, Done::Error);
+                return (None, Done::Error(Status::LocalProtectionError));
             };
             let request_id = conn.next_request_id;
             let req = match wr.op {
@@ -681,7 +709,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, Done::Error(Status::LocalProtectionError))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last } => {

@@ -168,6 +168,9 @@ pub struct SendWr {
     pub inline: [u8; MAX_INLINE],
     pub inline_len: u8,
     pub is_inline: bool,
+    /// Set when the WR was accepted although it cannot run (see [`crate::Rnic::post_send_failed`]):
+    /// it completes with this status in its turn instead of running.
+    pub(crate) refused: Option<Status>,
 }
 
 impl SendWr {
@@ -186,6 +189,7 @@ impl SendWr {
             inline: [0; MAX_INLINE],
             inline_len: 0,
             is_inline: false,
+            refused: None,
         }
     }
 
@@ -217,6 +221,10 @@ pub struct RecvWr {
     pub wr_id: u64,
     pub sgl: [Sge; MAX_SGE],
     pub num_sge: u8,
+    /// Set when the WR was accepted although it cannot be used (see
+    /// [`crate::Rnic::post_recv_failed`]): the message that consumes it completes it with
+    /// this status and ends the stream.
+    pub(crate) refused: Option<Status>,
 }
 
 impl RecvWr {
@@ -228,6 +236,7 @@ impl RecvWr {
             wr_id,
             sgl: s,
             num_sge: n as u8,
+            refused: None,
         }
     }
     pub fn sgl(&self) -> &[Sge] {

@@ -531,7 +531,7 @@ fn modify_qp_follows_the_state_diagram() {
         Err(iwarp_engine::VerbsError::InvalidModify)
     );
     let buf = p.buffer(A, 8, Access::LOCAL_WRITE);
-    // Idle: receives may be posted, sends may not.
+    // Idle (Verbs figure 7): receives and sends are enqueued, not processed.
     p.post_recv(A, 1, &[p.sge(A, buf, 0, 8)]);
     let e = p.a.rnic.post_send(
         p.a.qp,
@@ -544,7 +544,9 @@ fn modify_qp_follows_the_state_diagram() {
             &[],
         ),
     );
-    assert_eq!(e, Err(iwarp_engine::VerbsError::InvalidQpState));
+    assert_eq!(e, Ok(()));
+    assert_eq!(p.a.rnic.poll_transmit(p.a.qp, &mut [0u8; 256]), None);
+    assert!(p.wcs(A).is_empty());
 }
 
 #[test]

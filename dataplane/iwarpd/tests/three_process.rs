@@ -873,7 +873,7 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
 }
 
 #[test]
-fn a_corrupted_ring_entry_completes_in_error_and_the_daemon_keeps_serving() {
+fn a_corrupted_ring_entry_completes_in_its_turn_and_the_daemon_keeps_serving() {
     let mut p = pair(7009, ConnSettings::default(), ConnSettings::default());
     // A second QP of A's application whose SQ ring this test writes by hand.
     let e = &mut p.a;
@@ -913,22 +913,32 @@ fn a_corrupted_ring_entry_completes_in_error_and_the_daemon_keeps_serving() {
         ird: 8,
         ord: 8,
     };
-    e.id(&Request::CreateQp {
+    let qp = e.id(&Request::CreateQp {
         attrs,
         sq: path(&sq_seg),
         rq: path(&rq_seg),
     });
-    // An entry no library would write: an unknown opcode and an impossible SGE count.
+    // An entry no library would write (an unknown opcode and an impossible SGE count), then
+    // a good one. The QP is in Idle, where posted WRs wait unprocessed (Verbs figure 7);
+    // Modify QP to Error flushes both, in posting order (section 6.2.1.1): the bad entry
+    // took its place in the SQ like any other.
     let mut bad = SendWqe::new(66, iwarp_abi::wqe::SendOpcode::Send, &[]).unwrap();
     bad.opcode = 0xee;
     bad.num_sge = 200;
     sq.push(bad).unwrap();
-    let wc = wait_cqe(&cq);
-    assert_eq!(
-        (wc.wr_id, wc.status),
-        (66, WcStatus::LocalQpOperationError),
-        "{wc:?}"
-    );
+    sq.push(SendWqe::new(67, iwarp_abi::wqe::SendOpcode::Send, &[]).unwrap())
+        .unwrap();
+    match e.call(&Request::ModifyQp {
+        qp,
+        state: QpState::Error,
+    }) {
+        Reply::Qp { .. } | Reply::Done => {}
+        other => panic!("{other:?}"),
+    }
+    for id in [66, 67] {
+        let wc = wait_cqe(&cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::WrFlushed), "{wc:?}");
+    }
     // The connected pair of the same daemons still moves data.
     recv(&p.sb.qp, 1, &p.sb.mr, 0);
     mem_write(&p.sa.mem, 0, b"after the bad entry");

@@ -1,6 +1,6 @@
 //! Completion queues: a ring of [`Cqe`] written by the daemon, read here without a system
-//! call. Polling a completion also releases the memory regions its work request (and the
-//! unsignaled ones before it on the same queue) held.
+//! call. Polling a completion also releases the memory regions its work request held (and,
+//! for a send, those of the unsignaled ones before it on the same SQ).
 
 use crate::error::Error;
 use crate::link::Release;
@@ -33,8 +33,7 @@ impl WorkCompletion {
 }
 
 /// The posted-but-not-completed work requests of one work queue, in posting order, with the
-/// regions each uses. Work completes in order within a queue (Verbs section 8.2.1), so a
-/// completion for `wr_id` also retires every earlier (unsignaled) entry.
+/// regions each uses.
 #[derive(Debug, Default)]
 pub(crate) struct Outstanding {
     entries: Mutex<VecDeque<(u64, Regions)>>,
@@ -58,6 +57,9 @@ impl Outstanding {
         }
     }
 
+    /// An SQ completion for `wr_id`: an SQ completes in posting order (Verbs section 8.2.2
+    /// rule 2, which the daemon keeps even for WRs that fail), so the unsignaled entries
+    /// before it are complete too (section 8.2.1) and are retired with it.
     fn retire_through(&self, wr_id: u64) {
         let mut q = lock(&self.entries);
         if !q.iter().any(|(w, _)| *w == wr_id) {
@@ -69,6 +71,21 @@ impl Outstanding {
             }
             if w == wr_id {
                 break;
+            }
+        }
+    }
+
+    /// A receive completion for `wr_id`: only that entry is retired. Receives are always
+    /// signaled, and an S-RQ's complete in whatever order its QPs' messages arrive (section
+    /// 8.2.2 rule 2 does not apply to them), so nothing else is known complete.
+    fn retire_one(&self, wr_id: u64) {
+        let mut q = lock(&self.entries);
+        let Some(i) = q.iter().position(|(w, _)| *w == wr_id) else {
+            return;
+        };
+        if let Some((_, mrs)) = q.remove(i) {
+            for m in &mrs {
+                m.posted.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -277,7 +294,7 @@ impl CompletionQueue {
             };
             if let Some(t) = lock(&self.qps).get(&wc.qp_num) {
                 if wc.is_recv() {
-                    t.rq.retire_through(wc.wr_id);
+                    t.rq.retire_one(wc.wr_id);
                 } else {
                     t.sq.retire_through(wc.wr_id);
                 }
@@ -300,5 +317,54 @@ impl CompletionQueue {
             invalidated_stag: None,
         }];
         Ok((self.poll_cq(&mut one)? == 1).then_some(one[0]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryRegion;
+
+    fn regions() -> [MemoryRegion; 3] {
+        [1, 2, 3].map(|i| MemoryRegion::from_registration(0x100 * i, 0, 64))
+    }
+
+    fn posted(mrs: &[MemoryRegion; 3]) -> [u64; 3] {
+        [mrs[0].posted(), mrs[1].posted(), mrs[2].posted()]
+    }
+
+    /// Verbs section 8.2.2 rule 2 does not hold for an S-RQ: its receives complete in the
+    /// order messages arrive on its QPs. A receive's completion releases its own regions only;
+    /// the receives posted before it still hold theirs.
+    #[test]
+    fn a_receive_completion_releases_only_its_own_regions() {
+        let mrs = regions();
+        let srq = Outstanding::default();
+        for (i, m) in mrs.iter().enumerate() {
+            srq.push(i as u64 + 1, [m.inner.clone()].into_iter().collect());
+        }
+        srq.retire_one(2);
+        assert_eq!(posted(&mrs), [1, 0, 1]);
+        srq.retire_one(3);
+        assert_eq!(posted(&mrs), [1, 0, 0]);
+        srq.retire_one(7);
+        assert_eq!(posted(&mrs), [1, 0, 0], "an unknown id retires nothing");
+        srq.retire_one(1);
+        assert_eq!(posted(&mrs), [0, 0, 0]);
+    }
+
+    /// Section 8.2.1: a completion on an SQ confirms the unsignaled WRs posted before it
+    /// (they completed, in order); the WRs after it keep their regions.
+    #[test]
+    fn a_send_completion_releases_the_unsignaled_ones_before_it() {
+        let mrs = regions();
+        let sq = Outstanding::default();
+        for (i, m) in mrs.iter().enumerate() {
+            sq.push(i as u64 + 1, [m.inner.clone()].into_iter().collect());
+        }
+        sq.retire_through(2);
+        assert_eq!(posted(&mrs), [0, 0, 1]);
+        sq.retire_through(3);
+        assert_eq!(posted(&mrs), [0, 0, 0]);
     }
 }

@@ -358,6 +358,26 @@ impl QueuePair {
         if atomic && (sgl.len() != 1 || sgl[0].len != 8) {
             return Err(Error::InvalidWrOpcode);
         }
+        // What the daemon could only refuse after Post Send returned is an immediate error
+        // here (Verbs section 9.3.1.1, "Invalid Scatter/Gather list length", "Invalid
+        // Modifier"): a Read's Local Address is one contiguous buffer; inline data only for
+        // the operations that carry a payload from the SQ in one message.
+        if matches!(wr.opcode, WrOpcode::RdmaRead { .. }) && sgl.len() != 1 {
+            return Err(Error::InvalidSgeCount {
+                count: sgl.len(),
+                max: 1,
+            });
+        }
+        let inline_op = matches!(
+            wr.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithInvalidate { .. }
+                | WrOpcode::SendWithImm { .. }
+                | WrOpcode::RdmaWrite { .. }
+        );
+        if wr.inline.is_some() && !inline_op {
+            return Err(Error::InvalidWrOpcode);
+        }
         if let Some(data) = wr.inline {
             if data.len() > self.max_inline {
                 return Err(Error::InvalidInlineLength {

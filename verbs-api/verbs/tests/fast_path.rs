@@ -217,6 +217,20 @@ fn bad_work_requests_are_refused_before_touching_the_ring() {
         qp.post_send(&wr),
         Err(Error::InvalidInlineLength { len: 17, max: 16 })
     ));
+    // Verbs section 9.3.1.1: a Read's Local Address is one buffer ("Invalid Scatter/Gather
+    // list length"); inline data only where the WR carries a payload ("Invalid Modifier").
+    let read = WrOpcode::RdmaRead {
+        rkey: 1,
+        remote_addr: 0,
+    };
+    assert!(matches!(
+        qp.post_send(&SendWr::new(1, read, &[one, one])),
+        Err(Error::InvalidSgeCount { count: 2, max: 1 })
+    ));
+    let single = [one];
+    let mut wr = SendWr::new(1, read, &single);
+    wr.inline = Some(&[0; 4]);
+    assert!(matches!(qp.post_send(&wr), Err(Error::InvalidWrOpcode)));
     // A batch larger than the free room is refused whole.
     let mut b = qp.batch();
     for i in 0..3 {

@@ -182,21 +182,57 @@ pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
     }
 }
 
-/// The completion for an SQ entry that could not be posted (corrupted, or refused by the
-/// engine): `LocalQpOperationError` for a bad entry, `LocalProtectionError` for a refused
-/// STag, as Verbs section 8.2 lets an RNIC report a bad WR through its completion.
-pub fn error_cqe(wr_id: u64, qp_num: u32, opcode: CqeOpcode, status: CqeStatus) -> Cqe {
-    Cqe {
-        wr_id,
-        qp_num,
-        opcode: opcode as u8,
-        status: status as u8,
-        ..Cqe::default()
-    }
+/// The stand-in for an SQ entry [`send_wr`] refused: its id and, as far as its opcode is
+/// readable, its operation (what its error completion reports), nothing else. Posted as a
+/// failed WR, it never runs.
+pub fn stand_in(w: &SendWqe) -> SendWr {
+    let (rs, rt) = (0, 0);
+    let op = match opcode_of(w) {
+        CqeOpcode::Write => SendOp::Write {
+            remote_stag: rs,
+            remote_to: rt,
+        },
+        CqeOpcode::Read => SendOp::Read {
+            remote_stag: rs,
+            remote_to: rt,
+        },
+        CqeOpcode::FetchAdd => SendOp::FetchAdd {
+            remote_stag: rs,
+            remote_to: rt,
+            add: 0,
+            add_mask: 0,
+        },
+        CqeOpcode::CmpSwap => SendOp::cmp_swap(rs, rt, 0, 0),
+        CqeOpcode::Immediate => SendOp::Immediate {
+            imm: 0,
+            solicited: false,
+        },
+        CqeOpcode::LocalInv => SendOp::LocalInvalidate { stag: 0 },
+        CqeOpcode::FastReg => SendOp::FastRegister {
+            stag: 0,
+            source: 0,
+            offset: 0,
+            len: 0,
+            access: Access::LOCAL_READ,
+            base_to: 0,
+        },
+        CqeOpcode::BindMw => SendOp::BindMw {
+            mw: 0,
+            mr: 0,
+            to: 0,
+            len: 0,
+            access: Access::LOCAL_READ,
+        },
+        _ => SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+    };
+    SendWr::new(w.wr_id, op, &[])
 }
 
 /// The completion opcode an SQ entry would have (for its error completion).
-pub fn opcode_of(w: &SendWqe) -> CqeOpcode {
+fn opcode_of(w: &SendWqe) -> CqeOpcode {
     match w.op() {
         Ok(SendOpcode::Write | SendOpcode::WriteImm) => CqeOpcode::Write,
         Ok(SendOpcode::Read | SendOpcode::ReadV2) => CqeOpcode::Read,

@@ -38,8 +38,6 @@ const COMMANDS_PER_TURN: usize = 16;
 
 struct Cq {
     host: HostCq,
-    /// Error completions of work that never entered the engine, in order.
-    pending: Vec<Cqe>,
 }
 
 struct Qp {
@@ -261,18 +259,18 @@ impl Host {
         self.rx_work |= self.pump_sqs(rnic);
     }
 
-    /// Every QP's SQ into the engine, error completions to their CQs.
+    /// Every QP's SQ into the engine.
     fn pump_sqs(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
         for (num, qp) in self.qps.iter_mut() {
-            worked |= Self::pump_qp(*num, qp, &mut self.cqs, rnic);
+            worked |= Self::pump_qp(*num, qp, rnic);
         }
         worked
     }
 
     /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
-    /// corrupt, puts it in Error) and hands its ring-side completions to its CQs.
-    fn pump_qp(num: u32, qp: &mut Qp, cqs: &mut HashMap<u32, Cq>, rnic: &mut Rnic) -> bool {
+    /// corrupt, puts it in Error).
+    fn pump_qp(num: u32, qp: &mut Qp, rnic: &mut Rnic) -> bool {
         if qp.host.is_corrupt() {
             if rnic.qp_state(qp.host.engine_qp) == Some(QpState::Error) {
                 return false;
@@ -282,16 +280,6 @@ impl Host {
             return true;
         }
         let s = qp.host.pump_sq(rnic);
-        for (cqes, cq) in [
-            (&mut qp.host.pending_send_cqes, qp.send_cq),
-            (&mut qp.host.pending_recv_cqes, qp.recv_cq),
-        ] {
-            if !cqes.is_empty() {
-                if let Some(c) = cqs.get_mut(&cq) {
-                    c.pending.append(cqes);
-                }
-            }
-        }
         s.posted + s.rejected > 0
     }
 
@@ -300,9 +288,9 @@ impl Host {
         let qp_num = &self.qp_num;
         let mut worked = false;
         for cq in self.cqs.values_mut() {
-            let d = cq.host.drain(rnic, &mut cq.pending, |q| {
-                qp_num.get(&q).copied().unwrap_or(NO_ID)
-            });
+            let d = cq
+                .host
+                .drain(rnic, |q| qp_num.get(&q).copied().unwrap_or(NO_ID));
             worked |= d.completed > 0;
         }
         worked
@@ -357,7 +345,6 @@ impl Host {
                     cq,
                     Cq {
                         host: HostCq::new(engine_cq, producer, notify),
-                        pending: Vec::new(),
                     },
                 );
             }
@@ -472,15 +459,7 @@ impl Host {
                 let _ = node.rnic.modify_qp(eqp, QpState::Error);
                 self.pump_sqs(&mut node.rnic);
                 self.drain_cqs(&mut node.rnic);
-                let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
-                for (cq, mut cqes) in [
-                    (q.send_cq, q.host.pending_send_cqes),
-                    (q.recv_cq, q.host.pending_recv_cqes),
-                ] {
-                    if let Some(c) = self.cqs.get_mut(&cq) {
-                        c.pending.append(&mut cqes);
-                    }
-                }
+                self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 let _ = node.rnic.destroy_qp(eqp);
                 self.qp_num.remove(&eqp);
             }
@@ -584,7 +563,7 @@ impl Host {
                 if let Some(qp) = closing.and_then(|num| self.qps.get_mut(num)) {
                     let num = closing.copied().unwrap_or(NO_ID);
                     for _ in 0..64 {
-                        if !Self::pump_qp(num, qp, &mut self.cqs, &mut node.rnic) {
+                        if !Self::pump_qp(num, qp, &mut node.rnic) {
                             break;
                         }
                     }
@@ -616,7 +595,7 @@ impl Host {
 impl Host {
     /// Modify CQ: completions go to the ring in `ring` from now on. Refused (nothing changes)
     /// when more completions are present than `depth` holds: those in the old ring the
-    /// application has not taken, those waiting for ring room, those in the engine's CQ. The
+    /// application has not taken and those in the engine's CQ. The
     /// application takes what the old ring holds before it reads the new one, so none is
     /// lost and the order stays.
     fn resize_cq<P: Port>(
@@ -626,24 +605,10 @@ impl Host {
         depth: u32,
         ring: iwarp_abi::command::ShmPath,
     ) -> Result<(), u32> {
-        let waiting: usize = self
-            .qps
-            .values()
-            .map(|q| {
-                let mut n = 0;
-                if q.send_cq == cq {
-                    n += q.host.pending_send_cqes.len();
-                }
-                if q.recv_cq == cq {
-                    n += q.host.pending_recv_cqes.len();
-                }
-                n
-            })
-            .sum();
         let c = self.cqs.get_mut(&cq).ok_or(st::NO_SUCH_ID)?;
         let in_ring = c.host.ring.capacity() - c.host.ring.free_slots();
         let in_engine = node.rnic.cq_status(c.host.engine_cq).map_or(0, |s| s.0);
-        if in_ring + c.pending.len() + waiting + in_engine > depth as usize {
+        if in_ring + in_engine > depth as usize {
             return Err(st::IN_USE);
         }
         let seg = open(&ring.to_path(), SegmentKind::CompletionQueue)?;
@@ -721,9 +686,9 @@ impl<P: Port> Service<P> for Host {
     fn can_sleep(&self, node: &Node<P>) -> bool {
         // Control draining the upcall ring, or an application its CQ ring, rings no bell.
         self.backlog.is_empty()
-            && self.cqs.values().all(|c| {
-                c.pending.is_empty()
-                    && matches!(node.rnic.cq_status(c.host.engine_cq), None | Some((0, _)))
-            })
+            && self
+                .cqs
+                .values()
+                .all(|c| matches!(node.rnic.cq_status(c.host.engine_cq), None | Some((0, _))))
     }
 }
