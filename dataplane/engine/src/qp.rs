@@ -243,19 +243,22 @@ pub(crate) struct Qp {
     pub srq: Option<u32>,
 }
 
-/// Is `from -> to` a transition the Verbs state diagram (figure 4) lets a consumer ask for?
+/// Is `from -> to` a transition Modify QP may ask for (Verbs figure 4, and sections 6.2.1
+/// to 6.2.5)? Idle and RTS may be modified to themselves (to change attributes); Modify QP
+/// in Terminate or Closing is an immediate error (those states end on their own, in Error or
+/// Idle); Error leaves only for Idle. Idle -> RTS is listed, but needs the LLP stream, which
+/// only [`crate::Rnic::connect`] supplies.
 pub fn transition_allowed(from: QpState, to: QpState) -> bool {
     use QpState::*;
     matches!(
         (from, to),
-        (Idle, Rts)
+        (Idle, Idle)
+            | (Idle, Rts)
             | (Idle, Error)
+            | (Rts, Rts)
             | (Rts, Closing)
             | (Rts, Terminate)
             | (Rts, Error)
-            | (Closing, Error)
-            | (Closing, Idle)
-            | (Terminate, Error)
             | (Error, Idle)
     )
 }

@@ -22,6 +22,8 @@ fn tagged_cause(e: AccessError) -> TermCause {
         AccessError::Bounds => t::DDP_TAGGED_BASE_BOUNDS,
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
+        // Not outcomes of an access check; named for completeness.
+        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
     }
 }
 
@@ -34,6 +36,18 @@ fn rdmap_cause(e: AccessError) -> TermCause {
         AccessError::Bounds => t::RDMAP_BASE_BOUNDS,
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
+        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
+    }
+}
+
+/// A Send with Invalidate whose STag cannot be invalidated (Verbs figure 23, receive queue
+/// remote protection errors): one of another PD, or a window another QP bound, is "not
+/// associated" (0x0103); any other, a region with bound windows included, "cannot be
+/// invalidated" (0x0109, RFC 5040 section 7.2).
+fn invalidate_cause(e: AccessError) -> TermCause {
+    match e {
+        AccessError::NotAssociated => t::RDMAP_STAG_NOT_ASSOCIATED,
+        _ => t::RDMAP_PROTECTION_CANNOT_INVALIDATE,
     }
 }
 
@@ -233,18 +247,25 @@ impl Rnic {
                 }
             }
         }
-        match mem.resolve(
-            stag,
-            pd,
-            Access::REMOTE_WRITE,
-            to,
-            payload.len() as u64,
-            false,
-        ) {
-            Ok(r) => r.raw.write(r.offset, payload),
-            Err(e) => {
-                self.terminate(qp, tagged_cause(e), ulpdu, hl);
-                return;
+        // The response to a zero-length Read (a fence, Verbs section 8.2.2.2) places nothing
+        // and its sink need name no valid STag.
+        let empty_response =
+            response && payload.is_empty() && matches!(conn.orq.front(), Some(Orq::Read { len: 0, .. }));
+        if !empty_response {
+            match mem.resolve_remote(
+                stag,
+                pd,
+                qp,
+                Access::REMOTE_WRITE,
+                to,
+                payload.len() as u64,
+                false,
+            ) {
+                Ok(r) => r.raw.write(r.offset, payload),
+                Err(e) => {
+                    self.terminate(qp, tagged_cause(e), ulpdu, hl);
+                    return;
+                }
             }
         }
         if response && seg.last {
@@ -396,12 +417,12 @@ impl Rnic {
             wc.imm = Some(u64::from_be_bytes(b));
         }
         if seg.opcode.carries_invalidate() {
-            if mem.invalidate(rsvd_ulp, pd).is_err() {
+            if let Err(e) = mem.invalidate(rsvd_ulp, pd, qp) {
                 // RFC 5040 section 7.2: the STag cannot be invalidated; the receive WR the
                 // message consumed completes in error before the stream is terminated.
                 wc.status = Status::RemoteAccessError;
                 self.push_wc(cq, wc);
-                self.terminate(qp, t::RDMAP_PROTECTION_CANNOT_INVALIDATE, ulpdu, hl);
+                self.terminate(qp, invalidate_cause(e), ulpdu, hl);
                 return;
             }
             wc.invalidated_stag = Some(rsvd_ulp);
@@ -441,18 +462,21 @@ impl Rnic {
             self.terminate(qp, t::DDP_UNTAGGED_TOO_LONG, ulpdu, 18);
             return;
         }
-        match mem.resolve(
-            sink.stag,
-            pd,
-            Access::LOCAL_WRITE,
-            sink.to + mo as u64,
-            payload.len() as u64,
-            false,
-        ) {
-            Ok(r) => r.raw.write(r.offset, payload),
-            Err(_) => {
-                self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
-                return;
+        if !payload.is_empty() {
+            // An empty segment (a zero-length Read V2's response) places nothing.
+            match mem.resolve(
+                sink.stag,
+                pd,
+                Access::LOCAL_WRITE,
+                sink.to + mo as u64,
+                payload.len() as u64,
+                false,
+            ) {
+                Ok(r) => r.raw.write(r.offset, payload),
+                Err(_) => {
+                    self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
+                    return;
+                }
             }
         }
         *received += payload.len() as u32;
@@ -485,10 +509,31 @@ impl Rnic {
             return;
         }
         let entry = match seg.header {
+            // A zero-length Read is a fence and may name no valid source STag (Verbs section
+            // 8.2.2.2): nothing is read, so nothing is checked.
+            RdmapHeader::ReadRequest(r) if r.size == 0 => Irq::Read {
+                sink_stag: r.sink_stag,
+                sink_to: r.sink_to,
+                src: Resolved {
+                    raw: RawRegion::empty(),
+                    offset: 0,
+                },
+                len: 0,
+                sent: 0,
+            },
+            RdmapHeader::ReadRequestV2(r) if r.size == 0 => Irq::ReadV2 {
+                src: Resolved {
+                    raw: RawRegion::empty(),
+                    offset: 0,
+                },
+                len: 0,
+                sent: 0,
+            },
             RdmapHeader::ReadRequest(r) => {
-                match mem.resolve(
+                match mem.resolve_remote(
                     r.src_stag,
                     pd,
+                    qp,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
@@ -508,9 +553,10 @@ impl Rnic {
                 }
             }
             RdmapHeader::ReadRequestV2(r) => {
-                match mem.resolve(
+                match mem.resolve_remote(
                     r.src_stag,
                     pd,
+                    qp,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
@@ -528,7 +574,7 @@ impl Rnic {
                 }
             }
             RdmapHeader::AtomicRequest(a) => {
-                let target = match mem.resolve(a.stag, pd, Access::REMOTE_ATOMIC, a.to, 8, true) {
+                let target = match mem.resolve_remote(a.stag, pd, qp, Access::REMOTE_ATOMIC, a.to, 8, true) {
                     Ok(r) => r,
                     Err(e) => {
                         self.terminate(qp, rdmap_cause(e), ulpdu, hl);

@@ -19,7 +19,6 @@ const IRQ_BURST: u32 = 8;
 enum Done {
     None,
     Wr { seq: u64, status: Status, len: u32 },
-    Error,
 }
 
 impl Rnic {
@@ -77,8 +76,9 @@ impl Rnic {
             let (n, done) = tx_sq(mem, q, out);
             match done {
                 Done::None => {}
+                // A failed WR completes with its error and ends the stream with a Terminate
+                // (`finish_wr`), which the next turn of this loop sends.
                 Done::Wr { seq, status, len } => self.finish_wr(qp, seq, status, len),
-                Done::Error => self.enter_error(qp, Some(Status::LocalProtectionError)),
             }
             match n {
                 Some(n) => return Some(n),
@@ -351,7 +351,7 @@ fn gather(
 }
 
 fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done) {
-    let pd = q.pd;
+    let (pd, qp) = (q.pd, q.id);
     if q.conn.as_ref().is_some_and(|c| c.cur.is_none()) {
         if !next_startable(q) {
             return (None, Done::None);
@@ -372,14 +372,14 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         });
         // Work that touches only the local STag table completes without going on the wire.
         let local = match wr.op {
-            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd)),
+            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd, qp)),
             SendOp::BindMw {
                 mw,
                 mr,
                 to,
                 len,
                 access,
-            } => Some(mem.bind_mw(mw, mr, pd, to, len, access)),
+            } => Some(mem.bind_mw(mw, mr, pd, qp, to, len, access)),
             SendOp::FastRegister {
                 stag,
                 source,
@@ -448,7 +448,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last: true } => {
@@ -492,7 +492,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, TAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 // Write with Immediate: the Immediate Data message comes next.
@@ -542,7 +542,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = wr.sgl[0];
+            let sink = read_sink(wr);
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequest,
@@ -573,7 +573,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             let sge = wr.sgl[0];
             let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
                 conn.cur = None;
-                return (None, Done::Error);
+                return (None, failed(cur.seq));
             };
             let request_id = conn.next_request_id;
             let req = match wr.op {
@@ -681,7 +681,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error)
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last } => {
@@ -695,7 +695,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = wr.sgl[0];
+            let sink = read_sink(wr);
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequestV2,
@@ -723,6 +723,29 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         | SendOp::LocalInvalidate { .. }
         | SendOp::BindMw { .. }
         | SendOp::FastRegister { .. } => (None, Done::None),
+    }
+}
+
+/// The sink a Read advertises: its one SGE, or for a zero-length Read without one (a fence,
+/// Verbs section 8.2.2.2) an empty sink under [`RTR_STAG`], which hardware accepts at zero
+/// length where it refuses STag 0.
+fn read_sink(wr: &SendWr) -> Sge {
+    match wr.sgl() {
+        [sge, ..] => *sge,
+        [] => Sge {
+            stag: RTR_STAG,
+            to: 0,
+            len: 0,
+        },
+    }
+}
+
+/// The WR `seq` failed a local check (Verbs figure 23, local SQ protection error).
+fn failed(seq: u64) -> Done {
+    Done::Wr {
+        seq,
+        status: Status::LocalProtectionError,
+        len: 0,
     }
 }
 
