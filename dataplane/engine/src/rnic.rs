@@ -608,12 +608,7 @@ impl Rnic {
     pub(crate) fn local_error(&mut self, qp: u32) {
         let Ok(q) = self.qp_mut(qp) else { return };
         if q.conn.is_some() && matches!(q.state, QpState::Rts | QpState::Closing) {
-            self.terminate(
-                qp,
-                iwarp_wire::terminate::RDMAP_LOCAL_CATASTROPHIC,
-                &[],
-                0,
-            );
+            self.terminate(qp, iwarp_wire::terminate::RDMAP_LOCAL_CATASTROPHIC, &[], 0);
         } else {
             self.enter_error(qp, None);
         }

@@ -249,8 +249,9 @@ impl Rnic {
         }
         // The response to a zero-length Read (a fence, Verbs section 8.2.2.2) places nothing
         // and its sink need name no valid STag.
-        let empty_response =
-            response && payload.is_empty() && matches!(conn.orq.front(), Some(Orq::Read { len: 0, .. }));
+        let empty_response = response
+            && payload.is_empty()
+            && matches!(conn.orq.front(), Some(Orq::Read { len: 0, .. }));
         if !empty_response {
             match mem.resolve_remote(
                 stag,
@@ -574,7 +575,15 @@ impl Rnic {
                 }
             }
             RdmapHeader::AtomicRequest(a) => {
-                let target = match mem.resolve_remote(a.stag, pd, qp, Access::REMOTE_ATOMIC, a.to, 8, true) {
+                let target = match mem.resolve_remote(
+                    a.stag,
+                    pd,
+                    qp,
+                    Access::REMOTE_ATOMIC,
+                    a.to,
+                    8,
+                    true,
+                ) {
                     Ok(r) => r,
                     Err(e) => {
                         self.terminate(qp, rdmap_cause(e), ulpdu, hl);
