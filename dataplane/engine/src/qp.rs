@@ -1,6 +1,5 @@
 //! Queue pairs: the Verbs state machine (section 6.2, figure 4) and per-connection state.
 
-use crate::mem::Resolved;
 use crate::types::{RecvWr, SendWr, Status, WcOpcode};
 use iwarp_wire::mpa::{Deframer, FpduEmitter, MpaParams};
 use iwarp_wire::terminate::TerminateRepr;
@@ -120,34 +119,41 @@ pub(crate) enum Orq {
     /// The peer-to-peer RTR sent as a zero-length Read (RFC 6581 section 5): its zero-length
     /// response completes nothing.
     Rtr,
+    /// The result lands in the local 8 octets at `result_to` of `result_stag`, checked again
+    /// when the response arrives: the region may have been deregistered since.
     Atomic {
         seq: u64,
         request_id: u32,
-        result: Resolved,
+        result_stag: u32,
+        result_to: u64,
     },
 }
 
 /// An accepted inbound Read or atomic waiting to be answered (the IRQ, bounded by IRD).
+/// Each was checked on arrival, and its source is checked again for every segment it sends:
+/// the consumer may invalidate or deregister the memory meanwhile, and then it must fail
+/// with a protection error (Verbs section 7.10.4.1), never read memory no longer registered.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Irq {
     ReadV2 {
-        src: Resolved,
+        src_stag: u32,
+        src_to: u64,
         len: u32,
         sent: u32,
     },
     Read {
         sink_stag: u32,
         sink_to: u64,
-        src: Resolved,
+        src_stag: u32,
+        src_to: u64,
         len: u32,
         sent: u32,
     },
-    /// Checked on arrival, executed when its response is generated, so that it sees every
-    /// earlier request of the stream done (RFC 7306 section 7: a second atomic is not
-    /// processed before the first response, an atomic not before an earlier Read's response).
+    /// Executed when its response is generated, so that it sees every earlier request of
+    /// the stream done (RFC 7306 section 7: a second atomic is not processed before the
+    /// first response, an atomic not before an earlier Read's response).
     Atomic {
         request_id: u32,
-        target: Resolved,
         req: iwarp_wire::rdmap::AtomicRequest,
         /// The original value once the operation ran (it runs exactly once).
         executed: Option<u64>,

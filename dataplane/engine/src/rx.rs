@@ -3,9 +3,8 @@
 //! 7, RFC 7306 section 8). A violation touches no memory: it queues the Terminate the RFCs
 //! name, with the offending headers, and stops the stream.
 
-use crate::mem::{AccessError, Resolved};
+use crate::mem::AccessError;
 use crate::qp::{Irq, Orq, QpState, RtrKind, RxRecv};
-use crate::raw::RawRegion;
 use crate::rnic::Rnic;
 use crate::types::{Access, AsyncEvent, Status, WcOpcode, WorkCompletion};
 use iwarp_wire::ddp::Buffer;
@@ -29,7 +28,7 @@ fn tagged_cause(e: AccessError) -> TermCause {
 
 /// Read Request and atomic source errors are RDMAP remote protection errors; a misaligned
 /// atomic is "catastrophic error, localized to RDMAP stream" (RFC 7306 section 8.2).
-fn rdmap_cause(e: AccessError) -> TermCause {
+pub(crate) fn rdmap_cause(e: AccessError) -> TermCause {
     match e {
         AccessError::InvalidStag => t::RDMAP_INVALID_STAG,
         AccessError::NotAssociated => t::RDMAP_STAG_NOT_ASSOCIATED,
@@ -189,10 +188,8 @@ impl Rnic {
                 conn.irq.push_back(Irq::Read {
                     sink_stag: r.sink_stag,
                     sink_to: r.sink_to,
-                    src: Resolved {
-                        raw: RawRegion::empty(),
-                        offset: 0,
-                    },
+                    src_stag: r.src_stag,
+                    src_to: r.src_to,
                     len: 0,
                     sent: 0,
                 });
@@ -515,18 +512,14 @@ impl Rnic {
             RdmapHeader::ReadRequest(r) if r.size == 0 => Irq::Read {
                 sink_stag: r.sink_stag,
                 sink_to: r.sink_to,
-                src: Resolved {
-                    raw: RawRegion::empty(),
-                    offset: 0,
-                },
+                src_stag: r.src_stag,
+                src_to: r.src_to,
                 len: 0,
                 sent: 0,
             },
             RdmapHeader::ReadRequestV2(r) if r.size == 0 => Irq::ReadV2 {
-                src: Resolved {
-                    raw: RawRegion::empty(),
-                    offset: 0,
-                },
+                src_stag: r.src_stag,
+                src_to: r.src_to,
                 len: 0,
                 sent: 0,
             },
@@ -540,10 +533,11 @@ impl Rnic {
                     r.size as u64,
                     false,
                 ) {
-                    Ok(src) => Irq::Read {
+                    Ok(_) => Irq::Read {
                         sink_stag: r.sink_stag,
                         sink_to: r.sink_to,
-                        src,
+                        src_stag: r.src_stag,
+                        src_to: r.src_to,
                         len: r.size,
                         sent: 0,
                     },
@@ -563,8 +557,9 @@ impl Rnic {
                     r.size as u64,
                     false,
                 ) {
-                    Ok(src) => Irq::ReadV2 {
-                        src,
+                    Ok(_) => Irq::ReadV2 {
+                        src_stag: r.src_stag,
+                        src_to: r.src_to,
                         len: r.size,
                         sent: 0,
                     },
@@ -575,21 +570,12 @@ impl Rnic {
                 }
             }
             RdmapHeader::AtomicRequest(a) => {
-                let target = match mem.resolve_remote(
-                    a.stag,
-                    pd,
-                    qp,
-                    Access::REMOTE_ATOMIC,
-                    a.to,
-                    8,
-                    true,
-                ) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.terminate(qp, rdmap_cause(e), ulpdu, hl);
-                        return;
-                    }
-                };
+                if let Err(e) =
+                    mem.resolve_remote(a.stag, pd, qp, Access::REMOTE_ATOMIC, a.to, 8, true)
+                {
+                    self.terminate(qp, rdmap_cause(e), ulpdu, hl);
+                    return;
+                }
                 // A CmpSwap swap mask of zero swaps no bits, exactly as RFC 7306's definition
                 // reads; our own requests send all ones for a plain CmpSwap. (siw's
                 // experimental branch sends zero; with us its CmpSwap then leaves memory
@@ -597,7 +583,6 @@ impl Rnic {
                 // the RFC, noted in the README.)
                 Irq::Atomic {
                     request_id: a.request_id,
-                    target,
                     req: a,
                     executed: None,
                 }
@@ -633,11 +618,28 @@ impl Rnic {
             }
         }
         conn.msn_rx[3] = conn.msn_rx[3].wrapping_add(1);
-        if let Some(Orq::Atomic { seq, result, .. }) = conn.orq.pop_front() {
-            // The original value is returned in the endian format of the target memory
-            // (RFC 7306 section 5.1): the host's.
-            result.raw.write(result.offset, &original.to_ne_bytes());
-            self.finish_wr(qp, seq, Status::Success, 8);
+        let pd = q.pd;
+        if let Some(Orq::Atomic {
+            seq,
+            result_stag,
+            result_to,
+            ..
+        }) = conn.orq.pop_front()
+        {
+            // The result region is checked again: it may have been deregistered since the
+            // request went out, and then the WR fails instead of writing into it.
+            match self
+                .mem
+                .resolve(result_stag, pd, Access::LOCAL_WRITE, result_to, 8, true)
+            {
+                Ok(result) => {
+                    // The original value is returned in the endian format of the target
+                    // memory (RFC 7306 section 5.1): the host's.
+                    result.raw.write(result.offset, &original.to_ne_bytes());
+                    self.finish_wr(qp, seq, Status::Success, 8);
+                }
+                Err(_) => self.finish_wr(qp, seq, Status::LocalProtectionError, 0),
+            }
         }
     }
 

@@ -5,12 +5,14 @@
 use crate::mem::{AccessError, MemTable};
 use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG};
 use crate::rnic::{wc_opcode, Rnic};
+use crate::rx::rdmap_cause;
 use crate::types::{Access, SendOp, SendWr, Sge, Status};
 use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::rdmap::{
     self, AOpCode, AtomicRequest, Opcode, RdmapHeader, ReadRequest, SegmentRepr,
 };
+use iwarp_wire::terminate::TermCause;
 
 /// After this many IRQ FPDUs in a row, the SQ gets a turn (siw's fairness idea).
 const IRQ_BURST: u32 = 8;
@@ -70,7 +72,15 @@ impl Rnic {
             let conn = q.conn.as_mut()?;
             if !conn.irq.is_empty() && (conn.irq_burst < IRQ_BURST || !sq_ready) {
                 conn.irq_burst += 1;
-                return tx_irq(conn, out);
+                let (pd, id) = (q.pd, q.id);
+                match tx_irq(mem, pd, id, conn, out) {
+                    Ok(n) => return n,
+                    // The source is gone: the Terminate goes out on the next turn.
+                    Err(cause) => {
+                        self.terminate(qp, cause, &[], 0);
+                        continue;
+                    }
+                }
             }
             conn.irq_burst = 0;
             let (n, done) = tx_sq(mem, q, out);
@@ -571,7 +581,10 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         }
         SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
             let sge = wr.sgl[0];
-            let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
+            if mem
+                .resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true)
+                .is_err()
+            {
                 conn.cur = None;
                 return (None, failed(cur.seq));
             };
@@ -626,7 +639,8 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 conn.orq.push_back(Orq::Atomic {
                     seq: cur.seq,
                     request_id,
-                    result,
+                    result_stag: sge.stag,
+                    result_to: sge.to,
                 });
                 conn.cur = None;
             }
@@ -781,14 +795,44 @@ fn immediate(
     )
 }
 
-fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
+/// The next FPDU answering the IRQ's oldest request, its source checked again first (see
+/// [`Irq`]). `Err` with the Terminate's cause when that check fails.
+fn tx_irq(
+    mem: &MemTable,
+    pd: u32,
+    qp: u32,
+    conn: &mut Conn,
+    out: &mut [u8],
+) -> Result<Option<usize>, TermCause> {
     let v = conn.params.rdmap_version;
     let max = max_payload(conn, TAGGED_HEADER_LEN);
-    match *conn.irq.front()? {
+    // Reads `dst.len()` octets of the source at `to` (nothing for an empty segment, which
+    // names no memory: a zero-length Read needs no valid STag).
+    let source = |stag: u32, to: u64, dst: &mut [u8]| -> Result<(), AccessError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let r = mem.resolve_remote(
+            stag,
+            pd,
+            qp,
+            Access::REMOTE_READ,
+            to,
+            dst.len() as u64,
+            false,
+        )?;
+        r.raw.read(r.offset, dst);
+        Ok(())
+    };
+    let Some(front) = conn.irq.front() else {
+        return Ok(None);
+    };
+    match *front {
         Irq::Read {
             sink_stag,
             sink_to,
-            src,
+            src_stag,
+            src_to,
             len,
             sent,
         } => {
@@ -804,19 +848,23 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                 },
                 header: RdmapHeader::None,
             };
-            let fill = |dst: &mut [u8]| {
-                src.raw.read(src.offset + sent as usize, dst);
-                Ok(())
+            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
+            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
+                return Ok(None);
             };
-            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
             if last {
                 conn.irq.pop_front();
             } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
                 *sent += n as u32;
             }
-            Some(r)
+            Ok(Some(r))
         }
-        Irq::ReadV2 { src, len, sent } => {
+        Irq::ReadV2 {
+            src_stag,
+            src_to,
+            len,
+            sent,
+        } => {
             let max = max_payload(conn, UNTAGGED_HEADER_LEN);
             let n = (len - sent).min(max) as usize;
             let last = sent + n as u32 == len;
@@ -827,22 +875,20 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                 buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], sent, 0),
                 header: RdmapHeader::None,
             };
-            let fill = |dst: &mut [u8]| {
-                src.raw.read(src.offset + sent as usize, dst);
-                Ok(())
+            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
+            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
+                return Ok(None);
             };
-            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
             if last {
                 conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
                 conn.irq.pop_front();
             } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
                 *sent += n as u32;
             }
-            Some(r)
+            Ok(Some(r))
         }
         Irq::Atomic {
             request_id,
-            target,
             req,
             executed,
         } => {
@@ -852,6 +898,9 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             let original = match executed {
                 Some(v) => v,
                 None => {
+                    let target = mem
+                        .resolve_remote(req.stag, pd, qp, Access::REMOTE_ATOMIC, req.to, 8, true)
+                        .map_err(rdmap_cause)?;
                     let v = match req.aopcode {
                         AOpCode::FetchAdd => {
                             target
@@ -882,10 +931,12 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                     original,
                 },
             };
-            let r = emit(conn, out, &seg, None)?;
+            let Some(r) = emit(conn, out, &seg, None) else {
+                return Ok(None);
+            };
             conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
             conn.irq.pop_front();
-            Some(r)
+            Ok(Some(r))
         }
     }
 }

@@ -646,3 +646,78 @@ fn a_deallocated_window_takes_no_write() {
     // And the region, no longer held by the window, can go.
     assert_eq!(p.b.rnic.deregister_mr(mr), Ok(()));
 }
+
+/// Verbs section 7.10.4.1: "Any Remote Operations that are in-process and actively using a
+/// Memory Window when it is deallocated MUST fail with a protection error." A Read accepted
+/// through a window (or a region) whose STag is then deallocated sends nothing of that
+/// memory: the responder's Terminate is an RDMAP remote protection error (invalid STag) and
+/// the Read completes with a remote access error.
+#[test]
+fn an_accepted_read_fails_when_its_source_goes_away() {
+    for through_window in [true, false] {
+        let mut p = Pair::new(false);
+        let region = p.buffer(
+            B,
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::BIND,
+        );
+        p.fill(B, region, 64, 0x31);
+        let (mr, base) = p.remote(B, region, 0);
+        let stag = if through_window {
+            let mw = p.b.rnic.alloc_mw(p.b.pd);
+            p.post_send(B, bind(1, mw, mr, base, 64, Access::REMOTE_READ));
+            p.drive();
+            assert_eq!(p.one_wc(B).status, Status::Success);
+            mw
+        } else {
+            mr
+        };
+        let sink = p.buffer(A, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        p.post_send(A, read(2, stag, base, &[p.sge(A, sink, 0, 64)]));
+        let mut wire = vec![0u8; MSS];
+        let n = p.a.rnic.poll_transmit(p.a.qp, &mut wire).unwrap();
+        p.b.rnic.handle_stream(p.b.qp, &wire[..n]);
+        assert_eq!(p.b.rnic.deregister_mr(stag), Ok(()));
+        p.drive();
+        assert_eq!(p.sent_cause(B), Some(t::RDMAP_INVALID_STAG));
+        let wc = p.one_wc(A);
+        assert_eq!((wc.wr_id, wc.status), (2, Status::RemoteAccessError));
+        assert_eq!(p.bytes(A, sink, 64), vec![0; 64], "window {through_window}");
+    }
+}
+
+/// The same for the requester's own memory: an atomic's result region deregistered while
+/// the request is outstanding is not written when the response comes; the WR completes
+/// with a local protection error and the stream ends with a Terminate (Verbs figure 23,
+/// local SQ protection error, 0x0000).
+#[test]
+fn an_atomic_result_region_deregistered_meanwhile_is_not_written() {
+    let mut p = Pair::new(false);
+    let target = p.buffer(B, 8, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC);
+    p.set_u64(B, target, 0, 41);
+    let (stag, to) = p.remote(B, target, 0);
+    let result = p.buffer(A, 8, Access::LOCAL_WRITE);
+    p.set_u64(A, result, 0, 0x5a5a);
+    let op = SendOp::FetchAdd {
+        remote_stag: stag,
+        remote_to: to,
+        add: 1,
+        add_mask: 0,
+    };
+    p.post_send(A, SendWr::new(3, op, &[p.sge(A, result, 0, 8)]));
+    let mut wire = vec![0u8; MSS];
+    let n = p.a.rnic.poll_transmit(p.a.qp, &mut wire).unwrap();
+    let result_stag = p.remote(A, result, 0).0;
+    assert_eq!(p.a.rnic.deregister_mr(result_stag), Ok(()));
+    p.b.rnic.handle_stream(p.b.qp, &wire[..n]);
+    p.drive();
+    assert_eq!(
+        p.get_u64(B, target, 0),
+        42,
+        "the atomic ran at the responder"
+    );
+    assert_eq!(p.get_u64(A, result, 0), 0x5a5a, "result region untouched");
+    let wc = p.one_wc(A);
+    assert_eq!((wc.wr_id, wc.status), (3, Status::LocalProtectionError));
+    assert_eq!(p.sent_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));
+}
