@@ -3,7 +3,7 @@
 //! Sends (with Invalidate too) name STags and offsets drawn mostly around the QP's own
 //! regions: one with every right, one the peer may only read, one with every right but in
 //! another protection domain, one with no remote right under a window bound on a second QP
-//! of the same domain, and one with no remote right under a window bound on this QP. The
+//! of the same domain, and one the peer may only read under a window bound on this QP. The
 //! engine may refuse anything (a Terminate, the QP in Error: then a new QP takes its place),
 //! but no panic, and no octet changes outside the regions the peer may write: guard zones
 //! around every region, the read-only region, the other domain's region and the region
@@ -83,10 +83,13 @@ fn victim(v2: bool) -> Victim {
         Arena::new(KEEP_OCTET),
     ];
     let local = Access::LOCAL_WRITE | Access::BIND;
+    // Region 4 may be read, so a peer may name it in a Send with Invalidate (Verbs section
+    // 7.4.2): only its bound window stands in the way.
+    let readable = local | Access::REMOTE_READ;
     let mut stags = Vec::new();
     for (i, (arena, access)) in arenas
         .iter_mut()
-        .zip([Access::ALL, Access::REMOTE_READ, Access::ALL, local, local])
+        .zip([Access::ALL, Access::REMOTE_READ, Access::ALL, local, readable])
         .enumerate()
     {
         let base = arena.region();

@@ -42,6 +42,18 @@ pub enum AccessError {
     NotInvalid,
 }
 
+/// The rights a peer uses.
+const REMOTE_RIGHTS: Access =
+    Access(Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0);
+
+/// Whether `local` (the rights of a region) allows the remote rights in `remote`: Remote
+/// Write, and the atomics that write too, need Local Write (Verbs figures 18 and 20); Local
+/// Read is always held here.
+fn local_rights_allow(local: Access, remote: Access) -> bool {
+    let writes = remote.0 & (Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0) != 0;
+    !writes || local.contains(Access::LOCAL_WRITE)
+}
+
 /// What an STag names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -248,11 +260,18 @@ impl MemTable {
         Ok(())
     }
 
-    /// Invalidates an STag (Local Invalidate or Send with Invalidate) for QP `qp` of `pd`.
-    /// A valid window must have been bound by `qp`; anything else must be of `pd` (Verbs
-    /// section 7.10.4). A memory region that valid windows are bound to stays valid (Verbs
-    /// figure 23): invalidating it would leave those windows open onto its memory.
-    pub fn invalidate(&mut self, stag: u32, pd: u32, qp: u32) -> Result<(), AccessError> {
+    /// Invalidates an STag for QP `qp` of `pd`: a Local Invalidate, or with `remote` a Send
+    /// with Invalidate. A valid window must have been bound by `qp`; anything else must be
+    /// of `pd` (Verbs section 7.10.4). A peer may invalidate only an STag with a remote
+    /// right (section 7.4.2). A memory region that valid windows are bound to stays valid
+    /// (figure 23): invalidating it would leave those windows open onto its memory.
+    pub fn invalidate(
+        &mut self,
+        stag: u32,
+        pd: u32,
+        qp: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
         let r = self.entry(stag).ok_or(AccessError::InvalidStag)?;
         let owner_ok = match (r.kind, r.valid) {
             (Kind::Mw, true) => r.qp == Some(qp) && r.pd == pd,
@@ -260,6 +279,9 @@ impl MemTable {
         };
         if !owner_ok {
             return Err(AccessError::NotAssociated);
+        }
+        if remote && r.access.0 & REMOTE_RIGHTS.0 == 0 {
+            return Err(AccessError::Rights);
         }
         if r.kind != Kind::Mw
             && self
@@ -319,11 +341,8 @@ impl MemTable {
             _ => return Err(AccessError::InvalidStag),
         };
         let src = self.resolve(mr, pd, Access::BIND, to, len, false)?;
-        let remote = Access(
-            access.0 & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC).0,
-        );
-        let writes = Access(remote.0 & (Access::REMOTE_WRITE | Access::REMOTE_ATOMIC).0);
-        if remote.0 == 0 || (writes.0 != 0 && !region.access.contains(Access::LOCAL_WRITE)) {
+        let remote = Access(access.0 & REMOTE_RIGHTS.0);
+        if remote.0 == 0 || !local_rights_allow(region.access, remote) {
             return Err(AccessError::Rights);
         }
         let w = self
@@ -379,6 +398,9 @@ impl MemTable {
         // otherwise what a peer was given would silently name other memory.
         if f.valid {
             return Err(AccessError::NotInvalid);
+        }
+        if !local_rights_allow(access, access) {
+            return Err(AccessError::Rights);
         }
         f.raw = Some(raw.sub(offset as usize, len as usize));
         f.access = access;

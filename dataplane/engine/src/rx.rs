@@ -41,11 +41,14 @@ pub(crate) fn rdmap_cause(e: AccessError) -> TermCause {
 
 /// A Send with Invalidate whose STag cannot be invalidated (Verbs figure 23, receive queue
 /// remote protection errors): one of another PD, or a window another QP bound, is "not
-/// associated" (0x0103); any other, a region with bound windows included, "cannot be
-/// invalidated" (0x0109, RFC 5040 section 7.2).
+/// associated" (0x0103); one without remote rights an access rights violation (0x0102);
+/// any other, a region with bound windows included, "cannot be invalidated" (0x0109, RFC
+/// 5040 section 7.2).
 fn invalidate_cause(e: AccessError) -> TermCause {
     match e {
         AccessError::NotAssociated => t::RDMAP_STAG_NOT_ASSOCIATED,
+        // Section 7.4.2: an STag with only local rights is not the peer's to invalidate.
+        AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         _ => t::RDMAP_PROTECTION_CANNOT_INVALIDATE,
     }
 }
@@ -415,7 +418,7 @@ impl Rnic {
             wc.imm = Some(u64::from_be_bytes(b));
         }
         if seg.opcode.carries_invalidate() {
-            if let Err(e) = mem.invalidate(rsvd_ulp, pd, qp) {
+            if let Err(e) = mem.invalidate(rsvd_ulp, pd, qp, true) {
                 // RFC 5040 section 7.2: the STag cannot be invalidated; the receive WR the
                 // message consumed completes in error before the stream is terminated.
                 wc.status = Status::RemoteAccessError;

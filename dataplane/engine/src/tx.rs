@@ -382,7 +382,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         });
         // Work that touches only the local STag table completes without going on the wire.
         let local = match wr.op {
-            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd, qp)),
+            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd, qp, false)),
             SendOp::BindMw {
                 mw,
                 mr,

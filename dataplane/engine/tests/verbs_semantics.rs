@@ -170,7 +170,12 @@ fn local_invalidate_of_a_region_with_a_bound_window_fails() {
 #[test]
 fn send_with_invalidate_of_a_region_with_a_bound_window_fails() {
     let mut p = Pair::new(false);
-    let region = p.buffer(B, 256, Access::LOCAL_WRITE | Access::BIND);
+    // A remote right, so that only the bound window stands in the way (section 7.4.2).
+    let region = p.buffer(
+        B,
+        256,
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::BIND,
+    );
     let (mr, base) = p.remote(B, region, 0);
     let mw = p.b.rnic.alloc_mw(p.b.pd);
     p.post_send(B, bind(1, mw, mr, base, 128, Access::REMOTE_WRITE));
@@ -720,4 +725,69 @@ fn an_atomic_result_region_deregistered_meanwhile_is_not_written() {
     let wc = p.one_wc(A);
     assert_eq!((wc.wr_id, wc.status), (3, Status::LocalProtectionError));
     assert_eq!(p.sent_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));
+}
+
+/// Verbs section 7.4.2: "The RI MUST NOT allow an STag with only Local Access Rights to be
+/// Invalidated by an incoming remote Invalidation operation or a protection error will
+/// result" (figure 23: "Invalidate STag Access Rights", 0x0102). The consumer's own Local
+/// Invalidate of it succeeds.
+#[test]
+fn a_peer_cannot_invalidate_an_stag_with_only_local_rights() {
+    let mut p = Pair::new(false);
+    let private = p.buffer(B, 64, Access::LOCAL_WRITE);
+    let stag = p.remote(B, private, 0).0;
+    let dst = p.buffer(B, 64, Access::LOCAL_WRITE);
+    p.post_recv(B, 5, &[p.sge(B, dst, 0, 64)]);
+    let inv = SendWr::new(
+        1,
+        SendOp::Send {
+            solicited: false,
+            invalidate: Some(stag),
+        },
+        &[],
+    );
+    p.post_send(A, inv);
+    assert_eq!(p.sent_cause(B), Some(t::RDMAP_ACCESS_RIGHTS));
+    let wc = p.one_wc(B);
+    assert_eq!((wc.wr_id, wc.status), (5, Status::RemoteAccessError));
+
+    let mut p = Pair::new(false);
+    let private = p.buffer(B, 64, Access::LOCAL_WRITE);
+    let stag = p.remote(B, private, 0).0;
+    p.post_send(B, SendWr::new(2, SendOp::LocalInvalidate { stag }, &[]));
+    p.drive();
+    assert_eq!(p.one_wc(B).status, Status::Success);
+}
+
+/// Verbs figure 18 ("Read / Write: No", "None / Write: No") and figure 23 ("SQ
+/// Fast-Register errors: Invalid Access Rights Specified"): a Fast-Register granting
+/// Remote Write or atomics without Local Write completes in error.
+#[test]
+fn fast_register_refuses_remote_write_without_local_write() {
+    for (access, ok) in [
+        (Access::REMOTE_WRITE, false),
+        (Access::REMOTE_ATOMIC, false),
+        (Access::LOCAL_WRITE | Access::REMOTE_WRITE, true),
+    ] {
+        let mut p = Pair::new(false);
+        let backing = p.buffer(B, 64, Access::LOCAL_WRITE);
+        let source = p.remote(B, backing, 0).0;
+        let stag = p.b.rnic.alloc_fastreg_stag(p.b.pd);
+        let op = SendOp::FastRegister {
+            stag,
+            source,
+            offset: 0,
+            len: 64,
+            access,
+            base_to: 0,
+        };
+        p.post_send(B, SendWr::new(1, op, &[]));
+        p.drive();
+        let want = if ok {
+            Status::Success
+        } else {
+            Status::LocalProtectionError
+        };
+        assert_eq!(p.one_wc(B).status, want, "{access:?}");
+    }
 }
