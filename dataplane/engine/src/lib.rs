@@ -28,9 +28,10 @@
 //! its own TCP segment; drain [`Rnic::poll_cq`] and [`Rnic::poll_event`]. Application
 //! commands: [`Rnic::post_send`], [`Rnic::post_recv`], [`Rnic::post_srq_recv`],
 //! [`Rnic::req_notify_cq`], [`Rnic::modify_qp`] (Closing for a graceful close, Error for
-//! an abort, Terminate to send one). When TCP ends: [`Rnic::connection_lost`]`(qp,
-//! graceful)`: the QP goes to Error (or Idle after a finished graceful close) with every
-//! outstanding WR flushed.
+//! an abort, Terminate to send one; only the transitions of the Verbs state table). When TCP
+//! ends: [`Rnic::connection_lost`]`(qp, graceful)`: the QP goes to Error (or Idle after a
+//! finished graceful close) with every outstanding WR flushed. The daemon's own teardown
+//! (destroy, a broken ring) uses [`Rnic::force_error`], which any state allows.
 //!
 //! Time: nothing in the engine is timed. iWARP has no RDMAP-level retransmission or
 //! acknowledgement timers (TCP provides reliability), so teardown deadlines (a Closing that
