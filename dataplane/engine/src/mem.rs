@@ -34,6 +34,24 @@ pub enum AccessError {
     Bounds,
     /// An atomic target that is not 8-byte aligned (RFC 7306 section 5.1).
     Misaligned,
+    /// A memory region that valid windows are still bound to cannot be invalidated
+    /// (Verbs figure 23, "Invalidate MR STag had Bound MW").
+    WindowsBound,
+    /// The STag is not in the state the operation needs: Bind and Fast-Register take only an
+    /// STag in the Invalid state (Verbs sections 7.10.6.1 and 7.3.2.5).
+    NotInvalid,
+}
+
+/// The rights a peer uses.
+const REMOTE_RIGHTS: Access =
+    Access(Access::REMOTE_READ.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0);
+
+/// Whether `local` (the rights of a region) allows the remote rights in `remote`: Remote
+/// Write, and the atomics that write too, need Local Write (Verbs figures 18 and 20); Local
+/// Read is always held here.
+fn local_rights_allow(local: Access, remote: Access) -> bool {
+    let writes = remote.0 & (Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0) != 0;
+    !writes || local.contains(Access::LOCAL_WRITE)
 }
 
 /// What an STag names.
@@ -62,6 +80,9 @@ struct Region {
     /// region cannot be deregistered while this one is valid (Verbs section 7.2.9), so the
     /// memory it points into stays mapped.
     parent: Option<u32>,
+    /// For a bound window: the QP that bound it, the only one whose remote accesses and
+    /// invalidations may use it (Verbs section 7.10.2).
+    qp: Option<u32>,
 }
 
 /// Why [`MemTable::deregister`] refused.
@@ -162,6 +183,7 @@ impl MemTable {
             key: 0,
             valid: true,
             parent: None,
+            qp: None,
         }
     }
 
@@ -175,6 +197,7 @@ impl MemTable {
             key: 0,
             valid: false,
             parent: None,
+            qp: None,
         }
     }
 
@@ -237,22 +260,57 @@ impl MemTable {
         Ok(())
     }
 
-    /// Invalidates an STag (Local Invalidate or Send with Invalidate). Fails for an unknown
-    /// STag or one of another PD.
-    pub fn invalidate(&mut self, stag: u32, pd: u32) -> Result<(), AccessError> {
-        let index = (stag >> 8) as usize;
-        let r = self
-            .regions
-            .get_mut(index.wrapping_sub(1))
-            .and_then(Option::as_mut)
-            .filter(|r| r.key == (stag & 0xff) as u8)
-            .ok_or(AccessError::InvalidStag)?;
-        if r.pd != pd {
+    /// Invalidates an STag for QP `qp` of `pd`: a Local Invalidate, or with `remote` a Send
+    /// with Invalidate. A valid window must have been bound by `qp`; anything else must be
+    /// of `pd` (Verbs section 7.10.4). A peer may invalidate only an STag with a remote
+    /// right (section 7.4.2). A memory region that valid windows are bound to stays valid
+    /// (figure 23): invalidating it would leave those windows open onto its memory.
+    pub fn invalidate(
+        &mut self,
+        stag: u32,
+        pd: u32,
+        qp: u32,
+        remote: bool,
+    ) -> Result<(), AccessError> {
+        let r = self.entry(stag).ok_or(AccessError::InvalidStag)?;
+        let owner_ok = match (r.kind, r.valid) {
+            (Kind::Mw, true) => r.qp == Some(qp) && r.pd == pd,
+            _ => r.pd == pd,
+        };
+        if !owner_ok {
             return Err(AccessError::NotAssociated);
         }
+        if remote && r.access.0 & REMOTE_RIGHTS.0 == 0 {
+            return Err(AccessError::Rights);
+        }
+        if r.kind != Kind::Mw
+            && self
+                .regions
+                .iter()
+                .flatten()
+                .any(|w| w.kind == Kind::Mw && w.valid && w.parent == Some(stag))
+        {
+            return Err(AccessError::WindowsBound);
+        }
+        let r = self.entry_mut(stag).ok_or(AccessError::InvalidStag)?;
         r.valid = false;
-        r.parent = None;
+        if r.kind != Kind::Mr {
+            // A window or fast-registered STag no longer names any memory; its parent region
+            // may be deregistered.
+            r.parent = None;
+            r.qp = None;
+            r.raw = None;
+        }
         Ok(())
+    }
+
+    /// Whether valid windows bound on QP `qp` remain (Verbs section 6.1.4: such a QP cannot
+    /// be destroyed).
+    pub fn windows_bound_to(&self, qp: u32) -> bool {
+        self.regions
+            .iter()
+            .flatten()
+            .any(|r| r.kind == Kind::Mw && r.valid && r.qp == Some(qp))
     }
 
     fn entry_mut(&mut self, stag: u32) -> Option<&mut Region> {
@@ -261,23 +319,32 @@ impl MemTable {
         (r.key == (stag & 0xff) as u8).then_some(r)
     }
 
-    /// Binds window `mw` to `len` bytes at tagged offset `to` of region `mr` (Verbs 7.3.3):
-    /// both in `pd`, the region has the Bind right, the range lies inside it. The window's
-    /// tagged offsets are the region's (`to` addresses its first byte).
+    /// Binds window `mw` to `len` bytes at tagged offset `to` of region `mr`, on QP `qp` of
+    /// `pd` (Verbs section 7.10.6.1): the window is in the Invalid state, the region is a
+    /// valid memory region with the Bind right, all three share the PD, the range lies inside
+    /// the region, and the rights asked for are remote ones the region's local rights allow
+    /// (figure 20: remote write, and the atomics that write too, need local write). The
+    /// window's tagged offsets are the region's (`to` addresses its first byte).
+    #[allow(clippy::too_many_arguments)]
     pub fn bind_mw(
         &mut self,
         mw: u32,
         mr: u32,
         pd: u32,
+        qp: u32,
         to: u64,
         len: u64,
         access: Access,
     ) -> Result<(), AccessError> {
-        match self.entry(mr) {
-            Some(r) if r.kind == Kind::Mr => {}
+        let region = match self.entry(mr) {
+            Some(r) if r.kind == Kind::Mr => *r,
             _ => return Err(AccessError::InvalidStag),
-        }
+        };
         let src = self.resolve(mr, pd, Access::BIND, to, len, false)?;
+        let remote = Access(access.0 & REMOTE_RIGHTS.0);
+        if remote.0 == 0 || !local_rights_allow(region.access, remote) {
+            return Err(AccessError::Rights);
+        }
         let w = self
             .entry_mut(mw)
             .filter(|w| w.kind == Kind::Mw)
@@ -285,11 +352,15 @@ impl MemTable {
         if w.pd != pd {
             return Err(AccessError::NotAssociated);
         }
+        if w.valid {
+            return Err(AccessError::NotInvalid);
+        }
         w.raw = Some(src.raw.sub(src.offset, len as usize));
         w.base_to = to;
-        w.access = access;
+        w.access = remote;
         w.valid = true;
         w.parent = Some(mr);
+        w.qp = Some(qp);
         Ok(())
     }
 
@@ -323,6 +394,14 @@ impl MemTable {
         if f.pd != pd {
             return Err(AccessError::NotAssociated);
         }
+        // A valid STag is remapped only after it is invalidated (Verbs section 7.3.2.5):
+        // otherwise what a peer was given would silently name other memory.
+        if f.valid {
+            return Err(AccessError::NotInvalid);
+        }
+        if !local_rights_allow(access, access) {
+            return Err(AccessError::Rights);
+        }
         f.raw = Some(raw.sub(offset as usize, len as usize));
         f.access = access;
         f.base_to = base_to;
@@ -331,8 +410,9 @@ impl MemTable {
         Ok(())
     }
 
-    /// The check every access goes through: STag valid, same PD, right present, range in
-    /// bounds (and 8-byte aligned for atomics). Touches no memory.
+    /// The check every local access (a work request's SGE) goes through: STag valid, same
+    /// PD, right present, range in bounds (and 8-byte aligned for atomics). Windows are for
+    /// remote access only (Verbs section 7.4.1: SGEs name memory regions). Touches no memory.
     pub fn resolve(
         &self,
         stag: u32,
@@ -342,10 +422,47 @@ impl MemTable {
         len: u64,
         atomic: bool,
     ) -> Result<Resolved, AccessError> {
-        let r = self
-            .entry(stag)
+        let r = self.valid_entry(stag)?;
+        if r.kind == Kind::Mw {
+            return Err(AccessError::InvalidStag);
+        }
+        Self::check(r, pd, need, to, len, atomic)
+    }
+
+    /// The check every remote access arriving on QP `qp` goes through: as [`Self::resolve`],
+    /// and a window only for the QP that bound it (Verbs section 7.10.6.2).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resolve_remote(
+        &self,
+        stag: u32,
+        pd: u32,
+        qp: u32,
+        need: Access,
+        to: u64,
+        len: u64,
+        atomic: bool,
+    ) -> Result<Resolved, AccessError> {
+        let r = self.valid_entry(stag)?;
+        if r.kind == Kind::Mw && r.qp != Some(qp) {
+            return Err(AccessError::NotAssociated);
+        }
+        Self::check(r, pd, need, to, len, atomic)
+    }
+
+    fn valid_entry(&self, stag: u32) -> Result<&Region, AccessError> {
+        self.entry(stag)
             .filter(|r| r.valid)
-            .ok_or(AccessError::InvalidStag)?;
+            .ok_or(AccessError::InvalidStag)
+    }
+
+    fn check(
+        r: &Region,
+        pd: u32,
+        need: Access,
+        to: u64,
+        len: u64,
+        atomic: bool,
+    ) -> Result<Resolved, AccessError> {
         if r.pd != pd {
             return Err(AccessError::NotAssociated);
         }

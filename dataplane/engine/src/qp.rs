@@ -1,6 +1,5 @@
 //! Queue pairs: the Verbs state machine (section 6.2, figure 4) and per-connection state.
 
-use crate::mem::Resolved;
 use crate::types::{RecvWr, SendWr, Status, WcOpcode};
 use iwarp_wire::mpa::{Deframer, FpduEmitter, MpaParams};
 use iwarp_wire::terminate::TerminateRepr;
@@ -120,34 +119,41 @@ pub(crate) enum Orq {
     /// The peer-to-peer RTR sent as a zero-length Read (RFC 6581 section 5): its zero-length
     /// response completes nothing.
     Rtr,
+    /// The result lands in the local 8 octets at `result_to` of `result_stag`, checked again
+    /// when the response arrives: the region may have been deregistered since.
     Atomic {
         seq: u64,
         request_id: u32,
-        result: Resolved,
+        result_stag: u32,
+        result_to: u64,
     },
 }
 
 /// An accepted inbound Read or atomic waiting to be answered (the IRQ, bounded by IRD).
+/// Each was checked on arrival, and its source is checked again for every segment it sends:
+/// the consumer may invalidate or deregister the memory meanwhile, and then it must fail
+/// with a protection error (Verbs section 7.10.4.1), never read memory no longer registered.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Irq {
     ReadV2 {
-        src: Resolved,
+        src_stag: u32,
+        src_to: u64,
         len: u32,
         sent: u32,
     },
     Read {
         sink_stag: u32,
         sink_to: u64,
-        src: Resolved,
+        src_stag: u32,
+        src_to: u64,
         len: u32,
         sent: u32,
     },
-    /// Checked on arrival, executed when its response is generated, so that it sees every
-    /// earlier request of the stream done (RFC 7306 section 7: a second atomic is not
-    /// processed before the first response, an atomic not before an earlier Read's response).
+    /// Executed when its response is generated, so that it sees every earlier request of
+    /// the stream done (RFC 7306 section 7: a second atomic is not processed before the
+    /// first response, an atomic not before an earlier Read's response).
     Atomic {
         request_id: u32,
-        target: Resolved,
         req: iwarp_wire::rdmap::AtomicRequest,
         /// The original value once the operation ran (it runs exactly once).
         executed: Option<u64>,
@@ -243,19 +249,22 @@ pub(crate) struct Qp {
     pub srq: Option<u32>,
 }
 
-/// Is `from -> to` a transition the Verbs state diagram (figure 4) lets a consumer ask for?
+/// Is `from -> to` a transition Modify QP may ask for (Verbs figure 4, and sections 6.2.1
+/// to 6.2.5)? Idle and RTS may be modified to themselves (to change attributes); Modify QP
+/// in Terminate or Closing is an immediate error (those states end on their own, in Error or
+/// Idle); Error leaves only for Idle. Idle -> RTS is listed, but needs the LLP stream, which
+/// only [`crate::Rnic::connect`] supplies.
 pub fn transition_allowed(from: QpState, to: QpState) -> bool {
     use QpState::*;
     matches!(
         (from, to),
-        (Idle, Rts)
+        (Idle, Idle)
+            | (Idle, Rts)
             | (Idle, Error)
+            | (Rts, Rts)
             | (Rts, Closing)
             | (Rts, Terminate)
             | (Rts, Error)
-            | (Closing, Error)
-            | (Closing, Idle)
-            | (Terminate, Error)
             | (Error, Idle)
     )
 }

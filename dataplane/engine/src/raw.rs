@@ -29,15 +29,6 @@ impl RawRegion {
         RawRegion { base, len }
     }
 
-    /// A region of no bytes (the source of a zero-length Read Response, such as the answer
-    /// to a peer-to-peer RTR Read): every access to it is empty.
-    pub fn empty() -> RawRegion {
-        RawRegion {
-            base: NonNull::dangling(),
-            len: 0,
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }

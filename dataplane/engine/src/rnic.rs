@@ -242,7 +242,13 @@ impl Rnic {
         Ok(id)
     }
 
+    /// Destroy QP. Refused with [`VerbsError::StagInUse`] while memory windows bound on it
+    /// are valid (Verbs section 6.1.4); otherwise its outstanding work is flushed first.
     pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
+        self.qp_mut(qp)?;
+        if self.mem.windows_bound_to(qp) {
+            return Err(VerbsError::StagInUse);
+        }
         self.enter_error(qp, None);
         let slot = self.qps.get_mut(qp as usize).ok_or(VerbsError::InvalidQp)?;
         *slot = None;
@@ -283,14 +289,18 @@ impl Rnic {
         Ok(())
     }
 
-    /// Modify QP to a new state, as the consumer may (Verbs section 6.2).
+    /// Modify QP to a new state, as the consumer may (Verbs section 6.2): only the
+    /// transitions of [`transition_allowed`]; anything else is an immediate error that leaves
+    /// the QP as it was (section 8.3.1).
     pub fn modify_qp(&mut self, qp: u32, to: QpState) -> Result<(), VerbsError> {
         let from = self.qp_mut(qp)?.state;
-        if !transition_allowed(from, to) || to == QpState::Rts {
-            // RTS is entered through `connect`, which carries the negotiated parameters.
+        if !transition_allowed(from, to) || (from, to) == (QpState::Idle, QpState::Rts) {
+            // Idle -> RTS needs the LLP stream (section 6.2.1.2): that is `connect`.
             return Err(VerbsError::InvalidModify);
         }
         match to {
+            // Idle -> Idle and RTS -> RTS change attributes; this call carries none.
+            _ if from == to => {}
             QpState::Error => self.enter_error(qp, None),
             QpState::Terminate => self.terminate(
                 qp,
@@ -305,12 +315,22 @@ impl Rnic {
                 self.try_finish_close(qp);
             }
             QpState::Idle => {
+                // Error -> Idle: everything was flushed on entering Error.
                 let q = self.qp_mut(qp)?;
                 q.state = QpState::Idle;
                 q.conn = None;
             }
             QpState::Rts => unreachable!("refused above"),
         }
+        Ok(())
+    }
+
+    /// The RI's own move to Error, for a reason outside Modify QP (the QP is being
+    /// destroyed, its rings are corrupt): allowed from every state, Closing and Terminate
+    /// included, with every outstanding WR flushed (Verbs section 6.2.4).
+    pub fn force_error(&mut self, qp: u32) -> Result<(), VerbsError> {
+        self.qp_mut(qp)?;
+        self.enter_error(qp, None);
         Ok(())
     }
 
@@ -337,12 +357,12 @@ impl Rnic {
         let Ok(q) = self.qp_mut(qp) else { return };
         let idle = q.sq.is_empty()
             && q.inflight.is_empty()
-            && q.conn
-                .as_ref()
-                .is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
-        if q.closing && idle {
-            // Verbs: Closing -> Idle once the SQ and the outstanding reads are done; receives
-            // still posted are flushed.
+            && q.conn.as_ref().is_none_or(|c| {
+                c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty() && c.rx_recv.is_none()
+            });
+        if q.state == QpState::Closing && q.closing && idle {
+            // Verbs section 6.2.5: Closing -> Idle once the SQ, the outstanding Reads and any
+            // message being received are done; receives still posted are flushed.
             q.closing = false;
             q.state = QpState::Idle;
             q.conn = None;
@@ -421,6 +441,9 @@ impl Rnic {
             SendOp::SendImm { .. } | SendOp::ReadV2 { .. } if version < 2 => {
                 return Err(VerbsError::NotNegotiated);
             }
+            // A zero-length Read is a fence (Verbs section 8.2.2.2): it places nothing, so a
+            // sink, if it names one, is not checked.
+            SendOp::Read { .. } | SendOp::ReadV2 { .. } if wr.length() == 0 && wr.num_sge <= 1 => {}
             SendOp::ReadV2 { .. } => {
                 let [sge] = wr.sgl() else {
                     return Err(VerbsError::TooManySge);
@@ -641,9 +664,22 @@ impl Rnic {
             }
         }
         if status != Status::Success && status != Status::WrFlushed {
-            self.enter_error(qp, None);
+            self.local_error(qp);
         }
         self.try_finish_close(qp);
+    }
+
+    /// A local work request failed (its completion carries the error): the stream ends with
+    /// a Terminate, "local catastrophic error" (Verbs figure 23 and section 8.3.2), and the
+    /// QP enters Error once it is sent, flushing the rest. Without a stream, straight to
+    /// Error.
+    pub(crate) fn local_error(&mut self, qp: u32) {
+        let Ok(q) = self.qp_mut(qp) else { return };
+        if q.conn.is_some() && matches!(q.state, QpState::Rts | QpState::Closing) {
+            self.terminate(qp, iwarp_wire::terminate::RDMAP_LOCAL_CATASTROPHIC, &[], 0);
+        } else {
+            self.enter_error(qp, None);
+        }
     }
 
     /// Moves the QP to Error: every outstanding WR completes, the first with `first` if
@@ -659,7 +695,9 @@ impl Rnic {
         let (cq, id) = (q.send_cq, q.id);
         let inflight: Vec<Inflight> = q.inflight.drain(..).collect();
         let pending: Vec<SendWr> = q.sq.drain(..).collect();
-        q.conn = None;
+        // A receive a Send was being placed into is outstanding too, ahead of the RQ.
+        let partial = q.conn.take().and_then(|c| c.rx_recv);
+        let recv_cq = q.recv_cq;
         let mut first = first;
         for i in inflight {
             // An unsignaled WR that already succeeded stays silent; everything else
@@ -687,6 +725,12 @@ impl Rnic {
         }
         for wr in pending {
             self.complete_now(cq, id, &wr, Status::WrFlushed);
+        }
+        if let Some(rx) = partial {
+            self.push_wc(
+                recv_cq,
+                WorkCompletion::new(rx.wr.wr_id, id, WcOpcode::Recv, Status::WrFlushed, 0),
+            );
         }
         self.flush_rq(qp, None);
         if !was_idle {

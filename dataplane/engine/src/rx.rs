@@ -3,9 +3,8 @@
 //! 7, RFC 7306 section 8). A violation touches no memory: it queues the Terminate the RFCs
 //! name, with the offending headers, and stops the stream.
 
-use crate::mem::{AccessError, Resolved};
+use crate::mem::AccessError;
 use crate::qp::{Irq, Orq, QpState, RtrKind, RxRecv};
-use crate::raw::RawRegion;
 use crate::rnic::Rnic;
 use crate::types::{Access, AsyncEvent, Status, WcOpcode, WorkCompletion};
 use iwarp_wire::ddp::Buffer;
@@ -22,18 +21,35 @@ fn tagged_cause(e: AccessError) -> TermCause {
         AccessError::Bounds => t::DDP_TAGGED_BASE_BOUNDS,
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
+        // Not outcomes of an access check; named for completeness.
+        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
     }
 }
 
 /// Read Request and atomic source errors are RDMAP remote protection errors; a misaligned
 /// atomic is "catastrophic error, localized to RDMAP stream" (RFC 7306 section 8.2).
-fn rdmap_cause(e: AccessError) -> TermCause {
+pub(crate) fn rdmap_cause(e: AccessError) -> TermCause {
     match e {
         AccessError::InvalidStag => t::RDMAP_INVALID_STAG,
         AccessError::NotAssociated => t::RDMAP_STAG_NOT_ASSOCIATED,
         AccessError::Bounds => t::RDMAP_BASE_BOUNDS,
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
+        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
+    }
+}
+
+/// A Send with Invalidate whose STag cannot be invalidated (Verbs figure 23, receive queue
+/// remote protection errors): one of another PD, or a window another QP bound, is "not
+/// associated" (0x0103); one without remote rights an access rights violation (0x0102);
+/// any other, a region with bound windows included, "cannot be invalidated" (0x0109, RFC
+/// 5040 section 7.2).
+fn invalidate_cause(e: AccessError) -> TermCause {
+    match e {
+        AccessError::NotAssociated => t::RDMAP_STAG_NOT_ASSOCIATED,
+        // Section 7.4.2: an STag with only local rights is not the peer's to invalidate.
+        AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
+        _ => t::RDMAP_PROTECTION_CANNOT_INVALIDATE,
     }
 }
 
@@ -175,10 +191,8 @@ impl Rnic {
                 conn.irq.push_back(Irq::Read {
                     sink_stag: r.sink_stag,
                     sink_to: r.sink_to,
-                    src: Resolved {
-                        raw: RawRegion::empty(),
-                        offset: 0,
-                    },
+                    src_stag: r.src_stag,
+                    src_to: r.src_to,
                     len: 0,
                     sent: 0,
                 });
@@ -233,18 +247,26 @@ impl Rnic {
                 }
             }
         }
-        match mem.resolve(
-            stag,
-            pd,
-            Access::REMOTE_WRITE,
-            to,
-            payload.len() as u64,
-            false,
-        ) {
-            Ok(r) => r.raw.write(r.offset, payload),
-            Err(e) => {
-                self.terminate(qp, tagged_cause(e), ulpdu, hl);
-                return;
+        // The response to a zero-length Read (a fence, Verbs section 8.2.2.2) places nothing
+        // and its sink need name no valid STag.
+        let empty_response = response
+            && payload.is_empty()
+            && matches!(conn.orq.front(), Some(Orq::Read { len: 0, .. }));
+        if !empty_response {
+            match mem.resolve_remote(
+                stag,
+                pd,
+                qp,
+                Access::REMOTE_WRITE,
+                to,
+                payload.len() as u64,
+                false,
+            ) {
+                Ok(r) => r.raw.write(r.offset, payload),
+                Err(e) => {
+                    self.terminate(qp, tagged_cause(e), ulpdu, hl);
+                    return;
+                }
             }
         }
         if response && seg.last {
@@ -403,12 +425,12 @@ impl Rnic {
             wc.imm = Some(u64::from_be_bytes(b));
         }
         if seg.opcode.carries_invalidate() {
-            if mem.invalidate(rsvd_ulp, pd).is_err() {
+            if let Err(e) = mem.invalidate(rsvd_ulp, pd, qp, true) {
                 // RFC 5040 section 7.2: the STag cannot be invalidated; the receive WR the
                 // message consumed completes in error before the stream is terminated.
                 wc.status = Status::RemoteAccessError;
                 self.push_wc(cq, wc);
-                self.terminate(qp, t::RDMAP_PROTECTION_CANNOT_INVALIDATE, ulpdu, hl);
+                self.terminate(qp, invalidate_cause(e), ulpdu, hl);
                 return;
             }
             wc.invalidated_stag = Some(rsvd_ulp);
@@ -448,18 +470,21 @@ impl Rnic {
             self.terminate(qp, t::DDP_UNTAGGED_TOO_LONG, ulpdu, 18);
             return;
         }
-        match mem.resolve(
-            sink.stag,
-            pd,
-            Access::LOCAL_WRITE,
-            sink.to + mo as u64,
-            payload.len() as u64,
-            false,
-        ) {
-            Ok(r) => r.raw.write(r.offset, payload),
-            Err(_) => {
-                self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
-                return;
+        if !payload.is_empty() {
+            // An empty segment (a zero-length Read V2's response) places nothing.
+            match mem.resolve(
+                sink.stag,
+                pd,
+                Access::LOCAL_WRITE,
+                sink.to + mo as u64,
+                payload.len() as u64,
+                false,
+            ) {
+                Ok(r) => r.raw.write(r.offset, payload),
+                Err(_) => {
+                    self.terminate(qp, t::RDMAP_LOCAL_CATASTROPHIC, ulpdu, 0);
+                    return;
+                }
             }
         }
         *received += payload.len() as u32;
@@ -492,19 +517,37 @@ impl Rnic {
             return;
         }
         let entry = match seg.header {
+            // A zero-length Read is a fence and may name no valid source STag (Verbs section
+            // 8.2.2.2): nothing is read, so nothing is checked.
+            RdmapHeader::ReadRequest(r) if r.size == 0 => Irq::Read {
+                sink_stag: r.sink_stag,
+                sink_to: r.sink_to,
+                src_stag: r.src_stag,
+                src_to: r.src_to,
+                len: 0,
+                sent: 0,
+            },
+            RdmapHeader::ReadRequestV2(r) if r.size == 0 => Irq::ReadV2 {
+                src_stag: r.src_stag,
+                src_to: r.src_to,
+                len: 0,
+                sent: 0,
+            },
             RdmapHeader::ReadRequest(r) => {
-                match mem.resolve(
+                match mem.resolve_remote(
                     r.src_stag,
                     pd,
+                    qp,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
                     false,
                 ) {
-                    Ok(src) => Irq::Read {
+                    Ok(_) => Irq::Read {
                         sink_stag: r.sink_stag,
                         sink_to: r.sink_to,
-                        src,
+                        src_stag: r.src_stag,
+                        src_to: r.src_to,
                         len: r.size,
                         sent: 0,
                     },
@@ -515,16 +558,18 @@ impl Rnic {
                 }
             }
             RdmapHeader::ReadRequestV2(r) => {
-                match mem.resolve(
+                match mem.resolve_remote(
                     r.src_stag,
                     pd,
+                    qp,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
                     false,
                 ) {
-                    Ok(src) => Irq::ReadV2 {
-                        src,
+                    Ok(_) => Irq::ReadV2 {
+                        src_stag: r.src_stag,
+                        src_to: r.src_to,
                         len: r.size,
                         sent: 0,
                     },
@@ -535,13 +580,12 @@ impl Rnic {
                 }
             }
             RdmapHeader::AtomicRequest(a) => {
-                let target = match mem.resolve(a.stag, pd, Access::REMOTE_ATOMIC, a.to, 8, true) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.terminate(qp, rdmap_cause(e), ulpdu, hl);
-                        return;
-                    }
-                };
+                if let Err(e) =
+                    mem.resolve_remote(a.stag, pd, qp, Access::REMOTE_ATOMIC, a.to, 8, true)
+                {
+                    self.terminate(qp, rdmap_cause(e), ulpdu, hl);
+                    return;
+                }
                 // A CmpSwap swap mask of zero swaps no bits, exactly as RFC 7306's definition
                 // reads; our own requests send all ones for a plain CmpSwap. (siw's
                 // experimental branch sends zero; with us its CmpSwap then leaves memory
@@ -549,7 +593,6 @@ impl Rnic {
                 // the RFC, noted in docs/engine.md.)
                 Irq::Atomic {
                     request_id: a.request_id,
-                    target,
                     req: a,
                     executed: None,
                 }
@@ -585,11 +628,28 @@ impl Rnic {
             }
         }
         conn.msn_rx[3] = conn.msn_rx[3].wrapping_add(1);
-        if let Some(Orq::Atomic { seq, result, .. }) = conn.orq.pop_front() {
-            // The original value is returned in the endian format of the target memory
-            // (RFC 7306 section 5.1): the host's.
-            result.raw.write(result.offset, &original.to_ne_bytes());
-            self.finish_wr(qp, seq, Status::Success, 8);
+        let pd = q.pd;
+        if let Some(Orq::Atomic {
+            seq,
+            result_stag,
+            result_to,
+            ..
+        }) = conn.orq.pop_front()
+        {
+            // The result region is checked again: it may have been deregistered since the
+            // request went out, and then the WR fails instead of writing into it.
+            match self
+                .mem
+                .resolve(result_stag, pd, Access::LOCAL_WRITE, result_to, 8, true)
+            {
+                Ok(result) => {
+                    // The original value is returned in the endian format of the target
+                    // memory (RFC 7306 section 5.1): the host's.
+                    result.raw.write(result.offset, &original.to_ne_bytes());
+                    self.finish_wr(qp, seq, Status::Success, 8);
+                }
+                Err(_) => self.finish_wr(qp, seq, Status::LocalProtectionError, 0),
+            }
         }
     }
 

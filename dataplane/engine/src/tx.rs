@@ -5,12 +5,14 @@
 use crate::mem::{AccessError, MemTable};
 use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG};
 use crate::rnic::{wc_opcode, Rnic};
+use crate::rx::rdmap_cause;
 use crate::types::{Access, SendOp, SendWr, Sge, Status};
 use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::rdmap::{
     self, AOpCode, AtomicRequest, Opcode, RdmapHeader, ReadRequest, SegmentRepr,
 };
+use iwarp_wire::terminate::TermCause;
 
 /// After this many IRQ FPDUs in a row, the SQ gets a turn (siw's fairness idea).
 const IRQ_BURST: u32 = 8;
@@ -18,13 +20,7 @@ const IRQ_BURST: u32 = 8;
 /// What a transmit step finished, applied after the borrow of the QP ends.
 enum Done {
     None,
-    Wr {
-        seq: u64,
-        status: Status,
-        len: u32,
-    },
-    /// The WR failed with this status: the QP goes to Error with it as the cause.
-    Error(Status),
+    Wr { seq: u64, status: Status, len: u32 },
 }
 
 impl Rnic {
@@ -76,14 +72,23 @@ impl Rnic {
             let conn = q.conn.as_mut()?;
             if !conn.irq.is_empty() && (conn.irq_burst < IRQ_BURST || !sq_ready) {
                 conn.irq_burst += 1;
-                return tx_irq(conn, out);
+                let (pd, id) = (q.pd, q.id);
+                match tx_irq(mem, pd, id, conn, out) {
+                    Ok(n) => return n,
+                    // The source is gone: the Terminate goes out on the next turn.
+                    Err(cause) => {
+                        self.terminate(qp, cause, &[], 0);
+                        continue;
+                    }
+                }
             }
             conn.irq_burst = 0;
             let (n, done) = tx_sq(mem, q, out);
             match done {
                 Done::None => {}
+                // A failed WR completes with its error and ends the stream with a Terminate
+                // (`finish_wr`), which the next turn of this loop sends.
                 Done::Wr { seq, status, len } => self.finish_wr(qp, seq, status, len),
-                Done::Error(status) => self.enter_error(qp, Some(status)),
             }
             match n {
                 Some(n) => return Some(n),
@@ -376,7 +381,7 @@ fn gather(
 }
 
 fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done) {
-    let pd = q.pd;
+    let (pd, qp) = (q.pd, q.id);
     if q.conn.as_ref().is_some_and(|c| c.cur.is_none()) {
         if !next_startable(q) {
             return (None, Done::None);
@@ -396,18 +401,27 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             done: None,
         });
         if let Some(status) = q.conn.as_ref().and_then(|c| failure(wr, c)) {
-            return (None, Done::Error(status));
+            // Completes in its turn through `finish_wr`, which ends the stream with a
+            // Terminate and flushes the WRs behind it.
+            return (
+                None,
+                Done::Wr {
+                    seq,
+                    status,
+                    len: 0,
+                },
+            );
         }
         // Work that touches only the local STag table completes without going on the wire.
         let local = match wr.op {
-            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd)),
+            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd, qp, false)),
             SendOp::BindMw {
                 mw,
                 mr,
                 to,
                 len,
                 access,
-            } => Some(mem.bind_mw(mw, mr, pd, to, len, access)),
+            } => Some(mem.bind_mw(mw, mr, pd, qp, to, len, access)),
             SendOp::FastRegister {
                 stag,
                 source,
@@ -476,7 +490,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error(Status::LocalProtectionError))
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last: true } => {
@@ -520,7 +534,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, TAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error(Status::LocalProtectionError))
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 // Write with Immediate: the Immediate Data message comes next.
@@ -570,7 +584,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = wr.sgl[0];
+            let sink = read_sink(wr);
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequest,
@@ -599,9 +613,12 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         }
         SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
             let sge = wr.sgl[0];
-            let Ok(result) = mem.resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true) else {
+            if mem
+                .resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true)
+                .is_err()
+            {
                 conn.cur = None;
-                return (None, Done::Error(Status::LocalProtectionError));
+                return (None, failed(cur.seq));
             };
             let request_id = conn.next_request_id;
             let req = match wr.op {
@@ -654,7 +671,8 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
                 conn.orq.push_back(Orq::Atomic {
                     seq: cur.seq,
                     request_id,
-                    result,
+                    result_stag: sge.stag,
+                    result_to: sge.to,
                 });
                 conn.cur = None;
             }
@@ -709,7 +727,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
                 DataSegment::Failed => {
                     conn.cur = None;
-                    (None, Done::Error(Status::LocalProtectionError))
+                    (None, failed(cur.seq))
                 }
                 DataSegment::Blocked => (None, Done::None),
                 DataSegment::Sent { len, last } => {
@@ -723,7 +741,7 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
         } => {
-            let sink = wr.sgl[0];
+            let sink = read_sink(wr);
             let seg = SegmentRepr {
                 version: v,
                 opcode: Opcode::ReadRequestV2,
@@ -751,6 +769,29 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
         | SendOp::LocalInvalidate { .. }
         | SendOp::BindMw { .. }
         | SendOp::FastRegister { .. } => (None, Done::None),
+    }
+}
+
+/// The sink a Read advertises: its one SGE, or for a zero-length Read without one (a fence,
+/// Verbs section 8.2.2.2) an empty sink under [`RTR_STAG`], which hardware accepts at zero
+/// length where it refuses STag 0.
+fn read_sink(wr: &SendWr) -> Sge {
+    match wr.sgl() {
+        [sge, ..] => *sge,
+        [] => Sge {
+            stag: RTR_STAG,
+            to: 0,
+            len: 0,
+        },
+    }
+}
+
+/// The WR `seq` failed a local check (Verbs figure 23, local SQ protection error).
+fn failed(seq: u64) -> Done {
+    Done::Wr {
+        seq,
+        status: Status::LocalProtectionError,
+        len: 0,
     }
 }
 
@@ -786,14 +827,44 @@ fn immediate(
     )
 }
 
-fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
+/// The next FPDU answering the IRQ's oldest request, its source checked again first (see
+/// [`Irq`]). `Err` with the Terminate's cause when that check fails.
+fn tx_irq(
+    mem: &MemTable,
+    pd: u32,
+    qp: u32,
+    conn: &mut Conn,
+    out: &mut [u8],
+) -> Result<Option<usize>, TermCause> {
     let v = conn.params.rdmap_version;
     let max = max_payload(conn, TAGGED_HEADER_LEN);
-    match *conn.irq.front()? {
+    // Reads `dst.len()` octets of the source at `to` (nothing for an empty segment, which
+    // names no memory: a zero-length Read needs no valid STag).
+    let source = |stag: u32, to: u64, dst: &mut [u8]| -> Result<(), AccessError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let r = mem.resolve_remote(
+            stag,
+            pd,
+            qp,
+            Access::REMOTE_READ,
+            to,
+            dst.len() as u64,
+            false,
+        )?;
+        r.raw.read(r.offset, dst);
+        Ok(())
+    };
+    let Some(front) = conn.irq.front() else {
+        return Ok(None);
+    };
+    match *front {
         Irq::Read {
             sink_stag,
             sink_to,
-            src,
+            src_stag,
+            src_to,
             len,
             sent,
         } => {
@@ -809,19 +880,23 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                 },
                 header: RdmapHeader::None,
             };
-            let fill = |dst: &mut [u8]| {
-                src.raw.read(src.offset + sent as usize, dst);
-                Ok(())
+            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
+            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
+                return Ok(None);
             };
-            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
             if last {
                 conn.irq.pop_front();
             } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
                 *sent += n as u32;
             }
-            Some(r)
+            Ok(Some(r))
         }
-        Irq::ReadV2 { src, len, sent } => {
+        Irq::ReadV2 {
+            src_stag,
+            src_to,
+            len,
+            sent,
+        } => {
             let max = max_payload(conn, UNTAGGED_HEADER_LEN);
             let n = (len - sent).min(max) as usize;
             let last = sent + n as u32 == len;
@@ -832,22 +907,20 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                 buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], sent, 0),
                 header: RdmapHeader::None,
             };
-            let fill = |dst: &mut [u8]| {
-                src.raw.read(src.offset + sent as usize, dst);
-                Ok(())
+            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
+            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
+                return Ok(None);
             };
-            let r = emit_gathered(conn, out, &seg, n, fill).ok()??;
             if last {
                 conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
                 conn.irq.pop_front();
             } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
                 *sent += n as u32;
             }
-            Some(r)
+            Ok(Some(r))
         }
         Irq::Atomic {
             request_id,
-            target,
             req,
             executed,
         } => {
@@ -857,6 +930,9 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
             let original = match executed {
                 Some(v) => v,
                 None => {
+                    let target = mem
+                        .resolve_remote(req.stag, pd, qp, Access::REMOTE_ATOMIC, req.to, 8, true)
+                        .map_err(rdmap_cause)?;
                     let v = match req.aopcode {
                         AOpCode::FetchAdd => {
                             target
@@ -887,10 +963,12 @@ fn tx_irq(conn: &mut Conn, out: &mut [u8]) -> Option<usize> {
                     original,
                 },
             };
-            let r = emit(conn, out, &seg, None)?;
+            let Some(r) = emit(conn, out, &seg, None) else {
+                return Ok(None);
+            };
             conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
             conn.irq.pop_front();
-            Some(r)
+            Ok(Some(r))
         }
     }
 }

@@ -359,7 +359,8 @@ pub enum VerbsError {
     /// Inline data only for Send and Write, up to MAX_INLINE bytes.
     InvalidInline,
     InvalidSrq,
-    /// A region that bound windows or fast-registered STags still point into.
+    /// Valid windows or fast-registered STags still depend on it: a region they point into,
+    /// or a QP windows are bound on.
     StagInUse,
     /// More completions are on the CQ than the size asked for (Modify CQ).
     CqTooSmall,

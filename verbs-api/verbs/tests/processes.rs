@@ -506,7 +506,8 @@ fn modify_srq_resize_cq_and_fast_register_over_the_real_stack() {
         mr: mb.stag(),
         offset: 4096,
         len: 1024,
-        access: access::REMOTE_WRITE,
+        // Remote Write needs Local Write (Verbs figure 18).
+        access: access::LOCAL_WRITE | access::REMOTE_WRITE,
     };
     qb.post_send(&SendWr::new(9, reg, &[])).unwrap();
     completed(&cqb, 9);

@@ -276,7 +276,7 @@ impl Host {
                 return false;
             }
             tracing::warn!("QP {num}: ring indices corrupt, QP to Error");
-            let _ = rnic.modify_qp(qp.host.engine_qp, QpState::Error);
+            let _ = rnic.force_error(qp.host.engine_qp);
             return true;
         }
         let s = qp.host.pump_sq(rnic);
@@ -456,7 +456,7 @@ impl Host {
                     let _ = node.relay_release(conn);
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
-                let _ = node.rnic.modify_qp(eqp, QpState::Error);
+                let _ = node.rnic.force_error(eqp);
                 self.pump_sqs(&mut node.rnic);
                 self.drain_cqs(&mut node.rnic);
                 self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
