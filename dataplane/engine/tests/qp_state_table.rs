@@ -184,10 +184,8 @@ fn posting_a_receive_in_idle_enqueues() {
 }
 
 /// Section 6.2.1, figure 7, for the SQ: Post Send in Idle enqueues the WR without
-/// processing it. The engine refuses it with `InvalidQpState` today; the change is in the
-/// post path (`Rnic::post_send`).
+/// processing it.
 #[test]
-#[ignore = "Post Send in Idle: figure 7 says enqueue; the engine's post_send refuses it"]
 fn posting_a_send_in_idle_enqueues() {
     let mut p = in_state(Idle);
     assert_eq!(post_send(&mut p), Posted::Enqueued);
