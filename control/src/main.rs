@@ -48,9 +48,6 @@ struct App {
     stream: UnixStream,
     pid: u32,
     buf: Vec<u8>,
-    /// Segment files of this application that control verified (rings, memory): removed
-    /// when the application goes away, so a crashed one leaks none.
-    files: Vec<std::path::PathBuf>,
 }
 
 fn peer_pid(s: &UnixStream) -> u32 {
@@ -160,10 +157,6 @@ fn rings_of(req: &Request) -> Vec<(ShmPath, SegmentKind)> {
         }
         _ => vec![],
     }
-}
-
-fn ring_paths(req: &Request) -> Vec<std::path::PathBuf> {
-    rings_of(req).iter().map(|(p, _)| p.to_path()).collect()
 }
 
 fn cm_error(e: CmError, id: u32) -> Reply {
@@ -360,11 +353,10 @@ fn pump(
 
 fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) -> Reply {
     if let Request::AttachSegment { path } = req {
-        // Only memory the daemon can map: a verbs-allocated segment of kind Memory, created
-        // by this very application.
-        return match Segment::open(&path.to_path(), Some(SegmentKind::Memory)) {
+        // Only memory the daemon can map: a verbs-allocated segment of kind Memory, sealed
+        // against shrinking (iwarpd maps nothing else), created by this very application.
+        return match Segment::open_sealed(&path.to_path(), Some(SegmentKind::Memory)) {
             Ok(seg) if seg.header().creator_pid == app.pid => {
-                app.files.push(path.to_path());
                 let id = core.add_segment(
                     app.id,
                     VerifiedSegment {
@@ -377,26 +369,30 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
             Ok(_) => Reply::Failed(Error::Protocol {
                 what: "segment was not created by this application",
             }),
+            Err(iwarp_abi::Error::NotSealed) => Reply::Failed(Error::Protocol {
+                what: "segment is not sealed against shrinking: allocate it with iwarp-verbs \
+                       (alloc_buffer)",
+            }),
             Err(_) => Reply::Failed(Error::Protocol {
                 what: "not a shared segment allocated through iwarp-verbs (alloc_buffer)",
             }),
         };
     }
-    // Ring segments named in a request must be this application's own segments of the
-    // right kind: iwarpd is never pointed at any other file.
+    // Ring segments named in a request must be this application's own sealed segments of
+    // the right kind: iwarpd is never pointed at any other file.
     let rings = rings_of(&req);
     for (path, kind) in rings {
-        match Segment::open(&path.to_path(), Some(kind)) {
+        match Segment::open_sealed(&path.to_path(), Some(kind)) {
             Ok(seg) if seg.header().creator_pid == app.pid => {}
             _ => {
                 return Reply::Failed(Error::Protocol {
-                    what: "ring is not a segment of the right kind created by this application",
+                    what: "ring is not a sealed segment of the right kind created by this \
+                           application",
                 })
             }
         }
     }
-    let ring_files: Vec<std::path::PathBuf> = ring_paths(&req);
-    let reply = core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
+    core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
         Ok(reply_status::OK) => reply_status::OK,
         Ok(st) => {
             eprintln!("iwarp-control: iwarpd refused {c:?}: status {st}");
@@ -406,23 +402,7 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
             eprintln!("iwarp-control: {e}");
             reply_status::BAD_COMMAND
         }
-    });
-    if !matches!(reply, Reply::Failed(_)) {
-        app.files.extend(ring_files);
-    }
-    reply
-}
-
-/// Removes an application's segment files (the daemon has unmapped them by now; a mapping
-/// that remains keeps its memory until unmapped, as unlink(2) promises).
-fn remove_files(app: &App) {
-    for f in &app.files {
-        match std::fs::remove_file(f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => eprintln!("iwarp-control: cannot remove {}: {e}", f.display()),
-        }
-    }
+    })
 }
 
 fn main() -> ExitCode {
@@ -540,7 +520,6 @@ fn main() -> ExitCode {
                 for c in core.app_gone(app.id) {
                     let _ = daemon.call(Some(app.id), &c);
                 }
-                remove_files(&app);
             }
             let _ = std::fs::remove_file(&sock);
             eprintln!("iwarp-control: stopped");
@@ -563,7 +542,6 @@ fn main() -> ExitCode {
                         stream,
                         pid,
                         buf: Vec::new(),
-                        files: Vec::new(),
                     });
                     next_app += 1;
                 }
@@ -643,7 +621,6 @@ fn main() -> ExitCode {
             }
             daemon.router.forget_app(app.id);
             outbox.extend(cm.app_gone(app.id));
-            remove_files(&app);
         }
         pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now);
         if idle {

@@ -10,8 +10,10 @@
 //! none is lost when control is slow.
 //!
 //! Nothing an application wrote can stop this loop: segments are opened by path with their
-//! kind checked, ring indices are checked by the ring, records by `convert`; a QP whose ring
-//! is corrupt goes to Error and the others keep running.
+//! kind checked and only when their size is sealed (an application cannot truncate what is
+//! mapped here, which would be a SIGBUS in this process), ring indices are checked by the
+//! ring, records by `convert`; a QP whose ring is corrupt goes to Error and the others keep
+//! running.
 
 use super::convert;
 use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
@@ -30,7 +32,6 @@ use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
 use iwarp_wire::mpa::MpaParams;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Commands taken from the ring per turn: the data path is never starved by a burst of
@@ -60,8 +61,10 @@ pub struct Host {
     mrs: HashMap<u32, HostMr>,
     /// Window and fast-register STags: they may point into the regions, so they go first.
     windows: std::collections::HashSet<u32>,
-    /// Memory segments mapped for registrations, shared by the regions in them.
-    segments: HashMap<PathBuf, Arc<Segment>>,
+    /// Memory segments mapped for registrations, shared by the regions in them, by (device,
+    /// inode): a path such as `/proc/<pid>/fd/<n>` may name another file once its
+    /// descriptor is closed and the number reused.
+    segments: HashMap<(u64, u64), Arc<Segment>>,
     /// Engine id → control id, for completions and events.
     qp_num: HashMap<u32, u32>,
     cq_num: HashMap<u32, u32>,
@@ -510,15 +513,9 @@ impl Host {
                     return Err(st::EXISTS);
                 }
                 let pd = self.engine_pd(pd)?;
-                let path = segment.to_path();
-                let seg = match self.segments.get(&path) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = open(&path, SegmentKind::Memory)?;
-                        self.segments.insert(path, s.clone());
-                        s
-                    }
-                };
+                let opened = open(&segment.to_path(), SegmentKind::Memory)?;
+                let id = opened.file_id().map_err(|_| st::BAD_SEGMENT)?;
+                let seg = self.segments.entry(id).or_insert(opened).clone();
                 let reg = Registration {
                     stag,
                     pd,
@@ -661,11 +658,14 @@ impl Host {
     }
 }
 
+/// Maps an application's segment: sealed ones only ([`Segment::open_sealed`]).
 fn open(path: &std::path::Path, kind: SegmentKind) -> Result<Arc<Segment>, u32> {
-    Segment::open(path, Some(kind)).map(Arc::new).map_err(|e| {
-        tracing::warn!("segment {}: {e}", path.display());
-        st::BAD_SEGMENT
-    })
+    Segment::open_sealed(path, Some(kind))
+        .map(Arc::new)
+        .map_err(|e| {
+            tracing::warn!("segment {}: {e}", path.display());
+            st::BAD_SEGMENT
+        })
 }
 
 /// The engine's connection parameters from what control negotiated.

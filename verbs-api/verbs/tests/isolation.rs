@@ -1,0 +1,207 @@
+//! What one application can do to the others on its endpoint: the library and the real
+//! stack (two endpoints, `iwarpd` + `iwarp-control` each, on the embedded Unix-socket
+//! Ethernet), this test as every application.
+
+use iwarp_testkit::{self as testkit, Proc};
+use iwarp_verbs::{
+    access, CompletionQueue, ConnSettings, Context, MemoryRegion, QpInitAttr, QueuePair, SendWr,
+    Sg, SharedBuffer, WcStatus, WrOpcode,
+};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Endpoint {
+    runtime: PathBuf,
+    control: Proc,
+    daemon: Proc,
+}
+
+impl Endpoint {
+    fn start(dir: &Path, name: &str, n: u8, subnet: u8) -> Endpoint {
+        let daemon = testkit::start_daemon(dir, name, n, subnet, &[]);
+        let runtime = dir.join(name);
+        Endpoint {
+            control: testkit::start_control(&runtime),
+            runtime,
+            daemon,
+        }
+    }
+
+    /// Both processes still run.
+    fn alive(&mut self) -> bool {
+        matches!(self.daemon.0.try_wait(), Ok(None))
+            && matches!(self.control.0.try_wait(), Ok(None))
+    }
+}
+
+/// One application's side of a connection: a QP on its own CQ and a registered buffer.
+struct Side {
+    ctx: Context,
+    cq: Arc<CompletionQueue>,
+    qp: QueuePair,
+    buf: SharedBuffer,
+    mr: MemoryRegion,
+}
+
+const BUF: usize = 64 << 10;
+
+fn side(runtime: &Path, depth: u32) -> Side {
+    let ctx = Context::open(runtime).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(&cq, depth)).unwrap();
+    let buf = ctx.alloc_buffer(BUF).unwrap();
+    let mr = pd
+        .reg_mr(
+            &buf,
+            0,
+            BUF as u64,
+            access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+        )
+        .unwrap();
+    Side {
+        ctx,
+        cq,
+        qp,
+        buf,
+        mr,
+    }
+}
+
+/// Connects `a` (initiator) to `b` (listening on `port` of endpoint 10.`subnet`.0.2).
+fn connect(a: &Side, b: &Side, subnet: u8, port: u16) {
+    b.ctx.listen(port, &ConnSettings::default()).unwrap();
+    let remote = format!("10.{subnet}.0.2:{port}").parse().unwrap();
+    let conn = a
+        .ctx
+        .connect(&a.qp, remote, &ConnSettings::default())
+        .unwrap();
+    let req = b.ctx.get_request(Duration::from_secs(20)).unwrap();
+    b.ctx
+        .accept_blocking(
+            &req,
+            &b.qp,
+            &ConnSettings::default(),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    a.ctx
+        .wait_established(conn, Duration::from_secs(20))
+        .unwrap();
+}
+
+/// Posts an RDMA Write of `len` octets at `offset` of `from`'s buffer to the same offset of
+/// `to`'s, and waits for its successful completion.
+fn write(from: &Side, to: &Side, wr_id: u64, offset: u64, len: u32) {
+    let sg = [Sg {
+        mr: &from.mr,
+        offset,
+        len,
+    }];
+    let op = WrOpcode::RdmaWrite {
+        rkey: to.mr.stag(),
+        remote_addr: offset,
+    };
+    from.qp.post_send(&SendWr::new(wr_id, op, &sg)).unwrap();
+    let wc = from.cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+}
+
+/// Waits until `bytes` are at `offset` of `buf` (a remote Write's placement).
+fn landed(buf: &SharedBuffer, offset: usize, bytes: &[u8]) {
+    let t = Instant::now();
+    while buf.to_vec(offset, bytes.len()).unwrap() != bytes {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the Write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Every name under which another process could open this process's shared memory that
+/// starts, in its data area, with `marker`: segment files, and this process's descriptors.
+fn files_holding(marker: &[u8]) -> Vec<PathBuf> {
+    let pid = std::process::id();
+    let named = ["/dev/shm", "/dev/hugepages"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            PathBuf::from(format!(
+                "/proc/{pid}/fd/{}",
+                e.file_name().to_string_lossy()
+            ))
+        });
+    named
+        .chain(fds)
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
+        .filter(|p| {
+            let mut head = vec![0; iwarp_abi::segment::DATA_OFFSET + marker.len()];
+            std::fs::File::open(p)
+                .and_then(|mut f| f.read_exact(&mut head))
+                .is_ok_and(|_| head.ends_with(marker))
+        })
+        .collect()
+}
+
+#[test]
+fn an_application_that_shrinks_its_registered_buffer_hurts_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Endpoint::start(dir.path(), "a", 1, 57);
+    let _b = Endpoint::start(dir.path(), "b", 2, 57);
+    let hostile = side(&a.runtime, 16);
+    let peer = side(&dir.path().join("b"), 16);
+    connect(&hostile, &peer, 57, 7400);
+
+    // The hostile application truncates every file that backs its registered buffer, by any
+    // name it can find.
+    let marker = format!("hostile-{}", std::process::id());
+    hostile.buf.write(0, marker.as_bytes()).unwrap();
+    let files = files_holding(marker.as_bytes());
+    assert!(!files.is_empty(), "the buffer is reachable by some name");
+    let truncated: Vec<_> = files
+        .iter()
+        .map(|f| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(f)
+                .and_then(|f| f.set_len(0))
+        })
+        .collect();
+
+    // A peer writes into the region, and the application posts a Write from it: both
+    // complete and the data arrives, because iwarpd's mapping was never shrunk.
+    peer.buf.write(8192, b"from the peer").unwrap();
+    write(&peer, &hostile, 1, 8192, 13);
+    landed(&hostile.buf, 8192, b"from the peer");
+    hostile.buf.write(16384, b"from the hostile one").unwrap();
+    write(&hostile, &peer, 2, 16384, 20);
+    landed(&peer.buf, 16384, b"from the hostile one");
+    assert!(
+        a.alive(),
+        "iwarpd and iwarp-control of the endpoint survive"
+    );
+    for (f, r) in files.iter().zip(&truncated) {
+        let e = r
+            .as_ref()
+            .expect_err("the size of registered memory is sealed");
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{}: {e}", f.display());
+    }
+
+    // Another application of the same endpoint connects and moves data.
+    let other = side(&a.runtime, 16);
+    let other_peer = side(&dir.path().join("b"), 16);
+    connect(&other, &other_peer, 57, 7401);
+    other.buf.write(0, b"still served").unwrap();
+    write(&other, &other_peer, 3, 0, 12);
+    landed(&other_peer.buf, 0, b"still served");
+    assert!(a.alive());
+}
