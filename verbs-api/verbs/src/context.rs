@@ -511,7 +511,8 @@ impl ProtectionDomain {
                 max_inline,
             ),
         };
-        Ok(q.with_release(release)
+        Ok(q.with_depths(attr.sq_depth, attr.rq_depth)
+            .with_release(release)
             .holding_srq(attr.srq.clone())
             .with_waker(self.ctx.waker.clone()))
     }

@@ -4,8 +4,8 @@
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
-    access, CompletionQueue, ConnSettings, Context, MemoryRegion, QpInitAttr, QueuePair, SendWr,
-    Sg, SharedBuffer, WcStatus, WrOpcode,
+    access, CompletionQueue, ConnSettings, Context, Error, MemoryRegion, QpInitAttr, QueuePair,
+    RecvWr, SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -204,4 +204,56 @@ fn an_application_that_shrinks_its_registered_buffer_hurts_nobody() {
     write(&other, &other_peer, 3, 0, 12);
     landed(&other_peer.buf, 0, b"still served");
     assert!(a.alive());
+}
+
+#[test]
+fn a_work_queue_takes_no_more_than_its_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = Endpoint::start(dir.path(), "a", 1, 58);
+    let _b = Endpoint::start(dir.path(), "b", 2, 58);
+    // Depth 100: the rings have 128 slots, which must not show.
+    let a = side(&dir.path().join("a"), 100);
+    let b = side(&dir.path().join("b"), 100);
+    connect(&a, &b, 58, 7402);
+
+    // Verbs section 8.2.1: a receive occupies its RQ entry until its completion is reaped.
+    let sg = [Sg {
+        mr: &b.mr,
+        offset: 0,
+        len: 64,
+    }];
+    for i in 0..100 {
+        b.qp.post_recv(&RecvWr {
+            wr_id: i,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    let full = b.qp.post_recv(&RecvWr {
+        wr_id: 100,
+        sg_list: &sg,
+    });
+    assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
+
+    // The same for the SQ, although iwarpd takes the posted Writes off the ring at once.
+    let sg = [Sg {
+        mr: &a.mr,
+        offset: 0,
+        len: 64,
+    }];
+    let op = WrOpcode::RdmaWrite {
+        rkey: b.mr.stag(),
+        remote_addr: 0,
+    };
+    for i in 0..100 {
+        a.qp.post_send(&SendWr::new(i, op, &sg)).unwrap();
+    }
+    let full = a.qp.post_send(&SendWr::new(100, op, &sg));
+    assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
+    // Reaping a completion frees one entry, and only one.
+    let wc = a.cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (0, WcStatus::Success), "{wc:?}");
+    a.qp.post_send(&SendWr::new(100, op, &sg)).unwrap();
+    let full = a.qp.post_send(&SendWr::new(101, op, &sg));
+    assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
 }
