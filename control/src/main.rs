@@ -7,7 +7,9 @@
 //!
 //! Single-threaded and non-blocking: one loop accepts, reads, answers, runs the connection
 //! manager over the daemon's upcalls and watches the daemon (pid, segment identity,
-//! heartbeat). A vanished or replaced iwarpd makes it close every application socket and exit
+//! heartbeat). Replies and events wait in a bounded queue per application
+//! ([`iwarp_control::client`]) and are written as its socket takes them; an application that
+//! lets the queue overflow is dropped and cleaned up after as on EOF. A vanished or replaced iwarpd makes it close every application socket and exit
 //! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
 
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
@@ -17,12 +19,13 @@ use iwarp_abi::wake::Waker;
 use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, Request, VerifiedSegment};
+use iwarp_control::client::{Outbox, Unwritable};
 use iwarp_control::conn_manager::{Action, AppEvent, CmError, ConnManager};
 use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
 use iwarp_control::error::Resource;
 use iwarp_control::resources::QpState;
 use iwarp_control::Error;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +51,21 @@ struct App {
     stream: UnixStream,
     pid: u32,
     buf: Vec<u8>,
+    /// Replies and events its socket has not taken yet.
+    out: Outbox,
+    /// Why it can no longer be written to: it is dropped on the loop's next turn.
+    unwritable: Option<Unwritable>,
+}
+
+impl App {
+    /// Queues `msg` for the application; a failure marks it for removal.
+    fn send(&mut self, msg: &[u8]) {
+        if self.unwritable.is_none() {
+            if let Err(e) = self.out.send(&mut self.stream, msg) {
+                self.unwritable = Some(e);
+            }
+        }
+    }
 }
 
 fn peer_pid(s: &UnixStream) -> u32 {
@@ -341,9 +359,7 @@ fn pump(
                 }
                 Action::App { app, event } => {
                     if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
-                        let _ = a.stream.set_nonblocking(false);
-                        let _ = a.stream.write_all(&encode_event(&event));
-                        let _ = a.stream.set_nonblocking(true);
+                        a.send(&encode_event(&event));
                     }
                 }
             }
@@ -542,6 +558,8 @@ fn main() -> ExitCode {
                         stream,
                         pid,
                         buf: Vec::new(),
+                        out: Outbox::default(),
+                        unwritable: None,
                     });
                     next_app += 1;
                 }
@@ -566,6 +584,15 @@ fn main() -> ExitCode {
         let mut idle = true;
         let mut gone = Vec::new();
         for (i, app) in apps.iter_mut().enumerate() {
+            if app.unwritable.is_none() && app.out.queued() > 0 {
+                if let Err(e) = app.out.flush(&mut app.stream) {
+                    app.unwritable = Some(e);
+                }
+            }
+            if app.unwritable.is_some() {
+                gone.push(i);
+                continue;
+            }
             let mut tmp = [0u8; 4096];
             match app.stream.read(&mut tmp) {
                 Ok(0) => gone.push(i),
@@ -603,17 +630,23 @@ fn main() -> ExitCode {
                     Ok(req) => serve_one(&mut core, &mut daemon, &mut *app, req),
                     Err(e) => Reply::Failed(e),
                 };
-                let _ = app.stream.set_nonblocking(false);
-                if app.stream.write_all(&encode_reply(&reply)).is_err() {
+                app.send(&encode_reply(&reply));
+                if app.unwritable.is_some() {
                     gone.push(i);
+                    break;
                 }
-                let _ = app.stream.set_nonblocking(true);
             }
         }
         gone.sort_unstable();
         gone.dedup();
         for i in gone.into_iter().rev() {
             let app = apps.remove(i);
+            if let Some(e @ Unwritable::Overflow { .. }) = app.unwritable {
+                eprintln!(
+                    "iwarp-control: application {} (pid {}) dropped: {e}",
+                    app.id, app.pid
+                );
+            }
             for c in core.app_gone(app.id) {
                 if let Err(e) = daemon.call(Some(app.id), &c) {
                     eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
