@@ -367,6 +367,35 @@ fn pump(
     }
 }
 
+/// Tears down everything of an application that went away (exit, crash, or dropped): its
+/// connections are reset first, so that a peer hears that the application is gone and not
+/// a graceful close (the stream of a QP put in Error ends with a FIN); then its QPs,
+/// regions, CQs and PDs in the daemon. Its listening ports close too.
+fn app_gone(
+    core: &mut Core,
+    daemon: &mut Daemon,
+    cm: &mut ConnManager,
+    outbox: &mut Vec<Action>,
+    app: u32,
+) {
+    for a in cm.app_gone(app) {
+        match a {
+            Action::Daemon(c) => {
+                if let Err(e) = daemon.call(None, &c) {
+                    eprintln!("iwarp-control: cleanup of app {app}: {e}");
+                }
+            }
+            other => outbox.push(other),
+        }
+    }
+    for c in core.app_gone(app) {
+        if let Err(e) = daemon.call(Some(app), &c) {
+            eprintln!("iwarp-control: cleanup of app {app}: {e}");
+        }
+    }
+    daemon.router.forget_app(app);
+}
+
 fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) -> Reply {
     if let Request::AttachSegment { path } = req {
         // Only memory the daemon can map: a verbs-allocated segment of kind Memory, sealed
@@ -533,9 +562,7 @@ fn main() -> ExitCode {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
             // leave nothing behind (the socket file; applications see EOF).
             for app in apps.drain(..) {
-                for c in core.app_gone(app.id) {
-                    let _ = daemon.call(Some(app.id), &c);
-                }
+                app_gone(&mut core, &mut daemon, &mut cm, &mut outbox, app.id);
             }
             let _ = std::fs::remove_file(&sock);
             eprintln!("iwarp-control: stopped");
@@ -647,13 +674,7 @@ fn main() -> ExitCode {
                     app.id, app.pid
                 );
             }
-            for c in core.app_gone(app.id) {
-                if let Err(e) = daemon.call(Some(app.id), &c) {
-                    eprintln!("iwarp-control: cleanup of app {}: {e}", app.id);
-                }
-            }
-            daemon.router.forget_app(app.id);
-            outbox.extend(cm.app_gone(app.id));
+            app_gone(&mut core, &mut daemon, &mut cm, &mut outbox, app.id);
         }
         pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now);
         if idle {

@@ -4,8 +4,8 @@
 
 use iwarp_testkit::{self as testkit, Proc};
 use iwarp_verbs::{
-    access, CompletionQueue, ConnSettings, Context, Error, MemoryRegion, QpInitAttr, QueuePair,
-    RecvWr, SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
+    access, CompletionQueue, ConnSettings, Context, Error, Event, MemoryRegion, QpInitAttr,
+    QueuePair, RecvWr, SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -256,4 +256,61 @@ fn a_work_queue_takes_no_more_than_its_depth() {
     a.qp.post_send(&SendWr::new(100, op, &sg)).unwrap();
     let full = a.qp.post_send(&SendWr::new(101, op, &sg));
     assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
+}
+
+#[test]
+fn the_peer_of_an_application_killed_with_sigkill_hears_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = Endpoint::start(dir.path(), "a", 1, 59);
+    let b = Endpoint::start(dir.path(), "b", 2, 59);
+    let example = testkit::target_dir().join("examples").join("rdma_pair");
+    assert!(example.exists(), "cargo test builds the examples");
+    let client = side(&dir.path().join("a"), 16);
+    // The end used to be a FIN or an RST depending on how the daemon's turns fell: a few
+    // rounds show it is always a reset.
+    for round in 0..3u16 {
+        let port = 7410 + round;
+        let mut server = Proc(
+            std::process::Command::new(&example)
+                .args(["server", "--port", &port.to_string(), "--runtime-dir"])
+                .arg(&b.runtime)
+                .spawn()
+                .unwrap(),
+        );
+        let qp = client
+            .ctx
+            .alloc_pd()
+            .unwrap()
+            .create_qp(&QpInitAttr::new(&client.cq, 16))
+            .unwrap();
+        let settings = ConnSettings {
+            private_data: [client.mr.stag().to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
+            ..ConnSettings::default()
+        };
+        let remote = format!("10.59.0.2:{port}").parse().unwrap();
+        let t = Instant::now();
+        let est = loop {
+            // The server may not listen yet.
+            match client
+                .ctx
+                .connect_blocking(&qp, remote, &settings, Duration::from_secs(20))
+            {
+                Ok(e) => break e,
+                Err(Error::ConnectionFailed { .. }) if t.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => panic!("connect: {e}"),
+            }
+        };
+        server.0.kill().unwrap();
+        let _ = server.0.wait();
+        let reason = loop {
+            match client.ctx.next_event(Duration::from_secs(20)).unwrap() {
+                Some(Event::Disconnected { conn, reason }) if conn == est.conn => break reason,
+                Some(_) => {}
+                None => panic!("round {round}: no Disconnected event"),
+            }
+        };
+        assert_eq!(reason, "Reset", "round {round}");
+    }
 }
