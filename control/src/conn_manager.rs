@@ -324,7 +324,7 @@ impl ConnManager {
                             app: c.app,
                             event: AppEvent::Failed {
                                 conn,
-                                reason: Failure::TcpClosed,
+                                reason: Failure::TcpClosed(reason),
                             },
                         });
                     } else if c.established {
@@ -333,7 +333,7 @@ impl ConnManager {
                             event: AppEvent::Disconnected { conn, reason },
                         });
                     } else {
-                        c.cm.handle_tcp_closed();
+                        c.cm.handle_tcp_closed(reason);
                         self.conns.insert(conn, c);
                         self.drain(conn, &mut out);
                     }
@@ -676,7 +676,7 @@ mod tests {
             && matches!(
                 e,
                 AppEvent::Failed {
-                    reason: Failure::TcpClosed,
+                    reason: Failure::TcpClosed(CloseReason::Reset),
                     ..
                 }
             )));
@@ -765,17 +765,19 @@ mod tests {
     #[test]
     fn refused_silent_and_dead_apps_each_end_with_a_reason() {
         let mut n = Net::new();
-        // Nobody listens: refused.
+        // Nobody listens: refused, and said so.
         let (conn, acts) = n.cms[0].connect(A, 7, remote(), Settings::default(), 0);
         n.run(0, acts);
+        let refused = Failure::TcpClosed(CloseReason::Refused);
         assert!(n.app_events.contains(&(
             0,
             A,
             AppEvent::Failed {
                 conn,
-                reason: Failure::TcpClosed
+                reason: refused.clone()
             }
         )));
+        assert!(refused.to_string().contains("refused"), "{refused}");
         // The listener's app never decides: its side times out and resets the peer.
         let acts = n.cms[1].listen(B, 5000, Settings::default()).unwrap();
         n.run(1, acts);
@@ -799,7 +801,7 @@ mod tests {
             A,
             AppEvent::Failed {
                 conn: conn2,
-                reason: Failure::TcpClosed
+                reason: Failure::TcpClosed(CloseReason::Reset)
             }
         )));
         // An established connection whose app dies: aborted, the peer sees a reset.
