@@ -314,3 +314,72 @@ fn the_peer_of_an_application_killed_with_sigkill_hears_a_reset() {
         assert_eq!(reason, "Reset", "round {round}");
     }
 }
+
+#[test]
+fn a_listening_port_does_not_outlive_the_control_plane() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Endpoint::start(dir.path(), "a", 1, 63);
+    let first = Context::open(&a.runtime).unwrap();
+    first.listen(7430, &ConnSettings::default()).unwrap();
+    // The control plane dies and another takes its place on the same daemon: the port its
+    // application listened on is free again.
+    a.control.0.kill().unwrap();
+    let _ = a.control.0.wait();
+    drop(first);
+    a.control = testkit::start_control(&a.runtime);
+    let second = Context::open(&a.runtime).unwrap();
+    second.listen(7430, &ConnSettings::default()).unwrap();
+}
+
+#[test]
+fn a_peer_hears_of_an_application_that_died_while_its_control_plane_was_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Endpoint::start(dir.path(), "a", 1, 64);
+    let b = Endpoint::start(dir.path(), "b", 2, 64);
+    let example = testkit::target_dir().join("examples").join("rdma_pair");
+    let mut server = Proc(
+        std::process::Command::new(&example)
+            .args(["server", "--port", "7440", "--runtime-dir"])
+            .arg(&a.runtime)
+            .spawn()
+            .unwrap(),
+    );
+    let client = side(&b.runtime, 16);
+    let settings = ConnSettings {
+        private_data: [client.mr.stag().to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
+        ..ConnSettings::default()
+    };
+    let t = Instant::now();
+    let est = loop {
+        match client.ctx.connect_blocking(
+            &client.qp,
+            "10.64.0.1:7440".parse().unwrap(),
+            &settings,
+            Duration::from_secs(20),
+        ) {
+            Ok(e) => break e,
+            Err(Error::ConnectionFailed { .. }) if t.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    // Endpoint a's control plane goes down, then the application dies; no control plane
+    // cleans up after it, yet its peer is told.
+    a.control.0.kill().unwrap();
+    let _ = a.control.0.wait();
+    server.0.kill().unwrap();
+    let _ = server.0.wait();
+    let reason = loop {
+        match client.ctx.next_event(Duration::from_secs(20)).unwrap() {
+            Some(Event::Disconnected { conn, reason }) if conn == est.conn => break reason,
+            Some(_) => {}
+            None => panic!("the peer was never told"),
+        }
+    };
+    assert_eq!(reason, "Reset");
+    assert!(
+        matches!(a.daemon.0.try_wait(), Ok(None)),
+        "iwarpd still runs"
+    );
+}
