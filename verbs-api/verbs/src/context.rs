@@ -533,6 +533,7 @@ impl ProtectionDomain {
         Ok(Arc::new(SharedReceiveQueue::new(
             srq,
             producer,
+            depth,
             Release::new(self.ctx.link(), Request::DestroySrq { srq }),
             self.ctx.waker.clone(),
         )))

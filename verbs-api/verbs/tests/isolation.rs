@@ -256,6 +256,28 @@ fn a_work_queue_takes_no_more_than_its_depth() {
     a.qp.post_send(&SendWr::new(100, op, &sg)).unwrap();
     let full = a.qp.post_send(&SendWr::new(101, op, &sg));
     assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
+
+    // And for an S-RQ (section 8.2.4 posts to it as to an RQ).
+    let pd = a.ctx.alloc_pd().unwrap();
+    let srq = pd.create_srq(100).unwrap();
+    let mr = pd.reg_mr(&a.buf, 0, 4096, access::LOCAL_WRITE).unwrap();
+    let sg = [Sg {
+        mr: &mr,
+        offset: 0,
+        len: 64,
+    }];
+    for i in 0..100 {
+        srq.post_recv(&RecvWr {
+            wr_id: i,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    let full = srq.post_recv(&RecvWr {
+        wr_id: 100,
+        sg_list: &sg,
+    });
+    assert!(matches!(full, Err(Error::QueueFull)), "{full:?}");
 }
 
 #[test]
