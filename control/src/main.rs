@@ -9,8 +9,9 @@
 //! manager over the daemon's upcalls and watches the daemon (pid, segment identity,
 //! heartbeat). Replies and events wait in a bounded queue per application
 //! ([`iwarp_control::client`]) and are written as its socket takes them; an application that
-//! lets the queue overflow is dropped and cleaned up after as on EOF. A vanished or replaced iwarpd makes it close every application socket and exit
-//! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
+//! lets the queue overflow is dropped and cleaned up after as on EOF. A vanished or replaced
+//! iwarpd makes it close every application socket and exit with status 3; SIGINT/SIGTERM
+//! tear every application down and remove control.sock.
 
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
