@@ -16,6 +16,7 @@
 //! and waiting for the application's accept/reject has one too, so a silent peer or a
 //! stalled application never keeps a connection half open.
 
+use iwarp_abi::command::CloseReason;
 use iwarp_wire::mpa::negotiation::{self, Incoming, Negotiated, Settings, SetupError};
 use std::collections::VecDeque;
 use std::fmt;
@@ -47,8 +48,9 @@ pub enum State {
 pub enum Failure {
     /// Nothing came in time in `state`.
     Timeout { state: State },
-    /// The TCP connection closed or could not be opened during setup.
-    TcpClosed,
+    /// The TCP connection closed during setup, or could not be opened, and how the daemon
+    /// saw it end.
+    TcpClosed(CloseReason),
     /// The peer sent something that is not the MPA frame expected.
     BadFrame(String),
     /// Peer-to-peer mode was asked for and no common RTR message exists (RFC 6581 section 3).
@@ -63,7 +65,22 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Timeout { state } => write!(f, "MPA setup timed out in state {state:?}"),
-            Failure::TcpClosed => f.write_str("the TCP connection closed during MPA setup"),
+            Failure::TcpClosed(CloseReason::Refused) => f.write_str(
+                "connection refused or unreachable: nothing listens on that port, or the peer \
+                 did not answer",
+            ),
+            Failure::TcpClosed(CloseReason::Reset) => {
+                f.write_str("the peer reset the TCP connection during MPA setup")
+            }
+            Failure::TcpClosed(CloseReason::Timeout) => {
+                f.write_str("the TCP connection timed out during MPA setup")
+            }
+            Failure::TcpClosed(CloseReason::Shutdown) => {
+                f.write_str("the daemon shut down during MPA setup")
+            }
+            Failure::TcpClosed(CloseReason::Graceful) => {
+                f.write_str("the peer closed the TCP connection during MPA setup")
+            }
             Failure::BadFrame(e) => write!(f, "bad MPA frame from the peer: {e}"),
             Failure::NoMatchingRtr => {
                 f.write_str("peer-to-peer mode: no RTR message both sides support")
@@ -300,9 +317,9 @@ impl Connection {
         }
     }
 
-    pub fn handle_tcp_closed(&mut self) {
+    pub fn handle_tcp_closed(&mut self, reason: CloseReason) {
         if !self.done() {
-            self.fail(Failure::TcpClosed);
+            self.fail(Failure::TcpClosed(reason));
         }
     }
 
@@ -506,9 +523,12 @@ mod tests {
             })]
         );
         let mut r = Connection::responder(Settings::default(), 0, T);
-        r.handle_tcp_closed();
-        assert_eq!(drain(&mut r), vec![Event::Failed(Failure::TcpClosed)]);
-        r.handle_tcp_closed();
+        r.handle_tcp_closed(CloseReason::Graceful);
+        assert_eq!(
+            drain(&mut r),
+            vec![Event::Failed(Failure::TcpClosed(CloseReason::Graceful))]
+        );
+        r.handle_tcp_closed(CloseReason::Reset);
         assert!(drain(&mut r).is_empty(), "reported once");
     }
 

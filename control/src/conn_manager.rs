@@ -310,7 +310,7 @@ impl ConnManager {
                             app: c.app,
                             event: Event::ConnectFailed {
                                 conn,
-                                reason: Failure::TcpClosed.to_string(),
+                                reason: Failure::TcpClosed(reason).to_string(),
                             },
                         });
                     } else if c.established {
@@ -322,7 +322,7 @@ impl ConnManager {
                             },
                         });
                     } else {
-                        c.cm.handle_tcp_closed();
+                        c.cm.handle_tcp_closed(reason);
                         self.conns.insert(conn, c);
                         self.drain(conn, &mut out);
                     }
@@ -667,7 +667,8 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 0
             && matches!(
                 e,
-                Event::ConnectFailed { reason, .. } if *reason == Failure::TcpClosed.to_string()
+                Event::ConnectFailed { reason, .. }
+                    if *reason == Failure::TcpClosed(CloseReason::Reset).to_string()
             )));
         let acts = n.cms[0].handle_timeout(10);
         n.run(0, acts);
@@ -751,17 +752,19 @@ mod tests {
     #[test]
     fn refused_silent_and_dead_apps_each_end_with_a_reason() {
         let mut n = Net::new();
-        // Nobody listens: refused.
+        // Nobody listens: refused, and said so.
         let (conn, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
         n.run(0, acts);
+        let refused = Failure::TcpClosed(CloseReason::Refused);
         assert!(n.app_events.contains(&(
             0,
             A,
             Event::ConnectFailed {
                 conn,
-                reason: Failure::TcpClosed.to_string()
+                reason: refused.to_string()
             }
         )));
+        assert!(refused.to_string().contains("refused"), "{refused}");
         // The listener's app never decides: its side times out and resets the peer.
         let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
         n.run(1, acts);
@@ -783,7 +786,7 @@ mod tests {
             A,
             Event::ConnectFailed {
                 conn: conn2,
-                reason: Failure::TcpClosed.to_string()
+                reason: Failure::TcpClosed(CloseReason::Reset).to_string()
             }
         )));
         // An established connection whose app dies: aborted, the peer sees a reset.

@@ -14,6 +14,8 @@
 //!   with control's errors and events turned into the protocol's.
 //! - [`app_server`]: each application request checked and turned into a reply plus the
 //!   daemon commands to run; per-application cleanup on socket EOF.
+//! - [`client`]: the bounded queue of replies and events waiting for one application's
+//!   socket, written without blocking.
 //! - [`cm`]: one connection's setup as a state machine: MPA Request/Reply (RFC 5044 section 7,
 //!   RFC 6581), private data, accept/reject, timeouts with a reason.
 //! - [`conn_manager`]: listen/connect/accept/reject/disconnect for applications over the
@@ -24,6 +26,7 @@
 
 pub mod app_proto;
 pub mod app_server;
+pub mod client;
 pub mod cm;
 pub mod conn_manager;
 pub mod daemon_link;

@@ -7,8 +7,11 @@
 //!
 //! Single-threaded and non-blocking: one loop accepts, reads, answers, runs the connection
 //! manager over the daemon's upcalls and watches the daemon (pid, segment identity,
-//! heartbeat). A vanished or replaced iwarpd makes it close every application socket and exit
-//! with status 3; SIGINT/SIGTERM tear every application down and remove control.sock.
+//! heartbeat). Replies and events wait in a bounded queue per application
+//! ([`iwarp_control::client`]) and are written as its socket takes them; an application that
+//! lets the queue overflow is dropped and cleaned up after as on EOF. A vanished or replaced
+//! iwarpd makes it close every application socket and exit with status 3; SIGINT/SIGTERM
+//! tear every application down and remove control.sock.
 
 use iwarp_abi::app::{ConnSettings, Event, Request};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
@@ -19,11 +22,12 @@ use iwarp_abi::wake::Waker;
 use iwarp_config::{Config, LogLevel};
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
+use iwarp_control::client::{Outbox, Unwritable};
 use iwarp_control::conn_manager::{Action, CmError, ConnManager};
 use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
 use iwarp_control::error::Resource;
 use iwarp_control::Error;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,9 +53,21 @@ struct App {
     stream: UnixStream,
     pid: u32,
     buf: Vec<u8>,
-    /// Segment files of this application that control verified (rings, memory): removed
-    /// when the application goes away, so a crashed one leaks none.
-    files: Vec<std::path::PathBuf>,
+    /// Replies and events its socket has not taken yet.
+    out: Outbox,
+    /// Why it can no longer be written to: it is dropped on the loop's next turn.
+    unwritable: Option<Unwritable>,
+}
+
+impl App {
+    /// Queues `msg` for the application; a failure marks it for removal.
+    fn send(&mut self, msg: &[u8]) {
+        if self.unwritable.is_none() {
+            if let Err(e) = self.out.send(&mut self.stream, msg) {
+                self.unwritable = Some(e);
+            }
+        }
+    }
 }
 
 fn peer_pid(s: &UnixStream) -> u32 {
@@ -161,10 +177,6 @@ fn rings_of(req: &Request) -> Vec<(ShmPath, SegmentKind)> {
         }
         _ => vec![],
     }
-}
-
-fn ring_paths(req: &Request) -> Vec<std::path::PathBuf> {
-    rings_of(req).iter().map(|(p, _)| p.to_path()).collect()
 }
 
 fn cm_error(e: CmError, id: u32) -> Reply {
@@ -334,9 +346,7 @@ fn pump(
                 }
                 Action::App { app, event } => {
                     if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
-                        let _ = a.stream.set_nonblocking(false);
-                        let _ = a.stream.write_all(&encode_event(&event));
-                        let _ = a.stream.set_nonblocking(true);
+                        a.send(&encode_event(&event));
                     }
                 }
             }
@@ -344,13 +354,41 @@ fn pump(
     }
 }
 
+/// Tears down everything of an application that went away (exit, crash, or dropped): its
+/// connections are reset first, so that a peer hears that the application is gone and not
+/// a graceful close (the stream of a QP put in Error ends with a FIN); then its QPs,
+/// regions, CQs and PDs in the daemon. Its listening ports close too.
+fn app_gone(
+    core: &mut Core,
+    daemon: &mut Daemon,
+    cm: &mut ConnManager,
+    outbox: &mut Vec<Action>,
+    app: u32,
+) {
+    for a in cm.app_gone(app) {
+        match a {
+            Action::Daemon(c) => {
+                if let Err(e) = daemon.call(None, &c) {
+                    tracing::warn!("cleanup of app {app}: {e}");
+                }
+            }
+            other => outbox.push(other),
+        }
+    }
+    for c in core.app_gone(app) {
+        if let Err(e) = daemon.call(Some(app), &c) {
+            tracing::warn!("cleanup of app {app}: {e}");
+        }
+    }
+    daemon.router.forget_app(app);
+}
+
 fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) -> Reply {
     if let Request::AttachSegment { path } = req {
-        // Only memory the daemon can map: a verbs-allocated segment of kind Memory, created
-        // by this very application.
-        return match Segment::open(&path.to_path(), Some(SegmentKind::Memory)) {
+        // Only memory the daemon can map: a verbs-allocated segment of kind Memory, sealed
+        // against shrinking (iwarpd maps nothing else), created by this very application.
+        return match Segment::open_sealed(&path.to_path(), Some(SegmentKind::Memory)) {
             Ok(seg) if seg.header().creator_pid == app.pid => {
-                app.files.push(path.to_path());
                 let id = core.add_segment(
                     app.id,
                     VerifiedSegment {
@@ -363,26 +401,30 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
             Ok(_) => Reply::Failed(Error::Protocol {
                 what: "segment was not created by this application",
             }),
+            Err(iwarp_abi::Error::NotSealed) => Reply::Failed(Error::Protocol {
+                what: "segment is not sealed against shrinking: allocate it with iwarp-verbs \
+                       (alloc_buffer)",
+            }),
             Err(_) => Reply::Failed(Error::Protocol {
                 what: "not a shared segment allocated through iwarp-verbs (alloc_buffer)",
             }),
         };
     }
-    // Ring segments named in a request must be this application's own segments of the
-    // right kind: iwarpd is never pointed at any other file.
+    // Ring segments named in a request must be this application's own sealed segments of
+    // the right kind: iwarpd is never pointed at any other file.
     let rings = rings_of(&req);
     for (path, kind) in rings {
-        match Segment::open(&path.to_path(), Some(kind)) {
+        match Segment::open_sealed(&path.to_path(), Some(kind)) {
             Ok(seg) if seg.header().creator_pid == app.pid => {}
             _ => {
                 return Reply::Failed(Error::Protocol {
-                    what: "ring is not a segment of the right kind created by this application",
+                    what: "ring is not a sealed segment of the right kind created by this \
+                           application",
                 })
             }
         }
     }
-    let ring_files: Vec<std::path::PathBuf> = ring_paths(&req);
-    let reply = core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
+    core.serve(app.id, req, |c| match daemon.call(Some(app.id), c) {
         Ok(reply_status::OK) => reply_status::OK,
         Ok(st) => {
             tracing::warn!("iwarpd refused {c:?}: status {st}");
@@ -392,23 +434,7 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
             tracing::error!("{e}");
             reply_status::BAD_COMMAND
         }
-    });
-    if !matches!(reply, Reply::Failed(_)) {
-        app.files.extend(ring_files);
-    }
-    reply
-}
-
-/// Removes an application's segment files (the daemon has unmapped them by now; a mapping
-/// that remains keeps its memory until unmapped, as unlink(2) promises).
-fn remove_files(app: &App) {
-    for f in &app.files {
-        match std::fs::remove_file(f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("cannot remove {}: {e}", f.display()),
-        }
-    }
+    })
 }
 
 /// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
@@ -538,10 +564,7 @@ fn main() -> ExitCode {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
             // leave nothing behind (the socket file; applications see EOF).
             for app in apps.drain(..) {
-                for c in core.app_gone(app.id) {
-                    let _ = daemon.call(Some(app.id), &c);
-                }
-                remove_files(&app);
+                app_gone(&mut core, &mut daemon, &mut cm, &mut outbox, app.id);
             }
             let _ = std::fs::remove_file(&sock);
             tracing::info!("stopped");
@@ -564,7 +587,8 @@ fn main() -> ExitCode {
                         stream,
                         pid,
                         buf: Vec::new(),
-                        files: Vec::new(),
+                        out: Outbox::default(),
+                        unwritable: None,
                     });
                     next_app += 1;
                 }
@@ -589,6 +613,15 @@ fn main() -> ExitCode {
         let mut idle = true;
         let mut gone = Vec::new();
         for (i, app) in apps.iter_mut().enumerate() {
+            if app.unwritable.is_none() && app.out.queued() > 0 {
+                if let Err(e) = app.out.flush(&mut app.stream) {
+                    app.unwritable = Some(e);
+                }
+            }
+            if app.unwritable.is_some() {
+                gone.push(i);
+                continue;
+            }
             let mut tmp = [0u8; 4096];
             match app.stream.read(&mut tmp) {
                 Ok(0) => gone.push(i),
@@ -626,25 +659,21 @@ fn main() -> ExitCode {
                     Ok(req) => serve_one(&mut core, &mut daemon, &mut *app, req),
                     Err(e) => Reply::Failed(e),
                 };
-                let _ = app.stream.set_nonblocking(false);
-                if app.stream.write_all(&encode_reply(&reply)).is_err() {
+                app.send(&encode_reply(&reply));
+                if app.unwritable.is_some() {
                     gone.push(i);
+                    break;
                 }
-                let _ = app.stream.set_nonblocking(true);
             }
         }
         gone.sort_unstable();
         gone.dedup();
         for i in gone.into_iter().rev() {
             let app = apps.remove(i);
-            for c in core.app_gone(app.id) {
-                if let Err(e) = daemon.call(Some(app.id), &c) {
-                    tracing::warn!("cleanup of app {}: {e}", app.id);
-                }
+            if let Some(e @ Unwritable::Overflow { .. }) = app.unwritable {
+                tracing::warn!("application {} (pid {}) dropped: {e}", app.id, app.pid);
             }
-            daemon.router.forget_app(app.id);
-            outbox.extend(cm.app_gone(app.id));
-            remove_files(&app);
+            app_gone(&mut core, &mut daemon, &mut cm, &mut outbox, app.id);
         }
         pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now);
         if idle {

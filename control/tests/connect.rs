@@ -71,7 +71,7 @@ impl Client {
     /// PD, CQ and one QP with ring segments this process created.
     fn qp(&mut self, tag: &str, keep: &mut Vec<Segment>) -> u32 {
         let mut seg = |kind: SegmentKind, what: &str| {
-            let s = Segment::create(
+            let s = Segment::create_sealed(
                 &format!("iw-cmtest-{}-{tag}-{what}", std::process::id()),
                 kind,
                 1 << 14,

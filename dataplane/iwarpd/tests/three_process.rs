@@ -133,7 +133,7 @@ impl Endpoint {
 
 fn segment(tag: &str, kind: SegmentKind, bytes: usize) -> Arc<Segment> {
     let name = testkit::unique(tag);
-    Arc::new(Segment::create(&name, kind, bytes, HugePolicy::Off).unwrap())
+    Arc::new(Segment::create_sealed(&name, kind, bytes, HugePolicy::Off).unwrap())
 }
 
 fn path(s: &Segment) -> ShmPath {

@@ -32,6 +32,9 @@ pub enum Error {
     Decode { tag: u32, what: &'static str },
     /// The peer of a Unix socket sent no file descriptor where one was expected.
     NoFd,
+    /// Memory of another process whose size is not sealed (`F_SEAL_SHRINK`), or not a
+    /// regular file at all: it could be truncated under a mapping.
+    NotSealed,
 }
 
 impl fmt::Display for Error {
@@ -67,6 +70,10 @@ impl fmt::Display for Error {
             }
             Error::Decode { tag, what } => write!(f, "cannot decode record tag {tag}: {what}"),
             Error::NoFd => f.write_str("no file descriptor received"),
+            Error::NotSealed => f.write_str(
+                "not a memory file sealed against shrinking (F_SEAL_SHRINK): only segments made \
+                 by Segment::create_sealed (iwarp-verbs) can be mapped",
+            ),
         }
     }
 }

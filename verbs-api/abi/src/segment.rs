@@ -13,6 +13,15 @@
 //! `MFD_HUGETLB` when pages are free) and travel only as file descriptors
 //! ([`crate::fdpass`]).
 //!
+//! Sealed segments ([`Segment::create_sealed`]) are what an application gives the daemon to
+//! map: a memfd whose pages are allocated up front and whose size is sealed
+//! (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, memfd_create(2)), named to other processes
+//! by `/proc/<pid>/fd/<fd>`. A file another process can truncate would make every access of
+//! the mapping past the new end a SIGBUS in the daemon; [`Segment::open_sealed`] maps only
+//! files that carry the shrink seal, so nothing the application does afterwards can take the
+//! mapped pages away. The memory goes back to the system when the creator and every mapper
+//! have let go, so a crashed application leaves no file behind.
+//!
 //! Every segment starts with a [`SegmentHeader`] (magic, ABI version, kind, size, creator
 //! pid); the user's data starts at [`DATA_OFFSET`], page-aligned. A named segment is created
 //! under a temporary name and renamed into place once its header is written, so an opener
@@ -38,6 +47,11 @@ pub const DATA_OFFSET: usize = PAGE;
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"iwarpseg");
 /// Where segments live when no hugepages are used.
 pub const SHM_DIR: &str = "/dev/shm";
+/// Sealed segments are named by their creator's descriptor under this directory.
+const PROC_DIR: &str = "/proc";
+/// The seals of a segment made by [`Segment::create_sealed`]: its size can neither shrink
+/// nor grow, and no seal can be added or removed.
+pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -130,8 +144,10 @@ pub struct Segment {
     ptr: NonNull<u8>,
     len: usize,
     fd: OwnedFd,
-    /// None for anonymous (memfd) segments.
+    /// None for anonymous (memfd) segments; `/proc/<pid>/fd/<fd>` for sealed ones.
     path: Option<PathBuf>,
+    /// Whether `path` is a file of its own (removable), not a name of an open descriptor.
+    named: bool,
     remove_on_drop: bool,
     backing: Backing,
     kind: SegmentKind,
@@ -208,6 +224,61 @@ fn truncate(fd: BorrowedFd<'_>, len: usize) -> Result<(), Error> {
         return Err(io::Error::last_os_error().into());
     }
     Ok(())
+}
+
+/// Allocates every page of the first `len` octets now, so that a full tmpfs or an empty
+/// hugepage pool is an error here rather than a SIGBUS at the first touch of a page.
+fn allocate(fd: BorrowedFd<'_>, len: usize) -> Result<(), Error> {
+    // SAFETY: fallocate on an open fd, result checked.
+    if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+/// The seals of `fd` (0 for a file that cannot carry seals).
+pub fn seals(fd: BorrowedFd<'_>) -> Result<libc::c_int, Error> {
+    // SAFETY: F_GET_SEALS on an open fd takes no argument; result checked.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if r >= 0 {
+        return Ok(r);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        return Ok(0);
+    }
+    Err(e.into())
+}
+
+fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> Result<(), Error> {
+    // SAFETY: F_ADD_SEALS on an open fd with an int argument; result checked.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+/// Opens `path` read-write only if it is a regular file: opening is done on an `O_PATH`
+/// descriptor first, so a path that names a device or a FIFO is refused without the side
+/// effects an open of those can have.
+fn open_regular(path: &Path) -> Result<OwnedFd, Error> {
+    let c = cpath(path)?;
+    // SAFETY: `c` is a valid C string; the fd is checked and then owned.
+    let raw = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    // SAFETY: fresh descriptor we own.
+    let probe = unsafe { OwnedFd::from_raw_fd(raw) };
+    if fstat(probe.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Error::NotSealed);
+    }
+    // Reopening through /proc/self/fd opens exactly the file probed, whatever `path` names
+    // by now.
+    open_file(
+        Path::new(&format!("/proc/self/fd/{}", probe.as_raw_fd())),
+        false,
+    )
 }
 
 fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, Error> {
@@ -304,6 +375,7 @@ impl Segment {
                 len,
                 fd,
                 path: Some(path.clone()),
+                named: true,
                 remove_on_drop: false,
                 backing: if huge {
                     Backing::HugePages
@@ -364,6 +436,7 @@ impl Segment {
                         len,
                         fd,
                         path: None,
+                        named: false,
                         remove_on_drop: false,
                         backing: if huge {
                             Backing::HugePages
@@ -385,6 +458,90 @@ impl Segment {
             warn_fallback("no free hugepages");
         }
         Err(Self::unavailable(data_len))
+    }
+
+    /// Creates a sealed segment (see the module docs) with room for at least `data_len`
+    /// octets: hugepages as `policy` allows, every page allocated before this returns. Its
+    /// [`Segment::path`] is `/proc/<pid>/fd/<fd>`, valid while this handle lives.
+    pub fn create_sealed(
+        name: &str,
+        kind: SegmentKind,
+        data_len: usize,
+        policy: HugePolicy,
+    ) -> Result<Segment, Error> {
+        check_name(name)?;
+        let c = CString::new(name).map_err(|_| Error::InvalidName)?;
+        let huge_ok =
+            policy != HugePolicy::Off && free_hugepages() >= sizes(data_len, true) / HUGEPAGE;
+        if huge_ok {
+            match Self::sealed_memfd(&c, kind, data_len, true) {
+                Ok(s) => return Ok(s),
+                Err(e) if policy == HugePolicy::Required => return Err(e),
+                Err(e) => warn_fallback(&format!("sealed hugetlb memfd: {e}")),
+            }
+        } else if policy == HugePolicy::Required {
+            return Err(Self::unavailable(data_len));
+        } else if policy == HugePolicy::Auto {
+            warn_fallback("too few free hugepages");
+        }
+        Self::sealed_memfd(&c, kind, data_len, false)
+    }
+
+    fn sealed_memfd(
+        name: &CString,
+        kind: SegmentKind,
+        data_len: usize,
+        huge: bool,
+    ) -> Result<Segment, Error> {
+        let flags =
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | if huge { libc::MFD_HUGETLB } else { 0 };
+        // SAFETY: valid C string; fd checked and then owned.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let len = sizes(data_len, huge);
+        truncate(fd.as_fd(), len)?;
+        allocate(fd.as_fd(), len)?;
+        add_seals(fd.as_fd(), SEALS)?;
+        let ptr = map_fd(fd.as_fd(), len)?;
+        let path = PathBuf::from(format!(
+            "{PROC_DIR}/{}/fd/{}",
+            std::process::id(),
+            fd.as_raw_fd()
+        ));
+        let seg = Segment {
+            ptr,
+            len,
+            fd,
+            path: Some(path),
+            named: false,
+            remove_on_drop: false,
+            backing: if huge {
+                Backing::HugePages
+            } else {
+                Backing::Shm
+            },
+            kind,
+        };
+        seg.write_header();
+        Ok(seg)
+    }
+
+    /// Maps a segment another process created, as [`Segment::open`] does, but only if its
+    /// size is sealed against shrinking ([`Error::NotSealed`] otherwise, also for anything
+    /// that is not a regular file): what a process maps of memory another controls.
+    pub fn open_sealed(path: &Path, kind: Option<SegmentKind>) -> Result<Segment, Error> {
+        let fd = open_regular(path)?;
+        // Seals only ever grow, so the size read after this check cannot shrink later.
+        if seals(fd.as_fd())? & libc::F_SEAL_SHRINK == 0 {
+            return Err(Error::NotSealed);
+        }
+        let mut seg = Self::from_fd(fd, kind)?;
+        seg.path = Some(path.to_path_buf());
+        Ok(seg)
     }
 
     fn unavailable(data_len: usize) -> Error {
@@ -441,6 +598,7 @@ impl Segment {
         let fd = open_file(path, false)?;
         let mut seg = Self::from_fd(fd, kind)?;
         seg.path = Some(path.to_path_buf());
+        seg.named = !path.starts_with(PROC_DIR);
         if hugetlbfs_mount().is_some_and(|m| path.starts_with(m)) {
             seg.backing = Backing::HugePages;
         }
@@ -462,6 +620,7 @@ impl Segment {
             len,
             fd,
             path: None,
+            named: false,
             remove_on_drop: false,
             backing: Backing::Shm,
             kind: SegmentKind::Other,
@@ -547,7 +706,7 @@ impl Segment {
     }
     /// Whether dropping this handle removes the file (default: true for the creator).
     pub fn set_remove_on_drop(&mut self, remove: bool) {
-        self.remove_on_drop = remove && self.path.is_some();
+        self.remove_on_drop = remove && self.named;
     }
     /// Copies `src` into the data area at `offset`; false if it does not fit.
     pub fn write_at(&self, offset: usize, src: &[u8]) -> bool {
@@ -697,6 +856,52 @@ mod tests {
         let mut b = [0];
         assert!(s.read_at(4999, &mut b));
         assert_eq!(b, *b"z");
+    }
+
+    #[test]
+    fn a_sealed_segment_cannot_change_size_and_only_sealed_files_open_sealed() {
+        let s = Segment::create_sealed(
+            "iwarp-test-sealed",
+            SegmentKind::Memory,
+            5000,
+            HugePolicy::Auto,
+        )
+        .unwrap();
+        let path = s.path().unwrap().to_path_buf();
+        assert!(path.starts_with(format!("/proc/{}/fd", std::process::id())));
+        assert_eq!(seals(s.as_fd()).unwrap(), SEALS);
+        // Neither through the creator's descriptor nor through the name can anyone shrink it.
+        let e = truncate(s.as_fd(), 0).unwrap_err();
+        assert!(
+            matches!(&e, Error::Io(e) if e.raw_os_error() == Some(libc::EPERM)),
+            "{e}"
+        );
+        let by_name = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(by_name.set_len(0).is_err());
+        assert_eq!(by_name.metadata().unwrap().len() as usize, s.mapped_len());
+        let o = Segment::open_sealed(&path, Some(SegmentKind::Memory)).unwrap();
+        assert!(o.write_at(4999, b"y"));
+        let mut b = [0];
+        assert!(s.read_at(4999, &mut b));
+        assert_eq!(b, *b"y");
+        drop(o);
+        let mut o = Segment::open_sealed(&path, None).unwrap();
+        o.set_remove_on_drop(true);
+        drop(o);
+        assert!(path.exists(), "a descriptor's name is never removed");
+
+        // An ordinary segment file can be truncated under a mapping: refused.
+        let n =
+            Segment::create(&name("unsealed"), SegmentKind::Memory, 64, HugePolicy::Off).unwrap();
+        assert!(matches!(
+            Segment::open_sealed(n.path().unwrap(), None),
+            Err(Error::NotSealed)
+        ));
+        // So is anything that is not a regular file, without opening it for real.
+        assert!(matches!(
+            Segment::open_sealed(Path::new("/dev/null"), None),
+            Err(Error::NotSealed)
+        ));
     }
 
     #[test]

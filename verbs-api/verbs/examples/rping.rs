@@ -17,8 +17,10 @@
 //! RDMA Reads the source and Sends an empty "go ahead"; the client Sends its sink buffer;
 //! the server RDMA Writes what it read (up to its terminating zero) into the sink and Sends
 //! "go ahead" again. With `-V` the client compares sink and source. The server serves one
-//! connection until the client disconnects and exits 0; with `-C` it also checks that the
-//! client stopped after that many pings. The client closes first, as with rdma-core's rping
+//! connection until the client disconnects and exits 0; with `-C` it exits 0 only if the
+//! client stopped after exactly that many pings. A refused connect ends the client with an
+//! error, as rdma-core's rping does; `--retry SECS` (ours, not rping's) keeps trying while
+//! the server may still be starting. The client closes first, as with rdma-core's rping
 //! server: a server closing first races siw's rping client, whose QP can take the FIN before
 //! the client reposts its receive, and the client then waits for a flush that never comes.
 //! Addresses are tagged offsets of this stack's zero-based regions; the peer takes them as
@@ -87,6 +89,10 @@ struct Options {
     /// Client: RFC 6581 peer-to-peer mode with this ready-to-receive message.
     #[arg(long, value_enum)]
     rtr: Option<RtrKind>,
+    /// Client: retry a refused or failed connect for this many seconds, once a second (not
+    /// an option of rdma-core's rping, which gives up at once, as this does without it).
+    #[arg(long, default_value_t = 0)]
+    retry: u64,
     /// The endpoint (its daemon's runtime directory).
     #[arg(long = "runtime-dir", env = "IWARP_RUNTIME_DIR")]
     dir: PathBuf,
@@ -310,6 +316,10 @@ fn server(o: &Options) -> Result<u64> {
         s.send_info(Info::GO_AHEAD)?;
         pings += 1;
     }
+    if let Some(c) = o.count.filter(|&c| pings < c) {
+        let _ = s.ctx.disconnect(req.conn, false);
+        return Err(format!("the client disconnected after {pings} of {c} pings").into());
+    }
     if o.count.is_some_and(|c| pings == c) {
         // The client disconnects after its last ping: our posted receive comes back flushed
         // (or the event comes first).
@@ -342,15 +352,15 @@ fn client(o: &Options, addr: IpAddr) -> Result<u64> {
     let mut s = Side::open(&o.dir)?;
     let remote = SocketAddr::new(addr, o.port);
     let t = Instant::now();
-    // The server may not listen yet: a refused connection is retried for a while.
+    let patience = Duration::from_secs(o.retry);
     let est = loop {
         match s
             .ctx
             .connect_blocking(&s.qp, remote, &Side::settings(o), TIMEOUT)
         {
             Ok(e) => break e,
-            Err(iwarp_verbs::Error::ConnectionFailed { .. }) if t.elapsed() < TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(200));
+            Err(iwarp_verbs::Error::ConnectionFailed { .. }) if t.elapsed() < patience => {
+                std::thread::sleep(Duration::from_secs(1));
             }
             Err(e) => return Err(e.into()),
         }

@@ -1,7 +1,8 @@
-//! Memory an application can register: a shared segment the daemon maps by path, so that a
+//! Memory an application can register: a sealed shared segment the daemon maps, so that a
 //! peer's RDMA Writes and Reads land in and come from this very memory. Only buffers made
 //! here can be registered (the types allow nothing else, and control checks the segment's
-//! kind and creator).
+//! kind, creator and seals). Its size is sealed and its pages allocated when it is made, so
+//! the daemon never touches a page that is gone or cannot be allocated.
 
 use crate::error::Error;
 use crate::shm::segment_name;
@@ -36,7 +37,7 @@ impl SharedBuffer {
                 region_len: 0,
             });
         }
-        let seg = Segment::create(
+        let seg = Segment::create_sealed(
             &segment_name("buf"),
             SegmentKind::Memory,
             len,

@@ -462,7 +462,8 @@ impl ProtectionDomain {
                 max_inline,
             ),
         };
-        Ok(q.with_release(release)
+        Ok(q.with_depths(attr.sq_depth, attr.rq_depth)
+            .with_release(release)
             .holding_srq(attr.srq.clone())
             .with_waker(self.ctx.waker.clone()))
     }
@@ -483,6 +484,7 @@ impl ProtectionDomain {
         Ok(Arc::new(SharedReceiveQueue::new(
             srq,
             producer,
+            depth,
             Release::new(self.ctx.link(), Request::DestroySrq { srq }),
             self.ctx.waker.clone(),
         )))

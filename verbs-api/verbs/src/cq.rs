@@ -47,6 +47,12 @@ impl Outstanding {
         lock(&self.entries).push_back((wr_id, mrs));
     }
 
+    /// How many requests are outstanding: the work queue entries they occupy (Verbs section
+    /// 8.2.1 frees one only when its completion, or a later one of its queue, is reaped).
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
     /// Forgets every outstanding request (its QP was destroyed: Verbs section 8.2.7 discards
     /// its work), releasing the regions they held.
     pub(crate) fn retire_all(&self) {

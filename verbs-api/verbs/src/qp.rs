@@ -124,6 +124,10 @@ pub struct QueuePair {
     recv_cq: Arc<CompletionQueue>,
     max_sge: usize,
     max_inline: usize,
+    /// The SQ and RQ depths the QP was created with: posted work beyond them is refused even
+    /// where the rings (a power of two slots) would take more.
+    sq_depth: usize,
+    rq_depth: usize,
     tracker: Arc<QpTracker>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
@@ -210,6 +214,7 @@ impl QueuePair {
     ) -> QueuePair {
         send_cq.attach_qp(qp_num, tracker.clone());
         recv_cq.attach_qp(qp_num, tracker.clone());
+        let (sq_depth, rq_depth) = (sq.capacity(), rq.as_ref().map_or(0, |r| r.capacity()));
         QueuePair {
             release: None,
             srq: None,
@@ -220,10 +225,19 @@ impl QueuePair {
             recv_cq,
             max_sge: max_sge.min(MAX_SGE),
             max_inline: max_inline.min(MAX_INLINE),
+            sq_depth,
+            rq_depth,
             tracker,
             waker: None,
             spare: Mutex::default(),
         }
+    }
+
+    /// The depths asked for at Create QP (at most the rings' capacities).
+    pub(crate) fn with_depths(mut self, sq_depth: u32, rq_depth: u32) -> QueuePair {
+        self.sq_depth = self.sq_depth.min(sq_depth as usize);
+        self.rq_depth = self.rq_depth.min(rq_depth as usize);
+        self
     }
 
     pub(crate) fn with_waker(mut self, w: Option<Arc<Waker>>) -> QueuePair {
@@ -406,12 +420,17 @@ impl QueuePair {
         b.submit()
     }
 
-    /// Post Receive (Verbs section 8.2.3). With an S-RQ, post to the S-RQ instead.
+    /// Post Receive (Verbs section 8.2.3). With an S-RQ, post to the S-RQ instead. Refused
+    /// with [`Error::QueueFull`] while the RQ holds its depth of receives whose completions
+    /// were not reaped (section 8.2.1).
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let rq = self.rq.as_ref().ok_or(Error::InvalidWrOpcode)?;
         let (sgl, mrs) = self.sgl(wr.sg_list)?;
         let w = RecvWqe::new(wr.wr_id, &sgl)?;
         let mut ring = lock(rq);
+        if self.tracker.rq.len() >= self.rq_depth {
+            return Err(Error::QueueFull);
+        }
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.tracker.rq.push(wr.wr_id, mrs);
         drop(ring);
@@ -478,10 +497,13 @@ impl PostBatch<'_> {
     }
 
     /// Writes every WQE and publishes them with one producer-index store. All or nothing: if
-    /// the SQ lacks room for the whole batch, nothing is posted and [`Error::QueueFull`].
+    /// the SQ lacks room for the whole batch, nothing is posted and [`Error::QueueFull`]. Room
+    /// is the QP's SQ depth less the work whose completions were not reaped (Verbs section
+    /// 8.2.1).
     pub fn submit(mut self) -> Result<(), Error> {
         let mut ring = lock(&self.qp.sq);
-        if ring.free_slots() < self.store.wqes.len() {
+        let (n, outstanding) = (self.store.wqes.len(), self.qp.tracker.sq.len());
+        if ring.free_slots() < n || outstanding + n > self.qp.sq_depth {
             return Err(Error::QueueFull);
         }
         // Track before publishing so a completion can never precede its entry.

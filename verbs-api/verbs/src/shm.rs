@@ -37,7 +37,7 @@ pub(crate) fn ring_segment<T: ring::Slot>(
     bytes: impl FnOnce(usize) -> usize,
 ) -> Result<RingSegment<T>, Error> {
     let slots = ring_slots(depth);
-    let seg = Arc::new(Segment::create(
+    let seg = Arc::new(Segment::create_sealed(
         &segment_name(what),
         kind,
         bytes(slots),

@@ -21,6 +21,8 @@ pub struct SharedReceiveQueue {
     link: Shared,
     srq_num: u32,
     ring: Mutex<Producer<RecvWqe>>,
+    /// Receives it holds at most (the depth asked for; the ring may have more slots).
+    depth: usize,
     outstanding: Arc<Outstanding>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
@@ -30,6 +32,7 @@ impl SharedReceiveQueue {
     pub(crate) fn new(
         srq_num: u32,
         ring: Producer<RecvWqe>,
+        depth: u32,
         release: Release,
         waker: Option<Arc<Waker>>,
     ) -> Self {
@@ -37,6 +40,7 @@ impl SharedReceiveQueue {
             link: release.link().clone(),
             release: Some(release),
             srq_num,
+            depth: ring.capacity().min(depth as usize),
             ring: Mutex::new(ring),
             outstanding: Arc::new(Outstanding::default()),
             waker,
@@ -74,11 +78,16 @@ impl SharedReceiveQueue {
         &self.outstanding
     }
 
-    /// Post Receive to the S-RQ (Verbs section 8.2.4): one entry, one doorbell.
+    /// Post Receive to the S-RQ (Verbs section 8.2.4): one entry, one doorbell. Refused with
+    /// [`Error::QueueFull`] while the S-RQ holds its depth of receives whose completions were
+    /// not reaped (section 8.2.1).
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let (sgl, mrs) = sgl(wr.sg_list, MAX_SGE)?;
         let w = RecvWqe::new(wr.wr_id, &sgl)?;
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if self.outstanding.len() >= self.depth {
+            return Err(Error::QueueFull);
+        }
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.outstanding.push(wr.wr_id, mrs);
         drop(ring);

@@ -27,16 +27,27 @@ fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     }
 }
 
-/// Shared segments a process created through iwarp-verbs (rings and buffers).
-fn segments_of(pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("iwarp-app-{pid}-");
-    ["/dev/shm", "/dev/hugepages"]
+/// Shared segments process `pid` created through iwarp-verbs (rings and buffers, memory
+/// files named `iwarp-app-<pid>-...`) that process `holder` has open or mapped, and any
+/// left as files.
+fn segments_of(pid: u32, holder: u32) -> Vec<String> {
+    let tag = format!("iwarp-app-{pid}-");
+    let fds = std::fs::read_dir(format!("/proc/{holder}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned());
+    let maps = std::fs::read_to_string(format!("/proc/{holder}/maps")).unwrap_or_default();
+    let files = ["/dev/shm", "/dev/hugepages"]
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
+        .map(|e| e.path().to_string_lossy().into_owned());
+    fds.chain(maps.lines().map(str::to_owned))
+        .chain(files)
+        .filter(|l| l.contains(&tag))
         .collect()
 }
 
@@ -106,7 +117,7 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
     }
     let server_pid = server.0.id();
     assert!(
-        !segments_of(server_pid).is_empty(),
+        !segments_of(server_pid, server_pid).is_empty(),
         "the server's rings and buffer are shared segments"
     );
 
@@ -160,12 +171,14 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
         }
     }
     assert_eq!(flushed, vec![500, 501, 502, 503]);
-    // iwarp-control removed every segment the killed application had.
-    while !segments_of(server_pid).is_empty() {
+    // The server's iwarpd let go of every segment the killed application had (its memory
+    // is freed with the last mapping), and none is left as a file.
+    let daemon = b._daemon.0.id();
+    while !segments_of(server_pid, daemon).is_empty() {
         assert!(
             t.elapsed() < Duration::from_secs(20),
             "leaked: {:?}",
-            segments_of(server_pid)
+            segments_of(server_pid, daemon)
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -292,6 +292,9 @@ fn our_rping_client_validates_siws_server_without_crc() {
             "-V",
             "-v",
             "--no-crc",
+            // The guest boots before its rping listens.
+            "--retry",
+            "60",
         ],
         &["rping", "-s", "-a", "10.79.0.2", "-S", "1000", "-v"],
     );
@@ -329,7 +332,9 @@ fn our_client_with_rtr(n: u8, rtr: &str) {
     let r = run(
         &guest,
         n,
-        &["-c", "-a", &ours_ip, "-C", &count, "-V", "--rtr", rtr],
+        &[
+            "-c", "-a", &ours_ip, "-C", &count, "-V", "--rtr", rtr, "--retry", "60",
+        ],
         &["rping", "-s", "-a", &ours_ip, "-v"],
     );
     assert!(r.ours.status.success(), "our rping client failed");

@@ -10,8 +10,10 @@
 //! none is lost when control is slow.
 //!
 //! Nothing an application wrote can stop this loop: segments are opened by path with their
-//! kind checked, ring indices are checked by the ring, records by `convert`; a QP whose ring
-//! is corrupt goes to Error and the others keep running.
+//! kind checked and only when their size is sealed (an application cannot truncate what is
+//! mapped here, which would be a SIGBUS in this process), ring indices are checked by the
+//! ring, records by `convert`; a QP whose ring is corrupt goes to Error and the others keep
+//! running.
 
 use super::convert;
 use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
@@ -27,10 +29,11 @@ use iwarp_abi::wqe::Cqe;
 use iwarp_abi::{command::Upcall, ring};
 use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
 use iwarp_wire::mpa::MpaParams;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Commands taken from the ring per turn: the data path is never starved by a burst of
 /// slow-path work.
@@ -44,6 +47,45 @@ struct Qp {
     host: HostQp,
     send_cq: u32,
     recv_cq: u32,
+    /// The process that created its rings (control checked it is the application's).
+    owner: u32,
+}
+
+/// How often the owners of QPs are checked for having exited.
+const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A descriptor that becomes readable when process `pid` exits (pidfd_open(2)); unlike the
+/// pid, it cannot come to name another process.
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a non-negative result is a fresh descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The pids among `fds` whose processes have exited.
+fn exited(fds: &HashMap<u32, OwnedFd>) -> Vec<u32> {
+    let (pids, mut polled): (Vec<u32>, Vec<libc::pollfd>) = fds
+        .iter()
+        .map(|(pid, fd)| {
+            let p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            (*pid, p)
+        })
+        .unzip();
+    // SAFETY: `polled` is an array of polled.len() pollfds; a zero timeout never blocks.
+    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
+    if n <= 0 {
+        return Vec::new();
+    }
+    pids.into_iter()
+        .zip(polled)
+        .filter(|(_, p)| p.revents != 0)
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Everything the applications created on this node, by control's ids, and the daemon's
@@ -57,14 +99,23 @@ pub struct Host {
     mrs: HashMap<u32, HostMr>,
     /// Window and fast-register STags: they may point into the regions, so they go first.
     windows: std::collections::HashSet<u32>,
-    /// Memory segments mapped for registrations, shared by the regions in them.
-    segments: HashMap<PathBuf, Arc<Segment>>,
+    /// Memory segments mapped for registrations, shared by the regions in them, by (device,
+    /// inode): a path such as `/proc/<pid>/fd/<n>` may name another file once its
+    /// descriptor is closed and the number reused.
+    segments: HashMap<(u64, u64), Arc<Segment>>,
     /// Engine id → control id, for completions and events.
     qp_num: HashMap<u32, u32>,
     cq_num: HashMap<u32, u32>,
     srq_num: HashMap<u32, u32>,
     /// Upcalls the full ring could not take yet.
     backlog: VecDeque<Upcall>,
+    /// Ports listened on and connections opened for control: what it owns in the node
+    /// besides QPs, ended when another control attaches.
+    listening: HashSet<u16>,
+    relay_conns: HashSet<u32>,
+    /// A pidfd per process owning QPs, and when they were last looked at.
+    owners: HashMap<u32, OwnedFd>,
+    owners_checked: Instant,
     max_fpdu: usize,
     /// The control process served (its generation word); a new one starts from nothing.
     control_generation: u64,
@@ -92,6 +143,10 @@ impl Host {
             cq_num: HashMap::new(),
             srq_num: HashMap::new(),
             backlog: VecDeque::new(),
+            listening: HashSet::new(),
+            relay_conns: HashSet::new(),
+            owners: HashMap::new(),
+            owners_checked: Instant::now(),
             max_fpdu,
             control_generation: 0,
             ring_ns: None,
@@ -114,8 +169,9 @@ impl Host {
 
     /// A new iwarp-control attached: what the old one created is orphaned (its applications
     /// lost their control connection), so every QP is flushed and its connection reset (the
-    /// peers see it end), every region deregistered and every segment unmapped. Upcalls
-    /// meant for the old control are dropped.
+    /// peers see it end), every connection still in setup reset, every port it listened on
+    /// closed, every region deregistered and every segment unmapped. Upcalls meant for the
+    /// old control are dropped.
     fn reset<P: Port>(&mut self, node: &mut Node<P>) {
         let (qps, mrs) = (self.qps.len(), self.mrs.len());
         for q in self.qps.values() {
@@ -125,6 +181,13 @@ impl Host {
             }
             let _ = node.rnic.destroy_qp(eqp);
         }
+        for conn in self.relay_conns.drain() {
+            let _ = node.relay_abort(conn);
+        }
+        for port in self.listening.drain() {
+            node.relay_unlisten(port);
+        }
+        self.owners.clear();
         // The engine stops pointing into a segment before the segment is unmapped; windows
         // first, since a region they point into cannot be deregistered before them.
         for &stag in self.windows.iter().chain(self.mrs.keys()) {
@@ -185,6 +248,10 @@ impl Host {
             worked = true;
             self.node_event(e);
         }
+        if self.owners_checked.elapsed() >= OWNER_CHECK {
+            self.owners_checked = Instant::now();
+            worked |= self.owners_gone(node);
+        }
         worked |= self.drain_cqs(&mut node.rnic);
         while let Some(e) = node.rnic.poll_event() {
             worked = true;
@@ -198,6 +265,26 @@ impl Host {
             self.upcall(up);
         }
         worked
+    }
+
+    /// Ends the connections of QPs whose owning process has exited, as Destroy QP would
+    /// (reset, unless a graceful close is under way), so their peers learn of it even while
+    /// no control plane runs to clean up after the application; control's cleanup, when it
+    /// comes, finds them ended.
+    fn owners_gone<P: Port>(&mut self, node: &mut Node<P>) -> bool {
+        let gone = exited(&self.owners);
+        for pid in &gone {
+            self.owners.remove(pid);
+            for (num, q) in self.qps.iter().filter(|(_, q)| q.owner == *pid) {
+                if let Some(conn) = node.conn_of_qp(q.host.engine_qp) {
+                    tracing::info!(
+                        "QP {num}: its application (pid {pid}) exited; connection ended"
+                    );
+                    let _ = node.relay_release(conn);
+                }
+            }
+        }
+        !gone.is_empty()
     }
 
     fn upcall(&mut self, u: Upcall) {
@@ -225,17 +312,23 @@ impl Host {
                 conn,
                 local_port,
                 peer,
-            } => self.upcall(Upcall::TcpIncoming {
-                conn,
-                local_port,
-                peer: SocketAddr::V4(peer),
-            }),
+            } => {
+                self.relay_conns.insert(conn);
+                self.upcall(Upcall::TcpIncoming {
+                    conn,
+                    local_port,
+                    peer: SocketAddr::V4(peer),
+                })
+            }
             NodeEvent::Bytes { conn, data } => {
                 for bytes in Chunk::split(&data) {
                     self.upcall(Upcall::TcpBytes { conn, bytes });
                 }
             }
-            NodeEvent::Closed { conn, reason } => self.upcall(Upcall::TcpClosed { conn, reason }),
+            NodeEvent::Closed { conn, reason } => {
+                self.relay_conns.remove(&conn);
+                self.upcall(Upcall::TcpClosed { conn, reason })
+            }
         }
     }
 
@@ -413,6 +506,7 @@ impl Host {
                     s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.engine_srq),
                 };
                 let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
+                let owner = sq_seg.header().creator_pid;
                 let (_, sq_ring) = ring::attach_segment(&sq_seg).map_err(|_| st::BAD_SEGMENT)?;
                 let rq_ring = match esrq {
                     Some(_) => None,
@@ -439,12 +533,24 @@ impl Host {
                     )
                     .map_err(|_| st::INVALID)?;
                 self.qp_num.insert(eqp, qp);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.owners.entry(owner) {
+                    match pidfd(owner) {
+                        Some(fd) => {
+                            e.insert(fd);
+                        }
+                        None => tracing::warn!(
+                            "QP {qp}: cannot watch its application (pid {owner}): {}",
+                            std::io::Error::last_os_error()
+                        ),
+                    }
+                }
                 self.qps.insert(
                     qp,
                     Qp {
                         host: HostQp::new(qp, eqp, sq_ring, rq_ring),
                         send_cq,
                         recv_cq,
+                        owner,
                     },
                 );
             }
@@ -459,9 +565,12 @@ impl Host {
                 let _ = node.rnic.force_error(eqp);
                 self.pump_sqs(&mut node.rnic);
                 self.drain_cqs(&mut node.rnic);
-                self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
+                let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 let _ = node.rnic.destroy_qp(eqp);
                 self.qp_num.remove(&eqp);
+                if !self.qps.values().any(|o| o.owner == q.owner) {
+                    self.owners.remove(&q.owner);
+                }
             }
             Command::ModifyQp { qp, state } => {
                 let eqp = self.engine_qp(qp)?;
@@ -488,15 +597,9 @@ impl Host {
                     return Err(st::EXISTS);
                 }
                 let pd = self.engine_pd(pd)?;
-                let path = segment.to_path();
-                let seg = match self.segments.get(&path) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = open(&path, SegmentKind::Memory)?;
-                        self.segments.insert(path, s.clone());
-                        s
-                    }
-                };
+                let opened = open(&segment.to_path(), SegmentKind::Memory)?;
+                let id = opened.file_id().map_err(|_| st::BAD_SEGMENT)?;
+                let seg = self.segments.entry(id).or_insert(opened).clone();
                 let reg = Registration {
                     stag,
                     pd,
@@ -532,9 +635,11 @@ impl Host {
             }
             Command::TcpListen { port, backlog } => {
                 node.relay_listen(port, backlog).map_err(net)?;
+                self.listening.insert(port);
                 return Ok(port as u64);
             }
             Command::TcpUnlisten { port } => {
+                self.listening.remove(&port);
                 if !node.relay_unlisten(port) {
                     return Err(st::NO_SUCH_ID);
                 }
@@ -545,6 +650,7 @@ impl Host {
                     return Err(st::NETWORK);
                 };
                 node.relay_connect(conn, remote).map_err(net)?;
+                self.relay_conns.insert(conn);
                 node.relay_bind(conn, eqp).map_err(net)?;
             }
             Command::TcpAccept { conn, qp } => {
@@ -625,11 +731,14 @@ impl Host {
     }
 }
 
+/// Maps an application's segment: sealed ones only ([`Segment::open_sealed`]).
 fn open(path: &std::path::Path, kind: SegmentKind) -> Result<Arc<Segment>, u32> {
-    Segment::open(path, Some(kind)).map(Arc::new).map_err(|e| {
-        tracing::warn!("segment {}: {e}", path.display());
-        st::BAD_SEGMENT
-    })
+    Segment::open_sealed(path, Some(kind))
+        .map(Arc::new)
+        .map_err(|e| {
+            tracing::warn!("segment {}: {e}", path.display());
+            st::BAD_SEGMENT
+        })
 }
 
 /// The engine's connection parameters from what control negotiated.
