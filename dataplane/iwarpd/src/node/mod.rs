@@ -276,6 +276,7 @@ pub struct Node<P: Port> {
     stages: StageNs,
 }
 
+pub mod cc;
 mod conn;
 mod mpa_setup;
 mod relay;
