@@ -119,6 +119,22 @@ pub struct Tcp {
     /// comes within it, and an ACK held that long costs a sender nothing (its retransmission
     /// timer is `min_rto_us`).
     pub ack_delay_us: u64,
+    /// The congestion controller: "cubic" (RFC 9438, the default, as Linux), "newreno"
+    /// (RFC 5681/6582), "dctcp" (RFC 8257, for ECN-marking data-centre links) or "none"
+    /// (`max_inflight` alone, for dedicated links). See [`Config::congestion`].
+    pub congestion: String,
+    /// How long a peer may hold the ACK of a lone segment (microseconds): a lone segment is
+    /// not resent before its RTT plus this. Linux delays ACKs 40 ms and more.
+    pub peer_ack_delay_us: u64,
+}
+
+/// `tcp.congestion`, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Congestion {
+    Cubic,
+    NewReno,
+    Dctcp,
+    None,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -236,6 +252,8 @@ impl Default for Tcp {
             max_inflight: 0,
             user_timeout_ms: 2000,
             ack_delay_us: 5,
+            congestion: "cubic".into(),
+            peer_ack_delay_us: 40_000,
         }
     }
 }
@@ -371,6 +389,16 @@ impl Config {
         }
     }
 
+    /// The congestion controller `tcp.congestion` names.
+    pub fn congestion(&self) -> Congestion {
+        match self.tcp.congestion.as_str() {
+            "newreno" => Congestion::NewReno,
+            "dctcp" => Congestion::Dctcp,
+            "none" => Congestion::None,
+            _ => Congestion::Cubic,
+        }
+    }
+
     pub fn port_kind(&self) -> PortKind {
         match self.port.kind.as_str() {
             "tap" => PortKind::Tap,
@@ -476,6 +504,17 @@ impl Config {
                 format!("{} is outside 10..=3600000", self.tcp.user_timeout_ms),
             ));
         }
+        one_of(
+            "tcp.congestion",
+            &self.tcp.congestion,
+            &["cubic", "newreno", "dctcp", "none"],
+        )?;
+        if self.tcp.peer_ack_delay_us > 1_000_000 {
+            return Err(err(
+                "tcp.peer_ack_delay_us",
+                format!("{} is outside 0..=1000000", self.tcp.peer_ack_delay_us),
+            ));
+        }
         if self.tcp.ack_delay_us > 1000 {
             return Err(err(
                 "tcp.ack_delay_us",
@@ -575,6 +614,7 @@ mod tests {
         assert_eq!(c.daemon.name, "left");
         assert_eq!(parse_mac(&c.port.mac), Some([2, 0, 0, 0, 0, 10]));
         assert_eq!(c.tcp.min_rto_us, 500);
+        assert_eq!(c.congestion(), Congestion::Cubic, "the default");
         assert_eq!(c.pcap.file.as_deref(), Some(Path::new("/tmp/x.pcap")));
     }
 
@@ -678,5 +718,27 @@ mod tests {
         );
         let e = Config::parse("[port]\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_congestion_controller_is_one_of_four_and_an_unknown_one_is_refused() {
+        for (name, alg) in [
+            ("cubic", Congestion::Cubic),
+            ("newreno", Congestion::NewReno),
+            ("dctcp", Congestion::Dctcp),
+            ("none", Congestion::None),
+        ] {
+            let c = Config::parse(&format!("[tcp]\ncongestion = \"{name}\"\n")).unwrap();
+            assert_eq!(c.congestion(), alg);
+        }
+        let e = Config::parse("[tcp]\ncongestion = \"bbr\"\n").unwrap_err();
+        assert_eq!(e.key, "tcp.congestion");
+        assert!(e.message.contains("\"bbr\""), "{}", e.message);
+        assert_eq!(
+            Config::parse("[tcp]\npeer_ack_delay_us = 2000000\n")
+                .unwrap_err()
+                .key,
+            "tcp.peer_ack_delay_us"
+        );
     }
 }

@@ -21,6 +21,7 @@ use iwarp_abi::segment::{HugePolicy, Segment};
 use iwarp_abi::wake::{DaemonWake, DOORBELL, WORD_LINK};
 use iwarp_config::{parse_cidr, parse_mac, Config, PortKind};
 use iwarpd::host::service::Host;
+use iwarpd::node::cc::Algorithm;
 use iwarpd::node::{Node, TcpSettings};
 use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::steer::{SteeredPort, Steering};
@@ -619,6 +620,13 @@ impl Ctx<'_> {
             max_inflight: cfg.max_inflight(),
             user_timeout: Duration::from_millis(cfg.tcp.user_timeout_ms),
             ack_delay: Duration::from_micros(cfg.tcp.ack_delay_us),
+            congestion: match cfg.congestion() {
+                iwarp_config::Congestion::Cubic => Algorithm::Cubic,
+                iwarp_config::Congestion::NewReno => Algorithm::NewReno,
+                iwarp_config::Congestion::Dctcp => Algorithm::Dctcp,
+                iwarp_config::Congestion::None => Algorithm::None,
+            },
+            peer_ack_delay: Duration::from_micros(cfg.tcp.peer_ack_delay_us),
         };
         let mut node = Node::new(port, self.ip, self.prefix, tcp);
         node.set_worker(self.worker);

@@ -65,6 +65,16 @@ pub struct CoreCounters {
     pub crc_errors: AtomicU64,
     pub terminates_sent: AtomicU64,
     pub terminates_received: AtomicU64,
+    /// TCP's sending side, summed over the connections (see [`Counters`]).
+    pub cwnd: AtomicU64,
+    pub bytes_in_flight: AtomicU64,
+    pub retransmits: AtomicU64,
+    pub fast_retransmits: AtomicU64,
+    pub rtos: AtomicU64,
+    pub ecn_marks: AtomicU64,
+    pub spurious_retransmits: AtomicU64,
+    pub resends_held: AtomicU64,
+    pub syns_held: AtomicU64,
     /// Stage times (ns, summed over busy turns) when stage timing is on: the bench's
     /// per-stage breakdown reads them from the stats file.
     pub stage_timing: std::sync::atomic::AtomicBool,
@@ -107,6 +117,15 @@ impl CoreCounters {
         self.crc_errors.store(c.crc_errors, r);
         self.terminates_sent.store(c.terminates_sent, r);
         self.terminates_received.store(c.terminates_received, r);
+        self.cwnd.store(c.cwnd, r);
+        self.bytes_in_flight.store(c.bytes_in_flight, r);
+        self.retransmits.store(c.retransmits, r);
+        self.fast_retransmits.store(c.fast_retransmits, r);
+        self.rtos.store(c.rtos, r);
+        self.ecn_marks.store(c.ecn_marks, r);
+        self.spurious_retransmits.store(c.spurious_retransmits, r);
+        self.resends_held.store(c.resends_held, r);
+        self.syns_held.store(c.syns_held, r);
         if let Some(st) = c.stages {
             self.stage_timing.store(true, r);
             self.stage_port_ns.store(st.port, r);
@@ -119,6 +138,19 @@ impl CoreCounters {
     pub fn line(&self) -> String {
         let r = Ordering::Relaxed;
         let mut line = self.counters_line();
+        for (name, v) in [
+            ("cwnd", &self.cwnd),
+            ("bytes_in_flight", &self.bytes_in_flight),
+            ("retransmits", &self.retransmits),
+            ("fast_retransmits", &self.fast_retransmits),
+            ("rtos", &self.rtos),
+            ("ecn_marks", &self.ecn_marks),
+            ("spurious_retransmits", &self.spurious_retransmits),
+            ("resends_held", &self.resends_held),
+            ("syns_held", &self.syns_held),
+        ] {
+            line.push_str(&format!(" {name}={}", v.load(r)));
+        }
         if self.stage_timing.load(r) {
             line.push_str(&format!(
                 " stage_port_ns={} stage_tcp_ns={} stage_engine_ns={} stage_ring_ns={}",
@@ -390,6 +422,15 @@ mod tests {
             terminates_received: 12,
             bad_checksums: 14,
             stages: None,
+            cwnd: 20,
+            bytes_in_flight: 21,
+            retransmits: 22,
+            fast_retransmits: 23,
+            rtos: 24,
+            ecn_marks: 25,
+            spurious_retransmits: 26,
+            resends_held: 27,
+            syns_held: 28,
         });
         let line = c.line();
         for kv in [
@@ -408,6 +449,15 @@ mod tests {
             "terminates_received=12",
             "arp_paced=13",
             "bad_checksums=14",
+            "cwnd=20",
+            "bytes_in_flight=21",
+            "retransmits=22",
+            "fast_retransmits=23",
+            "rtos=24",
+            "ecn_marks=25",
+            "spurious_retransmits=26",
+            "resends_held=27",
+            "syns_held=28",
         ] {
             assert!(line.contains(kv), "{kv} missing from {line}");
         }

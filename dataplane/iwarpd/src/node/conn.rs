@@ -220,6 +220,15 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
         if self.dev.peers.adopt(key) {
             c.flow = Some(key);
+            let sender = cc::sender::Sender::new(
+                self.tcp.congestion,
+                self.segment_size(i),
+                self.tcp.max_inflight,
+                crate::peer_tcp::SYN_RTO,
+                std::time::Duration::from_micros(self.tcp.min_rto_us),
+                self.tcp.peer_ack_delay,
+            );
+            self.dev.peers.set_sender(key, sender);
         }
     }
 

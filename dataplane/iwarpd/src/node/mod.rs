@@ -47,6 +47,11 @@ pub struct TcpSettings {
     /// How long the ACK of a lone small segment may wait for data to ride on (real time);
     /// zero: at once. The daemon's default (`tcp.ack_delay_us`) is 5 µs.
     pub ack_delay: std::time::Duration,
+    /// The congestion controller of every connection (`tcp.congestion`).
+    pub congestion: cc::Algorithm,
+    /// How long a peer may hold the ACK of a lone segment (Linux: 40 ms and more): a lone
+    /// segment is not resent before its RTT plus this (`tcp.peer_ack_delay_us`).
+    pub peer_ack_delay: std::time::Duration,
 }
 
 impl Default for TcpSettings {
@@ -59,6 +64,8 @@ impl Default for TcpSettings {
             max_inflight: 256 << 10,
             user_timeout: std::time::Duration::from_secs(2),
             ack_delay: std::time::Duration::from_micros(5),
+            congestion: cc::Algorithm::default(),
+            peer_ack_delay: std::time::Duration::from_millis(40),
         }
     }
 }
@@ -248,6 +255,29 @@ pub struct Counters {
     pub terminates_received: u64,
     /// Stage times when stage timing is on.
     pub stages: Option<StageNs>,
+    /// The congestion windows and the octets in flight of the connections, summed.
+    pub cwnd: u64,
+    pub bytes_in_flight: u64,
+    /// Segments resent, of them on duplicate or partial ACKs, retransmission timeouts, ACKs
+    /// echoing ECN and CE marks received, recoveries found spurious and undone, resends of
+    /// smoltcp's held back (not due, or data the peer holds), SYN repeats held back.
+    pub retransmits: u64,
+    pub fast_retransmits: u64,
+    pub rtos: u64,
+    pub ecn_marks: u64,
+    pub spurious_retransmits: u64,
+    pub resends_held: u64,
+    pub syns_held: u64,
+}
+
+/// One connection's TCP sending side (see [`Node::conn_tcp`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnTcp {
+    pub cwnd: usize,
+    pub bytes_in_flight: usize,
+    pub srtt: Option<std::time::Duration>,
+    pub rto: std::time::Duration,
+    pub counters: cc::sender::SendCounters,
 }
 
 pub struct Node<P: Port> {
@@ -287,6 +317,7 @@ impl<P: Port> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);
         let arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
         let mut dev = PortDevice::new(port, arp, tcp.mss);
+        dev.peers.set_dilation(clock.factor());
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([
@@ -367,7 +398,17 @@ impl<P: Port> Node<P> {
     }
 
     pub fn counters(&self) -> Counters {
+        let (send, cwnd, flight) = self.dev.peers.totals();
         Counters {
+            cwnd: cwnd as u64,
+            bytes_in_flight: flight as u64,
+            retransmits: send.retransmits,
+            fast_retransmits: send.fast_retransmits,
+            rtos: send.rtos,
+            ecn_marks: send.ecn_marks,
+            spurious_retransmits: send.spurious,
+            resends_held: send.held,
+            syns_held: self.dev.peers.syns_held,
             rx_frames: self.dev.rx_frames,
             tx_frames: self.dev.tx_frames,
             rx_bytes: self.dev.rx_bytes,
@@ -384,6 +425,42 @@ impl<P: Port> Node<P> {
             terminates_received: self.rnic.stats.terminates_received,
             stages: self.stage_timing.then_some(self.stages),
         }
+    }
+
+    /// Connection `conn`'s sending side, once established and tracked.
+    pub fn conn_tcp(&self, conn: usize) -> Option<ConnTcp> {
+        let s = self.dev.peers.sender(self.conns.get(conn)?.flow?)?;
+        Some(ConnTcp {
+            cwnd: s.cwnd(),
+            bytes_in_flight: s.in_flight(),
+            srtt: s.rtt.srtt(),
+            rto: s.rto(),
+            counters: s.counters,
+        })
+    }
+
+    /// Makes smoltcp resend the first unacknowledged segment of each connection whose
+    /// sender asks for it (a partial ACK in recovery, or our timer expired before smoltcp's):
+    /// three copies of the peer's latest ACK, which smoltcp takes as duplicate ACKs and
+    /// answers with its fast retransmit (one segment, where its own timeout would resend
+    /// everything). smoltcp offers no call to resend; this is the one way in from outside.
+    fn nudge(&mut self, now: smoltcp::time::Instant) -> bool {
+        let mut any = false;
+        for c in &self.conns {
+            let Some(key) = c.flow.filter(|_| c.state == ConnState::Rts) else {
+                continue;
+            };
+            if let Some(ack) = self.dev.peers.nudge(key, now) {
+                for _ in 0..3 {
+                    self.dev.push_local(ack.clone());
+                }
+                any = true;
+            }
+        }
+        if any {
+            self.iface_ingress(now);
+        }
+        any
     }
 
     /// Clean shutdown: every live connection is aborted (a RST goes to each peer, its QP
@@ -487,6 +564,7 @@ impl<P: Port> Node<P> {
             let _ = self.dev.port.flush();
             t.port += clock.lap();
         }
+        got += usize::from(self.nudge(now));
         before_rx(&mut self.rnic);
         clock.lap();
         let mut busy = got > 0;
