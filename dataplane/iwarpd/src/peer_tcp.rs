@@ -493,10 +493,16 @@ mod tests {
     #[test]
     fn the_syns_scale_applies_to_later_windows_but_not_its_own() {
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::Syn, Some(1), 64240, Some(7)), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, Some(1), 64240, Some(7)),
+            Instant::ZERO,
+        );
         assert!(w.adopt(key()));
         assert_eq!(w.window(key()), Some(64240));
-        w.observe(&segment(TcpControl::None, Some(100), 502, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(100), 502, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(502 << 7));
     }
 
@@ -505,17 +511,29 @@ mod tests {
         let mut w = PeerTcp::default();
         w.observe(&segment(TcpControl::Syn, None, 8192, None), Instant::ZERO);
         assert!(w.adopt(key()));
-        w.observe(&segment(TcpControl::None, Some(10), 6000, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(10), 6000, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(6000));
     }
 
     #[test]
     fn an_older_acknowledgement_does_not_take_back_a_newer_window() {
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::Syn, Some(1), 1000, Some(2)), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, Some(1), 1000, Some(2)),
+            Instant::ZERO,
+        );
         w.adopt(key());
-        w.observe(&segment(TcpControl::None, Some(5000), 100, None), Instant::ZERO);
-        w.observe(&segment(TcpControl::None, Some(4000), 900, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(5000), 100, None),
+            Instant::ZERO,
+        );
+        w.observe(
+            &segment(TcpControl::None, Some(4000), 900, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(400));
     }
 
@@ -525,32 +543,53 @@ mod tests {
         // and means nothing: the windows of the ACKs that follow count although their
         // numbers (our ISN onwards) lie in the half of the sequence space "before" 0.
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::Syn, None, 65535, Some(6)), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, None, 65535, Some(6)),
+            Instant::ZERO,
+        );
         assert!(w.adopt(key()));
-        w.observe(&segment(TcpControl::None, Some(0x9000_0001), 731, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(0x9000_0001), 731, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(731 << 6));
-        w.observe(&segment(TcpControl::None, Some(0x9000_1001), 65535, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(0x9000_1001), 65535, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(65535 << 6), "later windows count too");
-        w.observe(&segment(TcpControl::None, Some(0x9000_0001), 10, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(0x9000_0001), 10, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(65535 << 6), "an older one does not");
     }
 
     #[test]
     fn acknowledgements_compare_across_the_sequence_wrap() {
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::Syn, Some(u32::MAX - 4), 1000, Some(2)), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, Some(u32::MAX - 4), 1000, Some(2)),
+            Instant::ZERO,
+        );
         w.adopt(key());
         // 5 comes after 2^32 - 5.
         w.observe(&segment(TcpControl::None, Some(5), 20, None), Instant::ZERO);
         assert_eq!(w.window(key()), Some(80));
-        w.observe(&segment(TcpControl::None, Some(u32::MAX - 1), 30, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(u32::MAX - 1), 30, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), Some(80));
     }
 
     #[test]
     fn only_adopted_connections_are_tracked_and_a_syn_flood_costs_the_ring() {
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::None, Some(10), 6000, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(10), 6000, None),
+            Instant::ZERO,
+        );
         assert_eq!(w.window(key()), None, "no SYN seen, nothing adopted");
         w.observe(&segment(TcpControl::Syn, None, 8192, None), Instant::ZERO);
         for port in 0..2 * SYN_SLOTS as u16 {
@@ -573,17 +612,17 @@ mod tests {
     #[test]
     fn the_syns_mss_is_remembered_and_536_stands_in_for_none() {
         let mut w = PeerTcp::default();
-        w.observe(&segment_with_mss(
-            TcpControl::Syn,
-            Some(1),
-            1000,
-            Some(7),
-            Some(1160),
-        ), Instant::ZERO);
+        w.observe(
+            &segment_with_mss(TcpControl::Syn, Some(1), 1000, Some(7), Some(1160)),
+            Instant::ZERO,
+        );
         assert!(w.adopt(key()));
         assert_eq!(w.mss(key()), Some(1160));
         w.forget(key());
-        w.observe(&segment(TcpControl::Syn, Some(1), 1000, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, Some(1), 1000, None),
+            Instant::ZERO,
+        );
         assert!(w.adopt(key()));
         assert_eq!(w.mss(key()), Some(536));
     }
@@ -591,9 +630,15 @@ mod tests {
     #[test]
     fn a_reset_is_remembered_for_the_connection() {
         let mut w = PeerTcp::default();
-        w.observe(&segment(TcpControl::Syn, Some(1), 1000, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::Syn, Some(1), 1000, None),
+            Instant::ZERO,
+        );
         w.adopt(key());
-        w.observe(&segment(TcpControl::None, Some(10), 900, None), Instant::ZERO);
+        w.observe(
+            &segment(TcpControl::None, Some(10), 900, None),
+            Instant::ZERO,
+        );
         assert!(!w.was_reset(key()));
         w.observe(&segment(TcpControl::Rst, Some(10), 0, None), Instant::ZERO);
         assert!(w.was_reset(key()));

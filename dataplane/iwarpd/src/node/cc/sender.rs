@@ -259,7 +259,12 @@ impl Sender {
         let nudged = self.nudged.take().filter(|_| at_una);
         if self.go_back.is_some_and(|g| before(seq, g)) {
             // Part of a timeout's resend already let through.
-        } else if at_una && (self.fast_due || nudged == Some(false)) {
+        } else if at_una
+            && (self.fast_due || nudged == Some(false) || self.dupacks >= 3)
+            && nudged != Some(true)
+        {
+            // smoltcp's fast retransmit: on its third duplicate ACK (which ours mirror, in
+            // recovery too) or on our nudge.
             self.fast_due = false;
             self.counters.fast_retransmits += 1;
         } else if nudged == Some(true) || self.deadline().is_none_or(|d| now >= d) {
