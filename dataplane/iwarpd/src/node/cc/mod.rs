@@ -292,7 +292,7 @@ mod tests {
         let mut t = ms(0);
         for round in 0..5 {
             let before = w.cwnd();
-            assert_eq!(before, 10 * MSS << round);
+            assert_eq!(before, (10 * MSS) << round);
             // A round trip: the whole window acknowledged, a segment at a time.
             for _ in 0..before / MSS {
                 w.on_ack(MSS, t, RTT);
