@@ -14,7 +14,7 @@
 mod cubic;
 mod dctcp;
 mod rtt;
-pub(crate) mod sender;
+pub mod sender;
 
 pub use cubic::Cubic;
 pub use dctcp::Dctcp;
