@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::{pair, segment_dir, write_b_to_a};
+use common::{pair_tcp, segment_dir, write_b_to_a};
 use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::node::TcpSettings;
 use iwarpd::port::lossy::LossyPort;
 use iwarpd::port::unix::UnixPort;
 
@@ -19,7 +20,13 @@ fn five_consecutive_segments_lost_mid_write_are_repaired_without_a_timeout() {
         5,
     );
     let pb = UnixPort::open(dir.path(), [2, 0, 0, 0, 2, 0x0b], 1500).unwrap();
-    let (mut a, mut b) = pair(pa, pb, Settings::default());
+    // Filling 64 MiB on a loaded machine may pause polling for seconds: beyond the default
+    // user timeout, which would end the connection before the Write starts.
+    let tcp = TcpSettings {
+        user_timeout: std::time::Duration::from_secs(60),
+        ..TcpSettings::default()
+    };
+    let (mut a, mut b) = pair_tcp(pa, pb, Settings::default(), tcp);
     let start = std::time::Instant::now();
     write_b_to_a(&mut a, &mut b, 64 << 20, 41);
     let took = start.elapsed();
