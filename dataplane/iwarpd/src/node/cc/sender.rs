@@ -84,8 +84,9 @@ pub enum Verdict {
 struct Sent {
     start: Seq,
     end: Seq,
-    /// When the first copy went out.
+    /// When the first copy went out, and the latest.
     at: Duration,
+    last: Duration,
     resent: bool,
 }
 
@@ -241,6 +242,7 @@ impl Sender {
                 start: seq,
                 end,
                 at: now,
+                last: now,
                 resent: false,
             });
             self.nxt = end;
@@ -278,12 +280,13 @@ impl Sender {
             return Verdict::Hold;
         }
         self.counters.retransmits += 1;
-        self.mark_resent(seq, end);
+        self.mark_resent(seq, end, now);
         if new_part {
             self.sent.push_back(Sent {
                 start: self.nxt,
                 end,
                 at: now,
+                last: now,
                 resent: false,
             });
             self.nxt = end;
@@ -318,7 +321,7 @@ impl Sender {
         }
     }
 
-    fn mark_resent(&mut self, start: Seq, end: Seq) {
+    fn mark_resent(&mut self, start: Seq, end: Seq, now: Duration) {
         let mut n = 0;
         for s in self.sent.iter_mut() {
             if before(s.start, end) && before(start, s.end) {
@@ -326,6 +329,7 @@ impl Sender {
                     n += 1;
                 }
                 s.resent = true;
+                s.last = now;
             }
         }
         if let Some(e) = &mut self.episode {
@@ -362,6 +366,7 @@ impl Sender {
             }
         }
         self.last_window = a.window;
+        self.detect_by_time(now);
         if let Some((start, end)) = dsack {
             self.on_dsack(start, end);
         }
@@ -434,6 +439,31 @@ impl Sender {
                 self.cc.on_ack(acked, now, srtt);
             }
         }
+    }
+
+    /// RACK's rule (RFC 8985 section 6.2), for the first unacknowledged segment: the peer
+    /// holds data sent after it, and it was (last) sent more than an RTT and a reordering
+    /// window (a quarter RTT) ago: lost, whatever the count of duplicate ACKs (a small
+    /// window gives fewer than three; a lost resend gives none). It is resent at once (a
+    /// nudge) instead of waiting for the timer.
+    fn detect_by_time(&mut self, now: Duration) {
+        if self.sacked.is_empty() || self.nudge.is_some() || self.fast_due {
+            return;
+        }
+        let (Some(front), Some(srtt)) = (self.sent.front(), self.rtt.srtt()) else {
+            return;
+        };
+        if !self.sacked.iter().any(|&(_, r)| before(front.end, r))
+            || now.saturating_sub(front.last) < srtt + srtt / 4
+        {
+            return;
+        }
+        if !self.in_recovery() {
+            self.start_episode();
+            self.cc.on_congestion(self.in_flight(), now);
+            self.recover = Some(self.nxt);
+        }
+        self.nudge = Some(false);
     }
 
     /// A DSACK block (RFC 2883 section 4): the first block, below the cumulative ACK or
@@ -518,6 +548,9 @@ impl Sender {
     /// whether as a timeout: a partial ACK with a hole at its edge, or our timer expired.
     /// Asking once clears it; the segment that follows is taken as that resend.
     pub fn wants_nudge(&mut self, now: Duration) -> Option<bool> {
+        // RACK's reordering timer (RFC 8985 section 6.2): with the window full and every
+        // later segment held by the peer, no ACK comes to run the rule.
+        self.detect_by_time(now);
         let due = self.nudge.take().or_else(|| {
             (self.deadline().is_some_and(|d| now >= d) && self.go_back.is_none()).then_some(true)
         });
@@ -702,6 +735,32 @@ mod tests {
             Verdict::Hold,
             "a second resend waits for the backed-off timer"
         );
+    }
+
+    #[test]
+    fn a_loss_with_too_few_duplicates_is_found_by_time() {
+        // RFC 8985 section 6.2: a segment sent more than an RTT (plus a quarter) before one
+        // the peer holds is lost; here a window of 3 gives 2 duplicate ACKs only.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        assert_eq!(s.rtt.srtt(), Some(ms(10)));
+        send(&mut s, 2000, 3, ms(20));
+        let sack = |l, r| [(l, r)];
+        let held = sack(3000, 4000);
+        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(25));
+        assert_eq!(s.wants_nudge(ms(25)), None, "within the RTT and its reordering window");
+        let held = sack(3000, 5000);
+        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(33));
+        assert_eq!(s.wants_nudge(ms(33)), Some(false), "lost: resent at once");
+        assert_eq!(s.on_send(2000, MSS, ms(33)), Verdict::Send);
+        assert_eq!(s.counters.fast_retransmits, 1);
+        assert_eq!(s.counters.rtos, 0);
+        // The resend is lost too: found again an RTT later, not by the timer.
+        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(40));
+        assert_eq!(s.wants_nudge(ms(40)), None);
+        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(46));
+        assert_eq!(s.wants_nudge(ms(46)), Some(false));
     }
 
     #[test]
