@@ -2,7 +2,10 @@
 //! namespaces) share a 200 Mbit/s bottleneck: two bridges joined by a veth pair whose
 //! egress toward the receivers is shaped by `tbf` (this kernel has no netem or fq_codel).
 //! Neither flow may starve: each gets at least a quarter of the link, and our data arrives
-//! intact. Skipped, saying so, when not root or without iperf3.
+//! intact. Our two nodes share the test's one thread (and an unoptimised build may share a
+//! busy machine), so our flow alone may not fill the link: it must then keep at least a
+//! quarter of what it reached alone, measured first. Skipped, saying so, when not root or
+//! without iperf3.
 //!
 //! ```text
 //!  node B (iwfB) ─┐                    ┌─ node A (iwfA)
@@ -125,6 +128,7 @@ fn an_rdma_stream_and_a_kernel_cubic_stream_share_a_bottleneck() {
     let tb = TapPort::open("iwfB", [2, 0, 0, 0, 8, 0x0b], 1500).unwrap();
     let _net = Bottleneck::new();
     let (mut a, mut b) = pair(ta, tb, Settings::default());
+    let alone = write_for(&mut a, &mut b, 3);
     let server = Command::new("ip")
         .args(["netns", "exec", "iwfs", "iperf3", "-s", "-1"])
         .stdout(Stdio::null())
@@ -156,13 +160,18 @@ fn an_rdma_stream_and_a_kernel_cubic_stream_share_a_bottleneck() {
     let tcp = b.node.conn_tcp(b.conn).unwrap();
     let jain = (ours + kernel).powi(2) / (2.0 * (ours * ours + kernel * kernel));
     println!(
-        "{SECS} s through {RATE_MBIT} Mbit/s: ours {:.1} Mbit/s, kernel CUBIC {:.1} Mbit/s, \
-         Jain {jain:.3}, utilisation {:.0} %; sender {tcp:?}",
+        "{SECS} s through {RATE_MBIT} Mbit/s: ours {:.1} Mbit/s (alone {:.1}), kernel CUBIC \
+         {:.1} Mbit/s, Jain {jain:.3}, utilisation {:.0} %; sender {tcp:?}",
         ours / 1e6,
+        alone / 1e6,
         kernel / 1e6,
         (ours + kernel) / link * 100.0
     );
-    assert!(ours >= link / 4.0, "ours starved: {:.1} Mbit/s", ours / 1e6);
+    assert!(
+        ours >= link.min(alone) / 4.0,
+        "ours starved: {:.1} Mbit/s",
+        ours / 1e6
+    );
     assert!(
         kernel >= link / 4.0,
         "kernel starved: {:.1} Mbit/s",

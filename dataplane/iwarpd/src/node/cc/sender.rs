@@ -748,18 +748,46 @@ mod tests {
         send(&mut s, 2000, 3, ms(20));
         let sack = |l, r| [(l, r)];
         let held = sack(3000, 4000);
-        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(25));
-        assert_eq!(s.wants_nudge(ms(25)), None, "within the RTT and its reordering window");
+        s.on_ack(
+            &AckInfo {
+                sack: &held,
+                ..ack(2000)
+            },
+            ms(25),
+        );
+        assert_eq!(
+            s.wants_nudge(ms(25)),
+            None,
+            "within the RTT and its reordering window"
+        );
         let held = sack(3000, 5000);
-        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(33));
+        s.on_ack(
+            &AckInfo {
+                sack: &held,
+                ..ack(2000)
+            },
+            ms(33),
+        );
         assert_eq!(s.wants_nudge(ms(33)), Some(false), "lost: resent at once");
         assert_eq!(s.on_send(2000, MSS, ms(33)), Verdict::Send);
         assert_eq!(s.counters.fast_retransmits, 1);
         assert_eq!(s.counters.rtos, 0);
         // The resend is lost too: found again an RTT later, not by the timer.
-        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(40));
+        s.on_ack(
+            &AckInfo {
+                sack: &held,
+                ..ack(2000)
+            },
+            ms(40),
+        );
         assert_eq!(s.wants_nudge(ms(40)), None);
-        s.on_ack(&AckInfo { sack: &held, ..ack(2000) }, ms(46));
+        s.on_ack(
+            &AckInfo {
+                sack: &held,
+                ..ack(2000)
+            },
+            ms(46),
+        );
         assert_eq!(s.wants_nudge(ms(46)), Some(false));
     }
 
