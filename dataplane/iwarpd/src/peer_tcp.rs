@@ -165,6 +165,7 @@ impl PeerTcp {
                     let n = blocks.iter().take_while(|b| b.is_some()).count();
                     let sack = blocks.map(Option::unwrap_or_default);
                     let payload = tcp.payload().len();
+                    let had_flight = sender.in_flight() > 0;
                     sender.on_ack(
                         &AckInfo {
                             ack: ack.0 as u32,
@@ -175,7 +176,9 @@ impl PeerTcp {
                         },
                         now,
                     );
-                    if !tcp.fin() {
+                    // Only a sender with data out may need it (a receiver of bulk data
+                    // would copy every segment's headers for nothing).
+                    if !tcp.fin() && (had_flight || sender.in_flight() > 0) {
                         keep_as_pure_ack(&mut flow.last_ack, frame, payload);
                     }
                 }

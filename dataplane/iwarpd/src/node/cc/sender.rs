@@ -275,10 +275,11 @@ impl Sender {
                 // smoltcp resends one segment for a nudge, not all: no go-back round.
                 self.go_back = None;
             }
-        } else {
+        } else if !new_part {
             self.counters.held += 1;
             return Verdict::Hold;
         }
+        // (A resend not due that carries data never sent goes, the new data with it.)
         self.counters.retransmits += 1;
         self.mark_resent(seq, end, now);
         if new_part {
@@ -594,6 +595,22 @@ mod tests {
             let at = seq.wrapping_add((i * MSS) as u32);
             assert_eq!(s.on_send(at, MSS, t), Verdict::Send);
         }
+    }
+
+    #[test]
+    fn a_resend_carrying_new_data_is_never_held() {
+        // smoltcp's timeout resends from the first unacknowledged octet up to what the
+        // window allows, which may reach past what was ever sent.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        assert_eq!(s.on_send(0, MSS, ms(1)), Verdict::Hold, "not due");
+        assert_eq!(
+            s.on_send(1000, 2 * MSS, ms(1)),
+            Verdict::Send,
+            "half of it new"
+        );
+        assert_eq!(s.in_flight(), 3 * MSS);
+        assert_eq!(s.counters.rtos, 0);
     }
 
     #[test]
