@@ -90,6 +90,9 @@ pub struct CoreCounters {
     pub wakes_port: AtomicU64,
     pub wakes_doorbell: AtomicU64,
     pub wakes_timer: AtomicU64,
+    /// The worker's per-connection TCP lines ([`Node::conn_lines`]), renewed about once a
+    /// second; the worker never waits for the lock (a reader holding it delays the renewal).
+    pub conns: std::sync::Mutex<String>,
 }
 
 impl CoreCounters {
@@ -132,6 +135,17 @@ impl CoreCounters {
             self.stage_tcp_ns.store(st.tcp, r);
             self.stage_engine_ns.store(st.engine, r);
         }
+    }
+
+    /// The worker's per-connection lines (see [`CoreCounters::conns`]), each naming the core.
+    pub fn conn_lines(&self) -> String {
+        let core = self.core.map_or("-".to_string(), |c| c.to_string());
+        let lines = self.conns.lock().map(|l| l.clone()).unwrap_or_default();
+        lines
+            .lines()
+            .filter_map(|l| l.strip_prefix("conn "))
+            .map(|rest| format!("conn core={core} {rest}\n"))
+            .collect()
     }
 
     /// One line, `key=value` pairs, for the stats file and the SIGUSR1 dump.
@@ -230,6 +244,17 @@ impl<P: Port, F: FnMut(&mut Node<P>) -> bool> Service<P> for F {
     }
 }
 
+/// Renews the worker's per-connection lines when a second has passed since `at`.
+fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, at: &mut std::time::Instant) {
+    if at.elapsed() < Duration::from_secs(1) {
+        return;
+    }
+    *at = std::time::Instant::now();
+    if let Ok(mut lines) = counters.conns.try_lock() {
+        *lines = node.conn_lines();
+    }
+}
+
 /// Runs `node` until `stop` is set: the body of a poll-mode core.
 pub fn run<P: Port>(
     node: &mut Node<P>,
@@ -260,10 +285,14 @@ pub fn run_with<P: Port, S: Service<P>>(
     let mut sleep = Duration::ZERO;
     let mut polls: u64 = 0;
     let mut sleeps: u64 = 0;
+    let mut conns_at = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let mut worked = node.poll_with(|rnic| service.before_rx(rnic));
         worked |= service.turn(node);
         polls += 1;
+        if polls & 255 == 0 {
+            publish_conns(node, counters, &mut conns_at);
+        }
         if worked {
             idle_turns = 0;
             sleep = Duration::ZERO;
@@ -302,6 +331,7 @@ pub fn run_with<P: Port, S: Service<P>>(
             }
         };
         counters.publish(&node.counters());
+        publish_conns(node, counters, &mut conns_at);
         counters.polls.store(polls, Ordering::Relaxed);
         let Some(woke) = sleep_until_woken(node, &mut service, port_fd, cap) else {
             // The last look found work.
@@ -402,6 +432,16 @@ fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Duration) -> [bool; N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_lines_name_their_core() {
+        let c = CoreCounters::new(Some(2));
+        *c.conns.lock().unwrap() = "conn id=7 cwnd=14600\nconn id=9 cwnd=2920\n".into();
+        assert_eq!(
+            c.conn_lines(),
+            "conn core=2 id=7 cwnd=14600\nconn core=2 id=9 cwnd=2920\n"
+        );
+    }
 
     #[test]
     fn counters_line_names_every_counter() {

@@ -304,7 +304,16 @@ pub struct Node<P: Port> {
     next_ephemeral: u16,
     stage_timing: bool,
     stages: StageNs,
+    /// The TCP counters summed over the connections (see [`Node::counters`]), refreshed by
+    /// the poll loop, and its turns.
+    tcp_totals: (cc::sender::SendCounters, usize, usize),
+    turns: u64,
 }
+
+/// With more connections than this, the poll loop sums their TCP counters every
+/// [`TOTALS_EVERY`] turns rather than every turn.
+const TOTALS_EACH_TURN: usize = 16;
+const TOTALS_EVERY: u64 = 256;
 
 pub mod cc;
 mod conn;
@@ -357,6 +366,8 @@ impl<P: Port> Node<P> {
             next_ephemeral: 49152 + (u16::from(mac.0[5]) << 4),
             stage_timing: false,
             stages: StageNs::default(),
+            tcp_totals: Default::default(),
+            turns: 0,
         }
     }
 
@@ -398,7 +409,7 @@ impl<P: Port> Node<P> {
     }
 
     pub fn counters(&self) -> Counters {
-        let (send, cwnd, flight) = self.dev.peers.totals();
+        let (send, cwnd, flight) = self.tcp_totals;
         Counters {
             cwnd: cwnd as u64,
             bytes_in_flight: flight as u64,
@@ -437,6 +448,34 @@ impl<P: Port> Node<P> {
             rto: s.rto(),
             counters: s.counters,
         })
+    }
+
+    /// One line per connection whose sending side is tracked, for the stats file: `conn`,
+    /// then `key=value` pairs (the connection's id, its QP, and [`ConnTcp`]).
+    pub fn conn_lines(&self) -> String {
+        let mut out = String::new();
+        for (i, c) in self.conns.iter().enumerate() {
+            let Some(t) = self.conn_tcp(i) else { continue };
+            let k = t.counters;
+            out.push_str(&format!(
+                "conn id={} qp={} cwnd={} bytes_in_flight={} srtt_us={} rto_us={} \
+                 retransmits={} fast_retransmits={} rtos={} ecn_marks={} \
+                 spurious_retransmits={} resends_held={}\n",
+                c.id,
+                c.qp.map_or("-".to_string(), |q| q.to_string()),
+                t.cwnd,
+                t.bytes_in_flight,
+                t.srtt.map_or(0, |d| d.as_micros()),
+                t.rto.as_micros(),
+                k.retransmits,
+                k.fast_retransmits,
+                k.rtos,
+                k.ecn_marks,
+                k.spurious,
+                k.held,
+            ));
+        }
+        out
     }
 
     /// Makes smoltcp resend the first unacknowledged segment of each connection whose
@@ -578,6 +617,10 @@ impl<P: Port> Node<P> {
         t.tcp += clock.lap();
         let _ = self.dev.port.flush();
         t.port += clock.lap();
+        self.turns += 1;
+        if self.conns.len() <= TOTALS_EACH_TURN || self.turns % TOTALS_EVERY == 0 {
+            self.tcp_totals = self.dev.peers.totals();
+        }
         if busy && self.stage_timing {
             self.stages.port += t.port;
             self.stages.tcp += t.tcp;
