@@ -618,7 +618,7 @@ impl<P: Port> Node<P> {
         let _ = self.dev.port.flush();
         t.port += clock.lap();
         self.turns += 1;
-        if self.conns.len() <= TOTALS_EACH_TURN || self.turns % TOTALS_EVERY == 0 {
+        if self.conns.len() <= TOTALS_EACH_TURN || self.turns.is_multiple_of(TOTALS_EVERY) {
             self.tcp_totals = self.dev.peers.totals();
         }
         if busy && self.stage_timing {
