@@ -99,6 +99,17 @@ struct Acked {
     acked_at: Duration,
 }
 
+impl Acked {
+    fn of(s: &Sent, now: Duration) -> Acked {
+        Acked {
+            start: s.start,
+            end: s.end,
+            first_sent: s.at,
+            acked_at: now,
+        }
+    }
+}
+
 /// A recovery episode (from the reduction to the ACK of all data sent before it): its
 /// resent segments and how many of them the peer reported as duplicates.
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +150,8 @@ pub struct Sender {
     /// A timeout was let through: smoltcp's resends below this octet belong to it.
     go_back: Option<Seq>,
     sent: VecDeque<Sent>,
+    /// The smallest RTT sampled.
+    min_rtt: Option<Duration>,
     sacked: Vec<(Seq, Seq)>,
     acked_resent: VecDeque<Acked>,
     episode: Option<Episode>,
@@ -176,6 +189,7 @@ impl Sender {
             timer_at: Duration::ZERO,
             go_back: None,
             sent: VecDeque::new(),
+            min_rtt: None,
             sacked: Vec::new(),
             acked_resent: VecDeque::new(),
             episode: None,
@@ -392,22 +406,26 @@ impl Sender {
                 break;
             }
             let s = self.sent.pop_front().expect("front exists");
-            if s.resent {
+            if !s.resent {
+                sample = Some(now.saturating_sub(s.at));
+            } else if self
+                .min_rtt
+                .is_some_and(|m| now.saturating_sub(s.last) < m / 2)
+            {
+                // Acknowledged sooner after the resend than any round trip takes: the ACK
+                // is the first copy's (RFC 4015's detection, with the RTT for a clock
+                // where there are no timestamps; smoltcp peers send no DSACK).
+                self.first_copy_arrived(Acked::of(&s, now));
+            } else {
                 if self.acked_resent.len() == ACKED_RESENT {
                     self.acked_resent.pop_front();
                 }
-                self.acked_resent.push_back(Acked {
-                    start: s.start,
-                    end: s.end,
-                    first_sent: s.at,
-                    acked_at: now,
-                });
-            } else {
-                sample = Some(now.saturating_sub(s.at));
+                self.acked_resent.push_back(Acked::of(&s, now));
             }
         }
         if let Some(r) = sample {
             self.rtt.sample(r);
+            self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
         self.sacked.retain(|&(_, r)| before(a.ack, r));
         if self.go_back.is_some_and(|g| before_eq(g, a.ack)) {
@@ -521,8 +539,13 @@ impl Sender {
             return;
         };
         let s = self.acked_resent.remove(i).expect("found");
-        // The first copy arrived: its ACK's delay is what the timer must allow for (RFC
-        // 4015's response: the RTT of the original transmission).
+        self.first_copy_arrived(s);
+    }
+
+    /// The first copy of a resent segment reached the peer: the resend was spurious.
+    fn first_copy_arrived(&mut self, s: Acked) {
+        // Its ACK's delay is what the timer must allow for (RFC 4015's response: the RTT
+        // of the original transmission).
         self.rtt.sample(s.acked_at.saturating_sub(s.first_sent));
         let Some(e) = &mut self.episode else {
             return;
@@ -626,7 +649,8 @@ mod tests {
         assert_eq!(s.on_send(2000, MSS, ms(30)), Verdict::Hold, "not due");
         assert_eq!(s.on_send(2000, MSS, ms(56)), Verdict::Send, "due");
         assert_eq!(s.counters.rtos, 1);
-        s.on_ack(&ack(3000), ms(57));
+        // Acknowledged a round trip after the resend: either copy's, so no sample.
+        s.on_ack(&ack(3000), ms(62));
         assert_eq!(s.rtt.srtt(), Some(ms(5)), "no sample from the resent one");
     }
 
@@ -734,6 +758,34 @@ mod tests {
         assert!(s.rtt.srtt().unwrap() > ms(8));
         assert_eq!(s.on_send(4064, 64, ms(80)), Verdict::Send);
         assert!(s.rto() > ms(60), "{:?}", s.rto());
+    }
+
+    #[test]
+    fn an_ack_faster_than_any_round_trip_after_a_resend_undoes_it() {
+        // RFC 4015 section 3's detection (by the RTT here): the ACK of the first copy.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 4, ms(0));
+        s.on_ack(&ack(4000), ms(10));
+        let cwnd = s.cwnd();
+        // A lone segment whose ACK the peer holds past our timer (10 ms + 40 ms).
+        s.on_send(4000, MSS, ms(20));
+        assert_eq!(s.on_send(4000, MSS, ms(80)), Verdict::Send);
+        assert_eq!((s.counters.rtos, s.cwnd()), (1, MSS));
+        // Its ACK 1 ms after the resend: no round trip is that short.
+        s.on_ack(&ack(5000), ms(81));
+        assert_eq!(s.counters.spurious, 1);
+        assert!(s.cwnd() >= cwnd, "undone");
+        assert!(
+            s.rtt.srtt().unwrap() > ms(10),
+            "the 61 ms of the first copy count"
+        );
+        // An ACK a round trip after a resend says nothing: no undo.
+        s.on_send(5000, MSS, ms(100));
+        let d = s.deadline().unwrap();
+        assert_eq!(s.on_send(5000, MSS, d), Verdict::Send);
+        s.on_ack(&ack(6000), d + ms(30));
+        assert_eq!(s.counters.spurious, 1);
+        assert!(s.cwnd() < cwnd);
     }
 
     #[test]
