@@ -275,13 +275,15 @@ impl Sender {
         let nudged = self.nudged.take().filter(|_| at_una);
         if self.go_back.is_some_and(|g| before(seq, g)) {
             // Part of a timeout's resend already let through.
-        } else if at_una
-            && (self.fast_due || nudged == Some(false) || self.dupacks >= 3)
-            && nudged != Some(true)
-        {
-            // smoltcp's fast retransmit: on its third duplicate ACK (which ours mirror, in
-            // recovery too) or on our nudge.
+        } else if at_una && (self.fast_due || nudged == Some(false)) && nudged != Some(true) {
+            // smoltcp's fast retransmit: on its third duplicate ACK (which ours mirror) or
+            // on our nudge.
             self.fast_due = false;
+            self.counters.fast_retransmits += 1;
+        } else if nudged != Some(true) && self.is_lost_hole(seq, end, now) {
+            // smoltcp's timeout resends everything from the first unacknowledged octet; in
+            // recovery its holes go at once (each at most once an RTT), with no timeout's
+            // collapse: every hole of a burst repaired in one round trip.
             self.counters.fast_retransmits += 1;
         } else if nudged == Some(true) || self.deadline().is_none_or(|d| now >= d) {
             self.timeout(now);
@@ -307,6 +309,30 @@ impl Sender {
             self.nxt = end;
         }
         Verdict::Send
+    }
+
+    /// RFC 6675 section 4's IsLost, in recovery: `[start, end)` is not held by the peer,
+    /// which holds at least three segments' worth of data sent after it; and it was not
+    /// resent within the last RTT (that copy may still be on its way).
+    fn is_lost_hole(&self, start: Seq, end: Seq, now: Duration) -> bool {
+        if !self.in_recovery() || self.sacked.is_empty() {
+            return false;
+        }
+        let above: usize = self
+            .sacked
+            .iter()
+            .map(|&(l, r)| dist(if before(l, end) { end } else { l }, r))
+            .sum();
+        if above < 3 * self.mss {
+            return false;
+        }
+        let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
+        !self.sent.iter().any(|s| {
+            before(s.start, end)
+                && before(start, s.end)
+                && s.resent
+                && now.saturating_sub(s.last) < srtt
+        })
     }
 
     /// Our timer expired and a resend goes out: RFC 6298 section 5.5-5.6 and RFC 5681's
@@ -373,10 +399,14 @@ impl Sender {
         {
             // RFC 5681 section 2's duplicate ACK.
             self.dupacks += 1;
-            if self.dupacks == 3 && !self.in_recovery() {
-                self.start_episode();
-                self.cc.on_congestion(self.in_flight(), now);
-                self.recover = Some(self.nxt);
+            if self.dupacks == 3 {
+                // smoltcp resends the first unacknowledged segment now, in recovery too;
+                // the window is reduced once per recovery (RFC 6582).
+                if !self.in_recovery() {
+                    self.start_episode();
+                    self.cc.on_congestion(self.in_flight(), now);
+                    self.recover = Some(self.nxt);
+                }
                 self.fast_due = true;
             }
         }
@@ -710,6 +740,48 @@ mod tests {
     }
 
     #[test]
+    fn in_recovery_smoltcps_go_back_resend_carries_every_hole_and_only_the_holes() {
+        // RFC 6675 section 4 (IsLost): a burst of holes repaired in one round trip.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(1));
+        send(&mut s, 2000, 20, ms(2));
+        // Segments 2..7 lost (5 of them), the peer holds 7..22 and says so.
+        let held = [(7000, 22_000)];
+        for _ in 0..3 {
+            s.on_ack(
+                &AckInfo {
+                    sack: &held,
+                    ..ack(2000)
+                },
+                ms(3),
+            );
+        }
+        assert_eq!(
+            s.on_send(2000, MSS, ms(3)),
+            Verdict::Send,
+            "fast retransmit"
+        );
+        // smoltcp's own timer (not ours) resends from 2000 on: holes 3..7 go, the held
+        // data and the hole just resent do not.
+        let t = ms(3) + Duration::from_micros(500);
+        assert_eq!(
+            s.on_send(2000, MSS, t),
+            Verdict::Hold,
+            "resent an RTT ago at most"
+        );
+        for i in 3..7 {
+            assert_eq!(s.on_send(i * 1000, MSS, t), Verdict::Send, "hole {i}");
+        }
+        for i in 7..22 {
+            assert_eq!(s.on_send(i * 1000, MSS, t), Verdict::Hold, "held {i}");
+        }
+        assert_eq!(s.counters.rtos, 0);
+        assert_eq!(s.counters.fast_retransmits, 5);
+        assert_eq!(s.counters.retransmits, 5);
+    }
+
+    #[test]
     fn resends_of_sacked_data_are_held_after_a_timeout() {
         let mut s = sender(Algorithm::NewReno);
         send(&mut s, 0, 5, ms(0));
@@ -849,15 +921,23 @@ mod tests {
             },
             ms(40),
         );
-        assert_eq!(s.wants_nudge(ms(40)), None);
+        // That was the third duplicate: smoltcp resends by itself, and it goes.
+        assert_eq!(s.on_send(2000, MSS, ms(40)), Verdict::Send);
+        assert_eq!(s.counters.fast_retransmits, 2);
+        assert_eq!(s.wants_nudge(ms(45)), None, "within the RTT");
         s.on_ack(
             &AckInfo {
                 sack: &held,
                 ..ack(2000)
             },
-            ms(46),
+            ms(53),
         );
-        assert_eq!(s.wants_nudge(ms(46)), Some(false));
+        assert_eq!(
+            s.wants_nudge(ms(53)),
+            Some(false),
+            "lost again, found by time"
+        );
+        assert_eq!(s.counters.rtos, 0);
     }
 
     #[test]
