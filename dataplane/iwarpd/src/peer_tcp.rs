@@ -90,6 +90,8 @@ struct Flow {
 #[derive(Debug, Clone, Copy)]
 struct SynTx {
     key: FlowKey,
+    /// The SYN's sequence number: another one is a new attempt on the same ports.
+    isn: u32,
     next: Duration,
     wait: Duration,
 }
@@ -210,7 +212,7 @@ impl PeerTcp {
         let key = FlowKey::new(tcp.src_port(), ip.dst_addr().octets(), tcp.dst_port());
         let now = real(now, self.dilation);
         if tcp.syn() {
-            return self.syn_admits(key, now);
+            return self.syn_admits(key, tcp.seq_number().0 as u32, now);
         }
         let len = tcp.payload().len() + usize::from(tcp.fin());
         match self.flows.get_mut(&key).and_then(|f| f.sender.as_mut()) {
@@ -219,7 +221,8 @@ impl PeerTcp {
         }
     }
 
-    fn syn_admits(&mut self, key: FlowKey, now: Duration) -> bool {
+    fn syn_admits(&mut self, key: FlowKey, isn: u32, now: Duration) -> bool {
+        self.syn_tx.retain(|s| s.key != key || s.isn == isn);
         match self.syn_tx.iter_mut().find(|s| s.key == key) {
             Some(s) if now < s.next => {
                 self.syns_held += 1;
@@ -236,6 +239,7 @@ impl PeerTcp {
                 }
                 self.syn_tx.push(SynTx {
                     key,
+                    isn,
                     next: now + SYN_RTO,
                     wait: SYN_RTO,
                 });
@@ -646,6 +650,43 @@ mod tests {
         w.observe(&segment(TcpControl::Rst, Some(10), 0, None), Instant::ZERO);
         assert!(w.was_reset(key()));
         assert_eq!(w.window(key()), Some(900), "a RST's window is not one");
+    }
+
+    /// A SYN we send from port 7174 to the peer's 5000, as smoltcp would.
+    fn our_syn(seq: u32) -> Vec<u8> {
+        let mut f = segment(TcpControl::Syn, None, 8192, None);
+        // Swap the addresses and ports: the frame goes from us to the peer.
+        let (src_ip, dst_ip) = (f[26..30].to_vec(), f[30..34].to_vec());
+        f[26..30].copy_from_slice(&dst_ip);
+        f[30..34].copy_from_slice(&src_ip);
+        let (sp, dp) = (f[34..36].to_vec(), f[36..38].to_vec());
+        f[34..36].copy_from_slice(&dp);
+        f[36..38].copy_from_slice(&sp);
+        f[38..42].copy_from_slice(&seq.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_repeated_syn_waits_out_an_exponential_back_off() {
+        // RFC 6298 section 5.5: the wait doubles for each repeat.
+        let mut w = PeerTcp::default();
+        w.set_dilation(1);
+        let at = |ms: u64| Instant::from_millis(ms as i64);
+        let syn = our_syn(77);
+        assert!(w.admits(&syn, at(0)), "the first SYN goes at once");
+        assert!(
+            !w.admits(&syn, at(1)),
+            "smoltcp's millisecond repeat is held"
+        );
+        assert!(!w.admits(&syn, at(199)));
+        assert!(w.admits(&syn, at(200)), "after SYN_RTO");
+        assert!(!w.admits(&syn, at(599)));
+        assert!(w.admits(&syn, at(600)), "after twice SYN_RTO more");
+        assert_eq!(w.syns_held, 3);
+        assert!(
+            w.admits(&our_syn(1234), at(601)),
+            "a new attempt starts afresh"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! - `mpa_setup.rs`: the node running MPA itself ([`Node::listen`], [`Node::connect`]), for
 //!   tests and benchmarks with no control plane;
 //! - `stream.rs`: in RTS, received bytes into the engine and its FPDUs into TCP, each FPDU
-//!   aligned to a segment (RFC 5044 section 8).
+//!   aligned to a segment (RFC 5044 section 8), within the congestion window;
+//! - `cc/`: congestion control and loss recovery, sans-IO (see [`cc`]).
 
 use crate::clock::DilatedClock;
 use crate::device::ArpPacer;
