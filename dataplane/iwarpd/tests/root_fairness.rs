@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{pair, sh, End};
+use common::{pair_tcp, sh, End};
 use iwarp_engine::{Access, Status};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::tap::TapPort;
@@ -127,7 +127,13 @@ fn an_rdma_stream_and_a_kernel_cubic_stream_share_a_bottleneck() {
     let ta = TapPort::open("iwfA", [2, 0, 0, 0, 8, 0x0a], 1500).expect("TAP");
     let tb = TapPort::open("iwfB", [2, 0, 0, 0, 8, 0x0b], 1500).unwrap();
     let _net = Bottleneck::new();
-    let (mut a, mut b) = pair(ta, tb, Settings::default());
+    // A congested link may hold a flow's resends back for seconds; the test is about
+    // sharing, not dead-peer detection.
+    let tcp = iwarpd::node::TcpSettings {
+        user_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let (mut a, mut b) = pair_tcp(ta, tb, Settings::default(), tcp);
     let alone = write_for(&mut a, &mut b, 3);
     let server = Command::new("ip")
         .args(["netns", "exec", "iwfs", "iperf3", "-s", "-1"])

@@ -21,6 +21,8 @@ pub struct RttEstimator {
     min: Duration,
     /// Doublings since the last sample (RFC 6298 section 5.5).
     backoff: u32,
+    /// The ceiling of the backed-off timeout.
+    max: Duration,
 }
 
 impl RttEstimator {
@@ -31,7 +33,15 @@ impl RttEstimator {
             initial,
             min,
             backoff: 0,
+            max: MAX_RTO,
         }
+    }
+
+    /// The backed-off timeout stops growing at `max` (at least the floor): a connection
+    /// given up after a user timeout gets several resends within it.
+    pub fn with_max(mut self, max: Duration) -> RttEstimator {
+        self.max = max.max(self.min);
+        self
     }
 
     /// A measurement `r` of a segment sent once (RFC 6298 sections 2.2 and 2.3).
@@ -69,7 +79,7 @@ impl RttEstimator {
             Some(srtt) => srtt + G.max(self.rttvar * K),
         }
         .max(self.min);
-        base.saturating_mul(1 << self.backoff.min(20)).min(MAX_RTO)
+        base.saturating_mul(1 << self.backoff.min(20)).min(self.max)
     }
 
     /// The timer expired: back off (RFC 6298 section 5.5).
@@ -142,5 +152,11 @@ mod tests {
         assert_eq!(r.rto(), MAX_RTO);
         r.sample(us(10));
         assert_eq!(r.rto(), us(1000), "a new sample ends the back-off");
+        let mut r = RttEstimator::new(Duration::from_secs(1), us(1000)).with_max(us(5000));
+        r.sample(us(10));
+        for _ in 0..10 {
+            r.back_off();
+        }
+        assert_eq!(r.rto(), us(5000), "a lower ceiling of our own");
     }
 }

@@ -84,10 +84,22 @@ pub enum Verdict {
 struct Sent {
     start: Seq,
     end: Seq,
-    /// When the first copy went out, and the latest.
-    at: Duration,
-    last: Duration,
+    /// When the first copy went out, and the latest (see [`stamp`]): a segment in flight
+    /// costs 20 octets, a full default window of them under 4 KiB.
+    at: u32,
+    last: u32,
     resent: bool,
+}
+
+/// A time as the low 32 bits of its microseconds: differences are right (wrapping) for
+/// intervals under 71 minutes, far beyond any retransmission timer.
+fn stamp(t: Duration) -> u32 {
+    t.as_micros() as u32
+}
+
+/// How long before `now` the time `stamp` was.
+fn since(now: Duration, stamp_: u32) -> Duration {
+    Duration::from_micros(u64::from(stamp(now).wrapping_sub(stamp_)))
 }
 
 /// A resent segment that was acknowledged, kept a while for the DSACK that may follow.
@@ -104,7 +116,7 @@ impl Acked {
         Acked {
             start: s.start,
             end: s.end,
-            first_sent: s.at,
+            first_sent: now.saturating_sub(since(now, s.at)),
             acked_at: now,
         }
     }
@@ -255,8 +267,8 @@ impl Sender {
             self.sent.push_back(Sent {
                 start: seq,
                 end,
-                at: now,
-                last: now,
+                at: stamp(now),
+                last: stamp(now),
                 resent: false,
             });
             self.nxt = end;
@@ -302,8 +314,8 @@ impl Sender {
             self.sent.push_back(Sent {
                 start: self.nxt,
                 end,
-                at: now,
-                last: now,
+                at: stamp(now),
+                last: stamp(now),
                 resent: false,
             });
             self.nxt = end;
@@ -328,10 +340,7 @@ impl Sender {
         }
         let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
         !self.sent.iter().any(|s| {
-            before(s.start, end)
-                && before(start, s.end)
-                && s.resent
-                && now.saturating_sub(s.last) < srtt
+            before(s.start, end) && before(start, s.end) && s.resent && since(now, s.last) < srtt
         })
     }
 
@@ -370,7 +379,7 @@ impl Sender {
                     n += 1;
                 }
                 s.resent = true;
-                s.last = now;
+                s.last = stamp(now);
             }
         }
         if let Some(e) = &mut self.episode {
@@ -437,11 +446,8 @@ impl Sender {
             }
             let s = self.sent.pop_front().expect("front exists");
             if !s.resent {
-                sample = Some(now.saturating_sub(s.at));
-            } else if self
-                .min_rtt
-                .is_some_and(|m| now.saturating_sub(s.last) < m / 2)
-            {
+                sample = Some(since(now, s.at));
+            } else if self.min_rtt.is_some_and(|m| since(now, s.last) < m / 2) {
                 // Acknowledged sooner after the resend than any round trip takes: the ACK
                 // is the first copy's (RFC 4015's detection, with the RTT for a clock
                 // where there are no timestamps; smoltcp peers send no DSACK).
@@ -503,7 +509,7 @@ impl Sender {
             return;
         };
         if !self.sacked.iter().any(|&(_, r)| before(front.end, r))
-            || now.saturating_sub(front.last) < srtt + srtt / 4
+            || since(now, front.last) < srtt + srtt / 4
         {
             return;
         }
@@ -955,6 +961,22 @@ mod tests {
         s.on_ack(&ece(2000), ms(1));
         assert_eq!(s.cwnd(), after, "same window of data");
         assert_eq!(s.counters.ecn_marks, 2);
+    }
+
+    #[test]
+    fn a_full_default_window_of_segments_is_tracked_in_under_4_kib() {
+        // The per-connection budget beyond TCP's buffers (4 KiB): 256 KiB of 1460-octet
+        // segments.
+        let n = (256 << 10) / 1460 + 1;
+        println!("{} B per segment in flight", std::mem::size_of::<Sent>());
+        assert!(n * std::mem::size_of::<Sent>() < 4096);
+    }
+
+    #[test]
+    fn timestamps_wrap_after_71_minutes_and_differences_stay_right() {
+        let t = Duration::from_micros(u64::from(u32::MAX) - 10);
+        let later = t + Duration::from_micros(30);
+        assert_eq!(since(later, stamp(t)), Duration::from_micros(30));
     }
 
     #[test]
