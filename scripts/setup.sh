@@ -12,7 +12,7 @@ ci=0
 # Debian packages: DPDK 22.11 and libclang (bindgen) for dpdk-sys, tshark to decode our pcaps with
 # Wireshark's iWARP dissectors, iproute2/nftables for the namespace and loss tests, ethtool for the
 # veth test (the kernel's checksum offload), gcc for the C ABI example.
-pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool)
+pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool iperf3)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -223,6 +223,27 @@ pub struct Tcp {
     /// comes within it, and an ACK held that long costs a sender nothing (its retransmission
     /// timer is `min_rto_us`).
     pub ack_delay_us: u64,
+    /// The congestion controller: "cubic" (RFC 9438, the default, as Linux), "newreno"
+    /// (RFC 5681/6582), "dctcp" (RFC 8257, for ECN-marking data-centre links) or "none"
+    /// (`max_inflight` alone, for dedicated links).
+    pub congestion: Congestion,
+    /// How long a peer may hold the ACK of a lone segment (microseconds): a lone segment is
+    /// not resent before its RTT plus this. Linux delays ACKs 40 ms and more.
+    pub peer_ack_delay_us: u64,
+}
+
+choice! {
+    /// The congestion controller of every connection.
+    Congestion, "tcp.congestion" {
+        /// CUBIC (RFC 9438), the default, as Linux.
+        Cubic = "cubic",
+        /// NewReno (RFC 5681, RFC 6582).
+        NewReno = "newreno",
+        /// DCTCP (RFC 8257), for ECN-marking data-centre links.
+        Dctcp = "dctcp",
+        /// The in-flight bound alone, for dedicated links.
+        None = "none",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -340,6 +361,8 @@ impl Default for Tcp {
             max_inflight: 0,
             user_timeout_ms: 2000,
             ack_delay_us: 5,
+            congestion: Congestion::Cubic,
+            peer_ack_delay_us: 40_000,
         }
     }
 }
@@ -559,6 +582,12 @@ impl Config {
                 format!("{} is outside 10..=3600000", self.tcp.user_timeout_ms),
             ));
         }
+        if self.tcp.peer_ack_delay_us > 1_000_000 {
+            return Err(err(
+                "tcp.peer_ack_delay_us",
+                format!("{} is outside 0..=1000000", self.tcp.peer_ack_delay_us),
+            ));
+        }
         if self.tcp.ack_delay_us > 1000 {
             return Err(err(
                 "tcp.ack_delay_us",
@@ -658,6 +687,7 @@ mod tests {
         assert_eq!(c.tcp.min_rto_us, 500);
         assert_eq!(c.cores.polling, Polling::Busy);
         assert_eq!(c.port.kind, PortKind::Unix);
+        assert_eq!(c.tcp.congestion, Congestion::Cubic, "the default");
         assert_eq!(c.pcap.file.as_deref(), Some(Path::new("/tmp/x.pcap")));
     }
 
@@ -807,5 +837,27 @@ mod tests {
         );
         let e = Config::parse("[port]\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_congestion_controller_is_one_of_four_and_an_unknown_one_is_refused() {
+        for (name, alg) in [
+            ("cubic", Congestion::Cubic),
+            ("newreno", Congestion::NewReno),
+            ("dctcp", Congestion::Dctcp),
+            ("none", Congestion::None),
+        ] {
+            let c = Config::parse(&format!("[tcp]\ncongestion = \"{name}\"\n")).unwrap();
+            assert_eq!(c.tcp.congestion, alg);
+        }
+        let e = Config::parse("[tcp]\ncongestion = \"bbr\"\n").unwrap_err();
+        assert_eq!(e.key, "tcp.congestion");
+        assert!(e.message.contains("\"bbr\""), "{}", e.message);
+        assert_eq!(
+            Config::parse("[tcp]\npeer_ack_delay_us = 2000000\n")
+                .unwrap_err()
+                .key,
+            "tcp.peer_ack_delay_us"
+        );
     }
 }

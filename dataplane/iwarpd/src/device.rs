@@ -70,6 +70,11 @@ impl<P: Port> PortDevice<P> {
         }
     }
 
+    /// A frame made here for smoltcp to receive before the port's (see `Node::nudge`).
+    pub fn push_local(&mut self, frame: Vec<u8>) {
+        self.local.push_back(frame);
+    }
+
     /// Whether received frames wait for smoltcp.
     pub fn has_rx(&self) -> bool {
         !self.rxq.is_empty() || !self.local.is_empty()
@@ -85,7 +90,7 @@ impl<P: Port> PortDevice<P> {
                 self.read.push(frame);
                 continue;
             }
-            self.peers.observe(&frame);
+            self.peers.observe(&frame, now);
             if let Some(k) = &mut self.neighbours {
                 k.heard(&frame, now);
             }
@@ -135,6 +140,7 @@ pub struct TxToken<'a, P: Port> {
     port: &'a mut P,
     buf: &'a mut Vec<u8>,
     arp: &'a mut ArpPacer,
+    peers: &'a mut PeerTcp,
     now: Instant,
     frames: &'a mut u64,
     bytes: &'a mut u64,
@@ -152,10 +158,10 @@ impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
 
 impl<P: Port> phy::TxToken for TxToken<'_, P> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let (arp, now) = (self.arp, self.now);
+        let (arp, peers, now) = (self.arp, self.peers, self.now);
         let (r, sent) = self.port.tx_with(len, self.buf, |frame| {
             let r = f(frame);
-            (r, arp.admits(frame, now))
+            (r, arp.admits(frame, now) && peers.admits(frame, now))
         });
         if sent {
             *self.frames += 1;
@@ -190,6 +196,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
                 port: &mut self.port,
                 buf: &mut self.txbuf,
                 arp: &mut self.arp,
+                peers: &mut self.peers,
                 now,
                 frames: &mut self.tx_frames,
                 bytes: &mut self.tx_bytes,
@@ -202,6 +209,7 @@ impl<P: Port> phy::Device for PortDevice<P> {
             port: &mut self.port,
             buf: &mut self.txbuf,
             arp: &mut self.arp,
+            peers: &mut self.peers,
             now,
             frames: &mut self.tx_frames,
             bytes: &mut self.tx_bytes,

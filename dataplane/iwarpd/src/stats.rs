@@ -60,6 +60,9 @@ fn write_stats(path: &Path, cores: &[&CoreCounters]) {
         text.push_str(&c.line());
         text.push('\n');
     }
+    for c in cores {
+        text.push_str(&c.conn_lines());
+    }
     if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
         let kib = |key: &str| {
             status

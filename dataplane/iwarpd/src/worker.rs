@@ -65,6 +65,16 @@ pub struct CoreCounters {
     pub crc_errors: AtomicU64,
     pub terminates_sent: AtomicU64,
     pub terminates_received: AtomicU64,
+    /// TCP's sending side, summed over the connections (see [`Counters`]).
+    pub cwnd: AtomicU64,
+    pub bytes_in_flight: AtomicU64,
+    pub retransmits: AtomicU64,
+    pub fast_retransmits: AtomicU64,
+    pub rtos: AtomicU64,
+    pub ecn_marks: AtomicU64,
+    pub spurious_retransmits: AtomicU64,
+    pub resends_held: AtomicU64,
+    pub syns_held: AtomicU64,
     /// Stage times (ns, summed over busy turns) when stage timing is on: the bench's
     /// per-stage breakdown reads them from the stats file.
     pub stage_timing: std::sync::atomic::AtomicBool,
@@ -80,6 +90,9 @@ pub struct CoreCounters {
     pub wakes_port: AtomicU64,
     pub wakes_doorbell: AtomicU64,
     pub wakes_timer: AtomicU64,
+    /// The worker's per-connection TCP lines ([`Node::conn_lines`]), renewed about once a
+    /// second; the worker never waits for the lock (a reader holding it delays the renewal).
+    pub conns: std::sync::Mutex<String>,
 }
 
 impl CoreCounters {
@@ -107,6 +120,15 @@ impl CoreCounters {
         self.crc_errors.store(c.crc_errors, r);
         self.terminates_sent.store(c.terminates_sent, r);
         self.terminates_received.store(c.terminates_received, r);
+        self.cwnd.store(c.cwnd, r);
+        self.bytes_in_flight.store(c.bytes_in_flight, r);
+        self.retransmits.store(c.retransmits, r);
+        self.fast_retransmits.store(c.fast_retransmits, r);
+        self.rtos.store(c.rtos, r);
+        self.ecn_marks.store(c.ecn_marks, r);
+        self.spurious_retransmits.store(c.spurious_retransmits, r);
+        self.resends_held.store(c.resends_held, r);
+        self.syns_held.store(c.syns_held, r);
         if let Some(st) = c.stages {
             self.stage_timing.store(true, r);
             self.stage_port_ns.store(st.port, r);
@@ -115,10 +137,34 @@ impl CoreCounters {
         }
     }
 
+    /// The worker's per-connection lines (see [`CoreCounters::conns`]), each naming the core.
+    pub fn conn_lines(&self) -> String {
+        let core = self.core.map_or("-".to_string(), |c| c.to_string());
+        let lines = self.conns.lock().map(|l| l.clone()).unwrap_or_default();
+        lines
+            .lines()
+            .filter_map(|l| l.strip_prefix("conn "))
+            .map(|rest| format!("conn core={core} {rest}\n"))
+            .collect()
+    }
+
     /// One line, `key=value` pairs, for the stats file and the SIGUSR1 dump.
     pub fn line(&self) -> String {
         let r = Ordering::Relaxed;
         let mut line = self.counters_line();
+        for (name, v) in [
+            ("cwnd", &self.cwnd),
+            ("bytes_in_flight", &self.bytes_in_flight),
+            ("retransmits", &self.retransmits),
+            ("fast_retransmits", &self.fast_retransmits),
+            ("rtos", &self.rtos),
+            ("ecn_marks", &self.ecn_marks),
+            ("spurious_retransmits", &self.spurious_retransmits),
+            ("resends_held", &self.resends_held),
+            ("syns_held", &self.syns_held),
+        ] {
+            line.push_str(&format!(" {name}={}", v.load(r)));
+        }
         if self.stage_timing.load(r) {
             line.push_str(&format!(
                 " stage_port_ns={} stage_tcp_ns={} stage_engine_ns={} stage_ring_ns={}",
@@ -198,6 +244,17 @@ impl<P: Port, F: FnMut(&mut Node<P>) -> bool> Service<P> for F {
     }
 }
 
+/// Renews the worker's per-connection lines when a second has passed since `at`.
+fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, at: &mut std::time::Instant) {
+    if at.elapsed() < Duration::from_secs(1) {
+        return;
+    }
+    *at = std::time::Instant::now();
+    if let Ok(mut lines) = counters.conns.try_lock() {
+        *lines = node.conn_lines();
+    }
+}
+
 /// Runs `node` until `stop` is set: the body of a poll-mode core.
 pub fn run<P: Port>(
     node: &mut Node<P>,
@@ -228,10 +285,14 @@ pub fn run_with<P: Port, S: Service<P>>(
     let mut sleep = Duration::ZERO;
     let mut polls: u64 = 0;
     let mut sleeps: u64 = 0;
+    let mut conns_at = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let mut worked = node.poll_with(|rnic| service.before_rx(rnic));
         worked |= service.turn(node);
         polls += 1;
+        if polls & 255 == 0 {
+            publish_conns(node, counters, &mut conns_at);
+        }
         if worked {
             idle_turns = 0;
             sleep = Duration::ZERO;
@@ -270,6 +331,7 @@ pub fn run_with<P: Port, S: Service<P>>(
             }
         };
         counters.publish(&node.counters());
+        publish_conns(node, counters, &mut conns_at);
         counters.polls.store(polls, Ordering::Relaxed);
         let Some(woke) = sleep_until_woken(node, &mut service, port_fd, cap) else {
             // The last look found work.
@@ -372,6 +434,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn connection_lines_name_their_core() {
+        let c = CoreCounters::new(Some(2));
+        *c.conns.lock().unwrap() = "conn id=7 cwnd=14600\nconn id=9 cwnd=2920\n".into();
+        assert_eq!(
+            c.conn_lines(),
+            "conn core=2 id=7 cwnd=14600\nconn core=2 id=9 cwnd=2920\n"
+        );
+    }
+
+    #[test]
     fn counters_line_names_every_counter() {
         let c = CoreCounters::new(Some(3));
         c.publish(&Counters {
@@ -390,6 +462,15 @@ mod tests {
             terminates_received: 12,
             bad_checksums: 14,
             stages: None,
+            cwnd: 20,
+            bytes_in_flight: 21,
+            retransmits: 22,
+            fast_retransmits: 23,
+            rtos: 24,
+            ecn_marks: 25,
+            spurious_retransmits: 26,
+            resends_held: 27,
+            syns_held: 28,
         });
         let line = c.line();
         for kv in [
@@ -408,6 +489,15 @@ mod tests {
             "terminates_received=12",
             "arp_paced=13",
             "bad_checksums=14",
+            "cwnd=20",
+            "bytes_in_flight=21",
+            "retransmits=22",
+            "fast_retransmits=23",
+            "rtos=24",
+            "ecn_marks=25",
+            "spurious_retransmits=26",
+            "resends_held=27",
+            "syns_held=28",
         ] {
             assert!(line.contains(kv), "{kv} missing from {line}");
         }

@@ -138,8 +138,8 @@ impl Port for Batching {
 
 /// A burst of segments is acknowledged, and the ACK sent, as soon as TCP has taken the
 /// burst in, before the engine works through it (a turn may take in all the sender has in
-/// flight; an ACK at the turn's end kept the sender waiting that long). B sends a 16 KiB
-/// RDMA Write and a Read Request in one turn; in A's one turn that takes them in, a pure ACK
+/// flight; an ACK at the turn's end kept the sender waiting that long). B sends an 8 KiB
+/// RDMA Write and a Read Request in one turn (within the initial congestion window); in A's one turn that takes them in, a pure ACK
 /// leaves the port first, on a flush of its own, and the Read Response after it.
 #[test]
 fn a_burst_is_acknowledged_before_the_engine_works_through_it() {
@@ -151,7 +151,7 @@ fn a_burst_is_acknowledged_before_the_engine_works_through_it() {
         flushes: flushes.clone(),
     };
     let (mut a, mut b) = pair_tcp(pa, pb, Settings::default(), TcpSettings::default());
-    let len = 16 << 10;
+    let len = 8 << 10;
     let (ma, mb) = (a.mem(len, Access::ALL), b.mem(len + 8, Access::ALL));
     mb.fill(9);
     b.post_write(1, mb.sge(0, len), &ma, 0);

@@ -515,7 +515,11 @@ fn every_operation_both_ways_with_ird_ord_negotiated_per_side() {
             "stage_engine_ns",
             "stage_ring_ns",
         ];
-        if all.iter().all(|k| stage(k) > 0) {
+        // And each connection's TCP sending side, on a line of its own.
+        let conn = text
+            .lines()
+            .any(|l| l.starts_with("conn core=") && l.contains(" cwnd=") && l.contains(" rtos="));
+        if all.iter().all(|k| stage(k) > 0) && conn {
             break;
         }
         assert!(

@@ -220,6 +220,18 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
         if self.dev.peers.adopt(key) {
             c.flow = Some(key);
+            let mut sender = cc::sender::Sender::new(
+                self.tcp.congestion,
+                self.segment_size(i),
+                self.tcp.max_inflight,
+                crate::peer_tcp::SYN_RTO,
+                std::time::Duration::from_micros(self.tcp.min_rto_us),
+                self.tcp.peer_ack_delay,
+            );
+            // The connection is given up after the user timeout of silence: the timer backs
+            // off to a quarter of it at most, so that several resends fit in it.
+            sender.rtt = sender.rtt.clone().with_max(self.tcp.user_timeout / 4);
+            self.dev.peers.set_sender(key, sender);
         }
     }
 

@@ -12,7 +12,8 @@
 //! - `mpa_setup.rs`: the node running MPA itself ([`Node::listen`], [`Node::connect`]), for
 //!   tests and benchmarks with no control plane;
 //! - `stream.rs`: in RTS, received bytes into the engine and its FPDUs into TCP, each FPDU
-//!   aligned to a segment (RFC 5044 section 8).
+//!   aligned to a segment (RFC 5044 section 8), within the congestion window;
+//! - `cc/`: congestion control and loss recovery, sans-IO (see [`cc`]).
 
 use crate::arp::ArpPacer;
 use crate::clock::DilatedClock;
@@ -47,6 +48,11 @@ pub struct TcpSettings {
     /// How long the ACK of a lone small segment may wait for data to ride on (real time);
     /// zero: at once. The daemon's default (`tcp.ack_delay_us`) is 5 µs.
     pub ack_delay: std::time::Duration,
+    /// The congestion controller of every connection (`tcp.congestion`).
+    pub congestion: cc::Algorithm,
+    /// How long a peer may hold the ACK of a lone segment (Linux: 40 ms and more): a lone
+    /// segment is not resent before its RTT plus this (`tcp.peer_ack_delay_us`).
+    pub peer_ack_delay: std::time::Duration,
 }
 
 /// The daemon's defaults (those of an empty configuration file).
@@ -68,6 +74,13 @@ impl TcpSettings {
             max_inflight: cfg.max_inflight(),
             user_timeout: std::time::Duration::from_millis(cfg.tcp.user_timeout_ms),
             ack_delay: std::time::Duration::from_micros(cfg.tcp.ack_delay_us),
+            congestion: match cfg.tcp.congestion {
+                iwarp_config::Congestion::Cubic => cc::Algorithm::Cubic,
+                iwarp_config::Congestion::NewReno => cc::Algorithm::NewReno,
+                iwarp_config::Congestion::Dctcp => cc::Algorithm::Dctcp,
+                iwarp_config::Congestion::None => cc::Algorithm::None,
+            },
+            peer_ack_delay: std::time::Duration::from_micros(cfg.tcp.peer_ack_delay_us),
         }
     }
 }
@@ -257,6 +270,29 @@ pub struct Counters {
     pub terminates_received: u64,
     /// Stage times when stage timing is on.
     pub stages: Option<StageNs>,
+    /// The congestion windows and the octets in flight of the connections, summed.
+    pub cwnd: u64,
+    pub bytes_in_flight: u64,
+    /// Segments resent, of them on duplicate or partial ACKs, retransmission timeouts, ACKs
+    /// echoing ECN and CE marks received, recoveries found spurious and undone, resends of
+    /// smoltcp's held back (not due, or data the peer holds), SYN repeats held back.
+    pub retransmits: u64,
+    pub fast_retransmits: u64,
+    pub rtos: u64,
+    pub ecn_marks: u64,
+    pub spurious_retransmits: u64,
+    pub resends_held: u64,
+    pub syns_held: u64,
+}
+
+/// One connection's TCP sending side (see [`Node::conn_tcp`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnTcp {
+    pub cwnd: usize,
+    pub bytes_in_flight: usize,
+    pub srtt: Option<std::time::Duration>,
+    pub rto: std::time::Duration,
+    pub counters: cc::sender::SendCounters,
 }
 
 pub struct Node<P: Port> {
@@ -283,8 +319,18 @@ pub struct Node<P: Port> {
     next_ephemeral: u16,
     stage_timing: bool,
     stages: StageNs,
+    /// The TCP counters summed over the connections (see [`Node::counters`]), refreshed by
+    /// the poll loop, and its turns.
+    tcp_totals: (cc::sender::SendCounters, usize, usize),
+    turns: u64,
 }
 
+/// With more connections than this, the poll loop sums their TCP counters every
+/// [`TOTALS_EVERY`] turns rather than every turn.
+const TOTALS_EACH_TURN: usize = 16;
+const TOTALS_EVERY: u64 = 256;
+
+pub mod cc;
 mod conn;
 mod mpa_setup;
 mod relay;
@@ -295,6 +341,7 @@ impl<P: Port> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);
         let arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
         let mut dev = PortDevice::new(port, arp, tcp.mss);
+        dev.peers.set_dilation(clock.factor());
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([
@@ -334,6 +381,8 @@ impl<P: Port> Node<P> {
             next_ephemeral: 49152 + (u16::from(mac.0[5]) << 4),
             stage_timing: false,
             stages: StageNs::default(),
+            tcp_totals: Default::default(),
+            turns: 0,
         }
     }
 
@@ -375,7 +424,17 @@ impl<P: Port> Node<P> {
     }
 
     pub fn counters(&self) -> Counters {
+        let (send, cwnd, flight) = self.tcp_totals;
         Counters {
+            cwnd: cwnd as u64,
+            bytes_in_flight: flight as u64,
+            retransmits: send.retransmits,
+            fast_retransmits: send.fast_retransmits,
+            rtos: send.rtos,
+            ecn_marks: send.ecn_marks,
+            spurious_retransmits: send.spurious,
+            resends_held: send.held,
+            syns_held: self.dev.peers.syns_held,
             rx_frames: self.dev.rx_frames,
             tx_frames: self.dev.tx_frames,
             rx_bytes: self.dev.rx_bytes,
@@ -392,6 +451,70 @@ impl<P: Port> Node<P> {
             terminates_received: self.rnic.stats.terminates_received,
             stages: self.stage_timing.then_some(self.stages),
         }
+    }
+
+    /// Connection `conn`'s sending side, once established and tracked.
+    pub fn conn_tcp(&self, conn: usize) -> Option<ConnTcp> {
+        let s = self.dev.peers.sender(self.conns.get(conn)?.flow?)?;
+        Some(ConnTcp {
+            cwnd: s.cwnd(),
+            bytes_in_flight: s.in_flight(),
+            srtt: s.rtt.srtt(),
+            rto: s.rto(),
+            counters: s.counters,
+        })
+    }
+
+    /// One line per connection whose sending side is tracked, for the stats file: `conn`,
+    /// then `key=value` pairs (the connection's id, its QP, and [`ConnTcp`]).
+    pub fn conn_lines(&self) -> String {
+        let mut out = String::new();
+        for (i, c) in self.conns.iter().enumerate() {
+            let Some(t) = self.conn_tcp(i) else { continue };
+            let k = t.counters;
+            out.push_str(&format!(
+                "conn id={} qp={} cwnd={} bytes_in_flight={} srtt_us={} rto_us={} \
+                 retransmits={} fast_retransmits={} rtos={} ecn_marks={} \
+                 spurious_retransmits={} resends_held={}\n",
+                c.id,
+                c.qp.map_or("-".to_string(), |q| q.to_string()),
+                t.cwnd,
+                t.bytes_in_flight,
+                t.srtt.map_or(0, |d| d.as_micros()),
+                t.rto.as_micros(),
+                k.retransmits,
+                k.fast_retransmits,
+                k.rtos,
+                k.ecn_marks,
+                k.spurious,
+                k.held,
+            ));
+        }
+        out
+    }
+
+    /// Makes smoltcp resend the first unacknowledged segment of each connection whose
+    /// sender asks for it (a partial ACK in recovery, or our timer expired before smoltcp's):
+    /// three copies of the peer's latest ACK, which smoltcp takes as duplicate ACKs and
+    /// answers with its fast retransmit (one segment, where its own timeout would resend
+    /// everything). smoltcp offers no call to resend; this is the one way in from outside.
+    fn nudge(&mut self, now: smoltcp::time::Instant) -> bool {
+        let mut any = false;
+        for c in &self.conns {
+            let Some(key) = c.flow.filter(|_| c.state == ConnState::Rts) else {
+                continue;
+            };
+            if let Some(ack) = self.dev.peers.nudge(key, now) {
+                for _ in 0..3 {
+                    self.dev.push_local(ack.clone());
+                }
+                any = true;
+            }
+        }
+        if any {
+            self.iface_ingress(now);
+        }
+        any
     }
 
     /// Clean shutdown: every live connection is aborted (a RST goes to each peer, its QP
@@ -495,6 +618,7 @@ impl<P: Port> Node<P> {
             let _ = self.dev.port.flush();
             t.port += clock.lap();
         }
+        got += usize::from(self.nudge(now));
         before_rx(&mut self.rnic);
         clock.lap();
         let mut busy = got > 0;
@@ -508,6 +632,10 @@ impl<P: Port> Node<P> {
         t.tcp += clock.lap();
         let _ = self.dev.port.flush();
         t.port += clock.lap();
+        self.turns += 1;
+        if self.conns.len() <= TOTALS_EACH_TURN || self.turns.is_multiple_of(TOTALS_EVERY) {
+            self.tcp_totals = self.dev.peers.totals();
+        }
         if busy && self.stage_timing {
             self.stages.port += t.port;
             self.stages.tcp += t.tcp;

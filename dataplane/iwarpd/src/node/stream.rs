@@ -73,6 +73,11 @@ impl<P: Port> Node<P> {
                         room = room.min(window.saturating_sub(queued));
                     }
                 }
+                // And within the congestion window (at least a segment: one FPDU always
+                // fits once nothing is queued).
+                if let Some(s) = flow.and_then(|k| self.dev.peers.sender(k)) {
+                    room = room.min(s.cwnd().saturating_sub(queued));
+                }
                 room
             };
             if room < seg {
