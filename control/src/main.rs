@@ -514,8 +514,7 @@ fn main() -> ExitCode {
         ConnManager::new(10_000, config.mss() as u32).with_rts_delay(config.mpa.rts_delay_ms);
     let mut outbox: Vec<Action> = Vec::new();
     let start = Instant::now();
-    // Each worker's poll loop bumps its heartbeat; silence for 3 s is reported (ARCH.md
-    // step 6).
+    // Each worker's poll loop bumps its heartbeat; silence for 3 s is reported.
     let mut watches: Vec<(DaemonWatch, bool)> = (0..daemon.side.worker_count())
         .map(|w| {
             let beat = daemon.side.heartbeat(w);

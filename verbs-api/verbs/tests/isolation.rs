@@ -288,8 +288,8 @@ fn the_peer_of_an_application_killed_with_sigkill_hears_a_reset() {
     let example = testkit::target_dir().join("examples").join("rdma_pair");
     assert!(example.exists(), "cargo test builds the examples");
     let client = side(&dir.path().join("a"), 16);
-    // The end used to be a FIN or an RST depending on how the daemon's turns fell: a few
-    // rounds show it is always a reset.
+    // A QP put in Error before its connection is aborted would end the stream with a FIN on
+    // the daemon's next turn; a few rounds show the abort always comes first (a reset).
     for round in 0..3u16 {
         let port = 7410 + round;
         let mut server = Proc(
