@@ -7,6 +7,7 @@
 //! limits: `docs/dropin.md`.
 
 pub mod abi;
+mod device;
 mod stub;
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));

@@ -31,3 +31,9 @@ pub(crate) extern "C" fn null() -> *mut c_void {
 
 /// For calls that return nothing (`verbs_register_driver_34`: no provider is ever used).
 pub(crate) extern "C" fn nothing() {}
+
+/// For `int` calls whose 0 means "nothing": `ibv_query_qp_data_in_order` (no in-order
+/// guarantee is claimed).
+pub(crate) extern "C" fn nothing_int() -> c_int {
+    0
+}

@@ -1,0 +1,144 @@
+//! Devices through Debian's unmodified `ibv_devices` and `ibv_devinfo`: one device per
+//! reachable endpoint of `IWARP_RUNTIME_DIR`, described as an iWARP RNIC on an Ethernet port
+//! whose GID 0 and node GUID come from the MAC as Linux siw forms them.
+
+mod common;
+
+use iwarp_testkit::{start_control, start_daemon, Proc};
+use std::path::PathBuf;
+
+/// Two endpoints on one embedded Ethernet, MACs 02:00:00:00:2a:01 and :02.
+struct Pair {
+    _dir: tempfile::TempDir,
+    runtimes: Vec<PathBuf>,
+    _procs: Vec<Proc>,
+}
+
+fn pair() -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = Vec::new();
+    let mut runtimes = Vec::new();
+    for (n, name) in [(1u8, "a"), (2, "b")] {
+        procs.push(start_daemon(dir.path(), name, n, 42, &[]));
+        let rt = dir.path().join(name);
+        procs.push(start_control(&rt));
+        runtimes.push(rt);
+    }
+    Pair {
+        _dir: dir,
+        runtimes,
+        _procs: procs,
+    }
+}
+
+fn run(program: &str, args: &[&str], runtimes: &str) -> String {
+    let out = common::with_our_libs(program)
+        .args(args)
+        .env("IWARP_RUNTIME_DIR", runtimes)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn joined(p: &[PathBuf]) -> String {
+    p.iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[test]
+fn ibv_devices_lists_each_reachable_endpoint() {
+    if !common::have("/usr/bin/ibv_devices") {
+        return;
+    }
+    let p = pair();
+    // A directory with no endpoint in it is left out.
+    let nothing = p._dir.path().join("nothing");
+    let list = format!("{}:{}", joined(&p.runtimes), nothing.display());
+    let text = run("/usr/bin/ibv_devices", &[], &list);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    // Node GUID: the MAC's modified EUI-64 (siw's addrconf_addr_eui48).
+    assert!(rows[0][0].starts_with("t-a-"), "{text}");
+    assert_eq!(rows[0][1], "000000fffe002a01", "{text}");
+    assert!(rows[1][0].starts_with("t-b-"), "{text}");
+    assert_eq!(rows[1][1], "000000fffe002a02", "{text}");
+}
+
+#[test]
+fn ibv_devinfo_describes_an_iwarp_rnic_on_ethernet() {
+    if !common::have("/usr/bin/ibv_devinfo") {
+        return;
+    }
+    let p = pair();
+    let text = run("/usr/bin/ibv_devinfo", &["-v"], &joined(&p.runtimes[..1]));
+    for want in [
+        "transport:\t\t\tiWARP (1)",
+        "node_guid:\t\t\t0000:00ff:fe00:2a01",
+        "phys_port_cnt:\t\t\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "max_mtu:\t\t4096 (5)",
+        // The embedded Ethernet's IP MTU is 1500: the largest IB MTU within it.
+        "active_mtu:\t\t1024 (3)",
+        "link_layer:\t\tEthernet",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    // max_qp_rd_atom is the IRD the endpoint grants, and not zero.
+    let ird: u32 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("max_qp_rd_atom:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no max_qp_rd_atom in:\n{text}"));
+    assert!(ird > 0, "{text}");
+    // ibv_devinfo prints a GID only when its second half is not zero; siw's GID 0 (the
+    // MAC, then zeros) is never printed, and neither is ours: tests/c/query.c reads it.
+    assert!(!text.contains("GID["), "{text}");
+}
+
+/// A C program built here against rdma-core's headers and our library: the inline helpers
+/// of verbs.h (`ibv_query_port` and `ibv_query_device_ex` through the `verbs_context`) and the
+/// GID calls.
+#[test]
+fn verbs_h_inline_helpers_and_gid() {
+    if !common::have("/usr/include/infiniband/verbs.h") {
+        return;
+    }
+    let p = pair();
+    let exe = p._dir.path().join("query");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/query.c");
+    let lib = common::lib_dir();
+    let st = std::process::Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-l:libibverbs.so.1")
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc {src}");
+    let text = run(exe.to_str().unwrap(), &[], &joined(&p.runtimes[1..]));
+    for want in [
+        "port state=4 link_layer=2 active_mtu=3 gid_tbl_len=1",
+        "gid 0200:0000:2a02:0000:0000:0000:0000:0000",
+        "gid_ex 0200:0000:2a02:0000:0000:0000:0000:0000 type=0",
+        "transport=1 node_type=4",
+        "device_ex phys_port_cnt=1 atomic_cap=1",
+        "bad port: EINVAL",
+        "bad gid index: -1",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+}
