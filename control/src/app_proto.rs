@@ -284,6 +284,21 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
         Request::DeallocStag { stag } => w.u8(27).u32(*stag),
         Request::QuerySrq { srq } => w.u8(28).u32(*srq),
         Request::Placement => w.u8(29),
+        Request::RegMrVa {
+            pd,
+            access,
+            segment,
+            offset,
+            len,
+            va,
+        } => w
+            .u8(30)
+            .u32(*pd)
+            .u32(*access)
+            .u32(*segment)
+            .u64(*offset)
+            .u64(*len)
+            .u64(*va),
     };
     framed(w)
 }
@@ -338,6 +353,14 @@ pub fn decode_request(body: &[u8]) -> Result<Request, Error> {
             segment: r.u32()?,
             offset: r.u64()?,
             len: r.u64()?,
+        },
+        30 => Request::RegMrVa {
+            pd: r.u32()?,
+            access: r.u32()?,
+            segment: r.u32()?,
+            offset: r.u64()?,
+            len: r.u64()?,
+            va: r.u64()?,
         },
         13 => Request::ReregMr {
             stag: r.u32()?,
@@ -700,6 +723,14 @@ mod tests {
                 segment: 2,
                 offset: 1 << 40,
                 len: 4096,
+            },
+            Request::RegMrVa {
+                pd: 1,
+                access: 7,
+                segment: 2,
+                offset: 0x123,
+                len: 4096,
+                va: 0x7fff_0000_1123,
             },
             Request::ReregMr {
                 stag: 0x101,
