@@ -14,6 +14,7 @@
 //!
 //! A failed verb is an [`Error`]; a failed *completion* is data: [`WorkCompletion::status`].
 
+pub mod adopt;
 pub mod buffer;
 pub mod context;
 pub mod cq;
@@ -23,6 +24,7 @@ pub mod mr;
 pub mod qp;
 pub mod srq;
 
+pub use adopt::UserMr;
 pub use buffer::SharedBuffer;
 pub use context::{
     ConnSettings, ConnectRequest, Context, Established, Event, ProtectionDomain, QpInitAttr,
