@@ -105,6 +105,7 @@ fn main() {
         .allowlist_type("ibv_.*|verbs_.*|rdma_.*|_ibv_.*")
         .allowlist_var("IBV_.*|RDMA_.*|VERBS_.*")
         .allowlist_function("a^")
+        .prepend_enum_name(false)
         .derive_default(true)
         .generate_comments(false)
         .generate()

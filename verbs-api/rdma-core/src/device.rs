@@ -12,9 +12,10 @@ use crate::stub::set_errno;
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};
 use iwarp_abi::port_file::PortInfo;
+use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// An `ibv_device` and what this library knows of its endpoint. `ibv` comes first, so an
 /// application's `struct ibv_device *` is a pointer to the whole.
@@ -80,8 +81,8 @@ fn device_for(list: &mut Devices, dir: &Path, port: PortInfo) -> *mut ibv_device
         n += 1;
     }
     let mut ibv = ibv_device {
-        node_type: ibv_node_type_IBV_NODE_RNIC,
-        transport_type: ibv_transport_type_IBV_TRANSPORT_IWARP,
+        node_type: IBV_NODE_RNIC,
+        transport_type: IBV_TRANSPORT_IWARP,
         ..Default::default()
     };
     copy_name(&mut ibv.name, &name);
@@ -131,11 +132,11 @@ pub(crate) fn guid_of(mac: [u8; 6]) -> u64 {
 /// The largest IB MTU not above the IP MTU (siw's `ib_mtu_int_to_enum`).
 pub(crate) fn ibv_mtu_of(mtu: u32) -> ibv_mtu {
     match mtu {
-        4096.. => ibv_mtu_IBV_MTU_4096,
-        2048.. => ibv_mtu_IBV_MTU_2048,
-        1024.. => ibv_mtu_IBV_MTU_1024,
-        512.. => ibv_mtu_IBV_MTU_512,
-        _ => ibv_mtu_IBV_MTU_256,
+        4096.. => IBV_MTU_4096,
+        2048.. => IBV_MTU_2048,
+        1024.. => IBV_MTU_1024,
+        512.. => IBV_MTU_512,
+        _ => IBV_MTU_256,
     }
 }
 
@@ -147,6 +148,9 @@ pub(crate) struct Ctx {
     pub(crate) rnic: iwarp_verbs::Context,
     pub(crate) limits: iwarp_verbs::RnicAttr,
     pub(crate) device: *mut Device,
+    /// Registered regions by lkey (their `verbs::Mr` addresses), for turning an SGE into a
+    /// region. Posts hold the read lock, so a region cannot go while one names it.
+    regions: RwLock<HashMap<u32, usize>>,
 }
 
 impl Ctx {
@@ -162,6 +166,14 @@ impl Ctx {
         // SAFETY: every ibv_context this library hands out is the `vctx.context` of a boxed
         // Ctx (the caller's contract), so stepping back by its offset gives that Ctx.
         Some(unsafe { &mut *ctx.cast::<u8>().sub(at).cast::<Ctx>() })
+    }
+
+    pub(crate) fn regions_read(&self) -> RwLockReadGuard<'_, HashMap<u32, usize>> {
+        self.regions.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn regions_write(&self) -> RwLockWriteGuard<'_, HashMap<u32, usize>> {
+        self.regions.write().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn port(&self) -> &PortInfo {
@@ -255,6 +267,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
         rnic,
         limits,
         device,
+        regions: RwLock::new(HashMap::new()),
     });
     let v = &mut ctx.vctx;
     v.sz = size_of::<verbs_context>();
@@ -265,7 +278,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
     v.context.async_fd = async_fd;
     v.context.num_comp_vectors = 1;
     v.context.abi_compat = usize::MAX as *mut c_void;
-    v.context.ops._compat_query_device = None;
+    crate::verbs::fill_ops(&mut v.context.ops);
     let ctx = Box::leak(ctx);
     &mut ctx.vctx.context
 }
@@ -293,8 +306,7 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
         page_size_cap: !4095u64,
         max_qp: l.max_qp as c_int,
         max_qp_wr: l.max_sq_depth.min(l.max_rq_depth) as c_int,
-        device_cap_flags: ibv_device_cap_flags_IBV_DEVICE_MEM_WINDOW
-            | ibv_device_cap_flags_IBV_DEVICE_MEM_MGT_EXTENSIONS,
+        device_cap_flags: IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS,
         max_sge: l.max_sge as c_int,
         max_sge_rd: l.max_sge as c_int,
         max_cq: l.max_cq as c_int,
@@ -306,7 +318,7 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
         max_res_rd_atom: (l.max_ird as c_int).saturating_mul(l.max_qp as c_int),
         max_qp_init_rd_atom: l.max_ord as c_int,
         // Atomics are carried by RDMAP (RFC 7306) and executed by the responding daemon.
-        atomic_cap: ibv_atomic_cap_IBV_ATOMIC_HCA,
+        atomic_cap: IBV_ATOMIC_HCA,
         max_mw: l.max_mw as c_int,
         max_srq: l.max_srq as c_int,
         max_srq_wr: l.max_rq_depth as c_int,
@@ -371,8 +383,8 @@ unsafe extern "C" fn query_device_ex(
 
 fn port_attr(c: &Ctx) -> ibv_port_attr {
     ibv_port_attr {
-        state: ibv_port_state_IBV_PORT_ACTIVE,
-        max_mtu: ibv_mtu_IBV_MTU_4096,
+        state: IBV_PORT_ACTIVE,
+        max_mtu: IBV_MTU_4096,
         active_mtu: ibv_mtu_of(c.port().mtu),
         gid_tbl_len: 1,
         port_cap_flags: 0,
@@ -488,7 +500,7 @@ pub(crate) unsafe extern "C" fn _ibv_query_gid_ex(
         gid: gid_of(c.port().mac),
         gid_index: 0,
         port_num: 1,
-        gid_type: ibv_gid_type_IBV_GID_TYPE_IB,
+        gid_type: IBV_GID_TYPE_IB,
         ndev_ifindex: 0,
     };
     // SAFETY: the caller's entry, at least as large as ours (checked).
@@ -515,10 +527,10 @@ mod tests {
 
     #[test]
     fn active_mtu_is_the_largest_ib_mtu_that_fits() {
-        assert_eq!(ibv_mtu_of(1500), ibv_mtu_IBV_MTU_1024);
-        assert_eq!(ibv_mtu_of(9000), ibv_mtu_IBV_MTU_4096);
-        assert_eq!(ibv_mtu_of(2048), ibv_mtu_IBV_MTU_2048);
-        assert_eq!(ibv_mtu_of(100), ibv_mtu_IBV_MTU_256);
+        assert_eq!(ibv_mtu_of(1500), IBV_MTU_1024);
+        assert_eq!(ibv_mtu_of(9000), IBV_MTU_4096);
+        assert_eq!(ibv_mtu_of(2048), IBV_MTU_2048);
+        assert_eq!(ibv_mtu_of(100), IBV_MTU_256);
     }
 
     #[test]

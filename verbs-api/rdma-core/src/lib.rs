@@ -9,5 +9,6 @@
 pub mod abi;
 mod device;
 mod stub;
+mod verbs;
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));

@@ -46,6 +46,22 @@ fn run(program: &str, args: &[&str], runtimes: &str) -> String {
     text
 }
 
+/// `tests/c/<name>.c`, compiled against rdma-core's headers and linked with our library.
+fn compile(p: &Pair, name: &str) -> PathBuf {
+    let exe = p._dir.path().join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let st = std::process::Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", common::lib_dir().display()))
+        .arg("-l:libibverbs.so.1")
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc {src}");
+    exe
+}
+
 fn joined(p: &[PathBuf]) -> String {
     p.iter()
         .map(|p| p.to_string_lossy().into_owned())
@@ -117,18 +133,7 @@ fn verbs_h_inline_helpers_and_gid() {
         return;
     }
     let p = pair();
-    let exe = p._dir.path().join("query");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/query.c");
-    let lib = common::lib_dir();
-    let st = std::process::Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg(format!("-L{}", lib.display()))
-        .arg("-l:libibverbs.so.1")
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc {src}");
+    let exe = compile(&p, "query");
     let text = run(exe.to_str().unwrap(), &[], &joined(&p.runtimes[1..]));
     for want in [
         "port state=4 link_layer=2 active_mtu=3 gid_tbl_len=1",
@@ -141,4 +146,21 @@ fn verbs_h_inline_helpers_and_gid() {
     ] {
         assert!(text.contains(want), "no {want:?} in:\n{text}");
     }
+}
+
+/// PD, regions over malloc'd unaligned memory, CQ, QP, S-RQ and window through rdma-core's
+/// API and the inline fast path (`ibv_post_recv`, `ibv_poll_cq`, `ibv_post_srq_recv`,
+/// `ibv_alloc_mw` through `ibv_context.ops`); what iWARP cannot do is refused with siw's
+/// `EOPNOTSUPP`.
+#[test]
+fn resources_and_the_inline_fast_path() {
+    if !common::have("/usr/include/infiniband/verbs.h") {
+        return;
+    }
+    let p = pair();
+    let exe = compile(&p, "resources");
+    let text = run(exe.to_str().unwrap(), &[], &joined(&p.runtimes[..1]));
+    assert!(!text.contains("FAILED"), "{text}");
+    assert!(text.ends_with("done\n"), "{text}");
+    assert_eq!(text.matches(": ok").count(), 26, "{text}");
 }
