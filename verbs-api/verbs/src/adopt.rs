@@ -89,24 +89,26 @@ impl Drop for Span {
         // Under the registry's lock, so no registration adopts these pages meanwhile (one
         // that finds this span dead waits for its entry to go).
         let mut spans = lock_spans();
-        let keep = self.seg.data().as_ptr();
+        // Read before the pages are replaced: this Span itself may live in them (a heap
+        // page), and reads as zeros until the contents are copied back.
+        let (start, len, keep) = (self.start, self.len, self.seg.data().as_ptr());
         // SAFETY: the segment's own mapping of the same data outlives this function (it is
         // unmapped when `seg` drops, after), so the contents can be copied back from it once
         // the application's range is private again.
         unsafe {
             let p = libc::mmap(
-                self.start as *mut libc::c_void,
-                self.len,
+                start as *mut libc::c_void,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                 -1,
                 0,
             );
             if p != libc::MAP_FAILED {
-                core::ptr::copy_nonoverlapping(keep, self.start as *mut u8, self.len);
+                core::ptr::copy_nonoverlapping(keep, start as *mut u8, len);
             }
         }
-        spans.remove(&self.start);
+        spans.remove(&start);
     }
 }
 

@@ -253,3 +253,29 @@ fn a_child_after_fork_does_not_get_registered_pages() {
     );
     drop(mr);
 }
+
+/// A small heap allocation: the adopted pages hold the allocator's own data and objects
+/// made after registration (here the region's handle itself may land there); all survive
+/// deregistration.
+#[test]
+fn heap_pages_with_the_allocators_data_survive_deregistration() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = endpoint(dir.path(), "a", 1);
+    let ctx = Context::open(&a.runtime).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let small = Malloc::new(200);
+    poke(small.at(0), &pattern(200, 0x55));
+    // SAFETY: malloc'd memory of this process; no other thread writes these pages while the
+    // registration runs (this test's thread owns its own malloc arena).
+    let mr = unsafe { pd.reg_user_mr(small.at(0), 200, small.at(0) as u64, access::LOCAL_WRITE) }
+        .unwrap();
+    // Allocations and frees after registration, in the same heap.
+    let later: Vec<Box<[u8; 48]>> = (0..64).map(|i| Box::new([i as u8; 48])).collect();
+    mr.deregister().map_err(|(_, e)| e).unwrap();
+    assert_eq!(peek(small.at(0), 200), pattern(200, 0x55));
+    for (i, b) in later.iter().enumerate() {
+        assert_eq!(**b, [i as u8; 48]);
+    }
+    drop(later);
+    drop(small);
+}
