@@ -125,14 +125,15 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
 
     // The names applications load: links (made before the library exists, so they may dangle
-    // until the first build finishes) to the cdylib cargo writes to target/<profile>/.
+    // until the first build finishes) to the cdylib in target/<profile>/deps/, which every
+    // build refreshes (`cargo test` does not refresh the copy in target/<profile>/).
     if let Some(dir) = profile_dir(&out) {
         let lib_dir = dir.join("rdma-core");
         std::fs::create_dir_all(&lib_dir).unwrap();
         for name in ["libibverbs.so.1", "librdmacm.so.1"] {
             let link = lib_dir.join(name);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink("../libiwarp_rdma_core.so", &link).unwrap();
+            std::os::unix::fs::symlink("../deps/libiwarp_rdma_core.so", &link).unwrap();
         }
     }
 

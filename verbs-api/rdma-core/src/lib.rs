@@ -7,6 +7,7 @@
 //! limits: `docs/dropin.md`.
 
 pub mod abi;
+mod channel;
 mod device;
 mod stub;
 mod verbs;

@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use crate::abi::*;
+use crate::channel::Watcher;
 use crate::device::Ctx;
 use crate::stub::set_errno;
 use core::ffi::{c_int, c_void};
@@ -54,6 +55,8 @@ pub(crate) struct Mw {
 pub(crate) struct Cq {
     ibv: ibv_cq,
     cq: Arc<CompletionQueue>,
+    /// Delivers this CQ's notifications to its completion channel, if it has one.
+    watcher: Option<Watcher>,
 }
 
 #[repr(C)]
@@ -281,7 +284,17 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 cqe,
                 ..Default::default()
             };
-            leak(Box::new(Cq { ibv, cq })).cast()
+            let notify = cq.notifier();
+            let p = leak(Box::new(Cq {
+                ibv,
+                cq,
+                watcher: None,
+            }));
+            if let (false, Some(n)) = (channel.is_null(), notify) {
+                // SAFETY: just made; the watcher gets its final address.
+                unsafe { (*p).watcher = Some(Watcher::start(n, p.cast(), channel)) };
+            }
+            p.cast()
         }
         Err(_) => {
             set_errno(libc::ENOMEM);
@@ -295,7 +308,12 @@ pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: a CQ of ibv_create_cq, destroyed once (its QPs hold their own references).
-    drop(unsafe { unleak(cq.cast::<Cq>()) });
+    let mut q = unsafe { unleak(cq.cast::<Cq>()) };
+    // Stop its watcher before the CQ goes, then release the channel.
+    if q.watcher.take().is_some() && !q.ibv.channel.is_null() {
+        // SAFETY: the channel the CQ was created with, kept by its refcnt.
+        unsafe { (*q.ibv.channel).refcnt -= 1 };
+    }
     0
 }
 
@@ -389,9 +407,21 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     got as c_int
 }
 
-/// `ops.req_notify_cq`: completion events are not delivered yet (no completion channel).
-unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited: c_int) -> c_int {
-    libc::EOPNOTSUPP
+/// `ops.req_notify_cq`: an event on the CQ's channel for its next completion (see
+/// `channel.rs`; solicited-only is served as any completion).
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+    if cq.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a CQ of ibv_create_cq.
+    let q = unsafe { &*cq.cast::<Cq>() };
+    match (&q.watcher, q.cq.notifier()) {
+        (Some(w), _) => w.arm(),
+        // No channel: armed all the same, nobody is told.
+        (None, Some(n)) => n.arm(),
+        (None, None) => return libc::EOPNOTSUPP,
+    }
+    0
 }
 
 pub(crate) unsafe extern "C" fn ibv_create_srq(

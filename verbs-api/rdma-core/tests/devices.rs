@@ -164,3 +164,19 @@ fn resources_and_the_inline_fast_path() {
     assert!(text.ends_with("done\n"), "{text}");
     assert_eq!(text.matches(": ok").count(), 26, "{text}");
 }
+
+/// Completion channels as file descriptors: `O_NONBLOCK` gives `EAGAIN`, `poll` wakes on
+/// the event `ibv_req_notify_cq` asked for (Verbs section 8.3.4), and the event names the
+/// CQ and its context.
+#[test]
+fn completion_channel_is_a_pollable_fd() {
+    if !common::have("/usr/include/infiniband/verbs.h") {
+        return;
+    }
+    let p = pair();
+    let exe = compile(&p, "events");
+    let text = run(exe.to_str().unwrap(), &[], &joined(&p.runtimes[..1]));
+    assert!(!text.contains("FAILED"), "{text}");
+    assert!(text.ends_with("done\n"), "{text}");
+    assert_eq!(text.matches(": ok").count(), 14, "{text}");
+}
