@@ -103,7 +103,7 @@ fn main() {
     bindgen::Builder::default()
         .header("wrapper.h")
         .allowlist_type("ibv_.*|verbs_.*|rdma_.*|_ibv_.*")
-        .allowlist_var("IBV_.*|RDMA_.*|VERBS_.*")
+        .allowlist_var("IBV_.*|RDMA_.*|VERBS_.*|RAI_.*")
         .allowlist_function("a^")
         .prepend_enum_name(false)
         .derive_default(true)

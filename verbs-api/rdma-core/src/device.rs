@@ -182,6 +182,12 @@ impl Ctx {
     }
 }
 
+/// The port of a device of [`ibv_get_device_list`].
+pub(crate) fn port_of(dev: *mut ibv_device) -> PortInfo {
+    // SAFETY: every ibv_device handed out is the first member of a Device, never freed.
+    unsafe { (*dev.cast::<Device>()).port.clone() }
+}
+
 pub(crate) unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     let mut list = devices();
     let mut found: Vec<*mut ibv_device> = Vec::new();

@@ -8,6 +8,7 @@
 
 pub mod abi;
 mod channel;
+mod cm;
 mod device;
 mod stub;
 mod verbs;

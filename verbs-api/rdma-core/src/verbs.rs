@@ -690,6 +690,23 @@ pub(crate) unsafe extern "C" fn ibv_query_qp(
     0
 }
 
+/// The `iwarp-verbs` queue pair behind an application's QP.
+///
+/// # Safety
+/// `qp` must be a live QP of [`ibv_create_qp`].
+pub(crate) unsafe fn queue_pair<'a>(qp: *mut ibv_qp) -> &'a QueuePair {
+    // SAFETY: the caller's contract; Qp starts with the ibv_qp.
+    unsafe { &(*qp.cast::<Qp>()).qp }
+}
+
+/// Marks a QP connected: its connection reached RTS.
+pub(crate) fn set_rts(qp: *mut ibv_qp) {
+    if !qp.is_null() {
+        // SAFETY: a QP of ibv_create_qp.
+        unsafe { (*qp).state = IBV_QPS_RTS };
+    }
+}
+
 /// The SGEs of a work request as `iwarp-verbs` scatter/gather elements over the regions
 /// they name (tagged offsets relative to each region's first octet).
 ///
