@@ -469,7 +469,7 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 unsafe fn id_of<'a>(id: *mut rdma_cm_id) -> Option<&'a mut Id> {
     // A pointer that cannot be an identifier (NULL, misaligned) is refused rather than
     // dereferenced.
-    let ok = !id.is_null() && (id as usize) % core::mem::align_of::<Id>() == 0;
+    let ok = !id.is_null() && id.cast::<Id>().is_aligned();
     // SAFETY: the caller's contract; Id starts with the rdma_cm_id.
     ok.then(|| unsafe { &mut *id.cast::<Id>() })
 }
