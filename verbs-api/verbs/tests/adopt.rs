@@ -193,28 +193,44 @@ fn malloced_unaligned_memory_takes_writes_and_reads_at_its_address() {
     assert_eq!(peek(addr, 1), [now[0] ^ 0xff]);
 }
 
+/// Regions over the same pages, nested or overlapping in part (small heap buffers side by
+/// side), share the adopted pages; each page goes back when its last region does.
 #[test]
-fn registrations_share_adopted_pages_and_partial_overlaps_are_refused() {
+fn overlapping_registrations_share_adopted_pages() {
     let dir = tempfile::tempdir().unwrap();
     let a = endpoint(dir.path(), "a", 1);
     let ctx = Context::open(&a.runtime).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let block = Malloc::new(1 << 20);
-    // 12 pages into the block, so the spans below start on a page of their own.
+    poke(block.at(0), &pattern(1 << 20, 0x66));
+    // 12 pages into the block, so the regions below start on a page of their own.
     let base = block.at(0) as usize;
     let page = (base + 12 * 4096) & !4095;
     let p = |off: usize| (page + off) as *mut u8;
-    // SAFETY (all three): malloc'd memory of this process; no other thread writes it.
+    // SAFETY (all): malloc'd memory of this process; no other thread writes it.
     let outer =
         unsafe { pd.reg_user_mr(p(100), 3 * 4096, p(100) as u64, access::LOCAL_WRITE) }.unwrap();
     let inner = unsafe { pd.reg_user_mr(p(4096 + 8), 64, p(4096 + 8) as u64, access::LOCAL_WRITE) }
         .unwrap();
-    assert_ne!(outer.region().stag(), inner.region().stag());
-    // Pages 0..4 are adopted; a region over pages 3..5 overlaps them in part.
-    let partial = unsafe { pd.reg_user_mr(p(3 * 4096 + 10), 8192, p(3 * 4096 + 10) as u64, 0) };
-    assert!(partial.is_err());
-    drop(inner);
+    // Pages 0..4 are adopted; this region covers pages 3..5, in part the same.
+    let partial =
+        unsafe { pd.reg_user_mr(p(3 * 4096 + 10), 8192, p(3 * 4096 + 10) as u64, 0) }.unwrap();
+    let stags = [
+        outer.region().stag(),
+        inner.region().stag(),
+        partial.region().stag(),
+    ];
+    assert!(stags[0] != stags[1] && stags[1] != stags[2] && stags[0] != stags[2]);
+    poke(p(3 * 4096 + 20), b"written while shared");
     drop(outer);
+    drop(inner);
+    // Pages 0..3 are given back, 3..5 still adopted: all of it reads as before.
+    assert_eq!(peek(p(3 * 4096 + 20), 20), b"written while shared");
+    drop(partial);
+    let mut want = pattern(1 << 20, 0x66);
+    let at = page + 3 * 4096 + 20 - base;
+    want[at..at + 20].copy_from_slice(b"written while shared");
+    assert_eq!(peek(block.at(0), 1 << 20), want);
     // Given back: the same range adopts again.
     let again = unsafe { pd.reg_user_mr(p(3 * 4096 + 10), 8192, p(3 * 4096 + 10) as u64, 0) };
     assert!(again.is_ok(), "{again:?}");
