@@ -176,8 +176,7 @@ impl Arena {
     fn give_back(&mut self, start: usize, end: usize) {
         // Runs of pages to give back, each with its copy in the segment, worked out before
         // any page is replaced: a page may hold the allocator's data or this arena's own
-        // bookkeeping, which reads as zeros from the moment it is replaced until its
-        // contents are copied back.
+        // bookkeeping.
         let mut runs: Vec<(usize, usize, *const u8, libc::off_t)> = Vec::new();
         let free: Vec<usize> = self
             .pages
@@ -200,20 +199,33 @@ impl Arena {
         }
         let fd = self.seg.as_fd().as_raw_fd();
         for (a, n, keep, at) in runs {
-            // SAFETY: the segment's own mapping of the pages outlives this (it is unmapped
-            // with the arena), so the contents are copied back from it once the pages are
-            // private again; between the two, only locals are read.
+            // SAFETY: the new pages are filled elsewhere, then moved over the shared ones in
+            // one step (mremap), so the range never reads as zeros; the segment's own mapping
+            // of the pages, the source, outlives this (it is unmapped with the arena).
             unsafe {
-                let p = libc::mmap(
-                    a as *mut libc::c_void,
+                let tmp = libc::mmap(
+                    core::ptr::null_mut(),
                     n,
                     libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                     -1,
                     0,
                 );
-                if p != libc::MAP_FAILED {
-                    core::ptr::copy_nonoverlapping(keep, a as *mut u8, n);
+                if tmp == libc::MAP_FAILED {
+                    // Leave the pages shared: the contents stay, only the memory is not freed.
+                    continue;
+                }
+                core::ptr::copy_nonoverlapping(keep, tmp.cast::<u8>(), n);
+                let moved = libc::mremap(
+                    tmp,
+                    n,
+                    n,
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                    a as *mut libc::c_void,
+                );
+                if moved == libc::MAP_FAILED {
+                    libc::munmap(tmp, n);
+                    continue;
                 }
                 // The segment's copy is not needed any more: free its memory.
                 libc::fallocate(
