@@ -4,32 +4,8 @@
 
 mod common;
 
-use iwarp_testkit::{start_control, start_daemon, Proc};
+use common::{pair, Pair};
 use std::path::PathBuf;
-
-/// Two endpoints on one embedded Ethernet, MACs 02:00:00:00:2a:01 and :02.
-struct Pair {
-    _dir: tempfile::TempDir,
-    runtimes: Vec<PathBuf>,
-    _procs: Vec<Proc>,
-}
-
-fn pair() -> Pair {
-    let dir = tempfile::tempdir().unwrap();
-    let mut procs = Vec::new();
-    let mut runtimes = Vec::new();
-    for (n, name) in [(1u8, "a"), (2, "b")] {
-        procs.push(start_daemon(dir.path(), name, n, 42, &[]));
-        let rt = dir.path().join(name);
-        procs.push(start_control(&rt));
-        runtimes.push(rt);
-    }
-    Pair {
-        _dir: dir,
-        runtimes,
-        _procs: procs,
-    }
-}
 
 fn run(program: &str, args: &[&str], runtimes: &str) -> String {
     let out = common::with_our_libs(program)
@@ -48,7 +24,7 @@ fn run(program: &str, args: &[&str], runtimes: &str) -> String {
 
 /// `tests/c/<name>.c`, compiled against rdma-core's headers and linked with our library.
 fn compile(p: &Pair, name: &str) -> PathBuf {
-    let exe = p._dir.path().join(name);
+    let exe = p.dir.path().join(name);
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let st = std::process::Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
@@ -76,7 +52,7 @@ fn ibv_devices_lists_each_reachable_endpoint() {
     }
     let p = pair();
     // A directory with no endpoint in it is left out.
-    let nothing = p._dir.path().join("nothing");
+    let nothing = p.dir.path().join("nothing");
     let list = format!("{}:{}", joined(&p.runtimes), nothing.display());
     let text = run("/usr/bin/ibv_devices", &[], &list);
     let rows: Vec<Vec<&str>> = text

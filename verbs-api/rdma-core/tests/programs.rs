@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long one program may run before it counts as hung.
@@ -103,11 +103,6 @@ fn ib_write_lat() {
 #[test]
 fn ib_read_lat() {
     perftest("ib_read_lat", &[]);
-}
-
-#[test]
-fn ib_send_bw() {
-    perftest("ib_send_bw", &["-s", "4096"]);
 }
 
 #[test]

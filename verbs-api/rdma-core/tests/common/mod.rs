@@ -31,3 +31,28 @@ pub fn with_our_libs(program: &str) -> Command {
     c.env("LD_LIBRARY_PATH", lib_dir());
     c
 }
+
+/// Two endpoints (iwarpd + iwarp-control each) on one embedded Ethernet, MACs
+/// 02:00:00:00:2a:01 and :02, addresses 10.42.0.1 and .2.
+pub struct Pair {
+    pub dir: tempfile::TempDir,
+    pub runtimes: Vec<PathBuf>,
+    _procs: Vec<iwarp_testkit::Proc>,
+}
+
+pub fn pair() -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = Vec::new();
+    let mut runtimes = Vec::new();
+    for (n, name) in [(1u8, "a"), (2, "b")] {
+        procs.push(iwarp_testkit::start_daemon(dir.path(), name, n, 42, &[]));
+        let rt = dir.path().join(name);
+        procs.push(iwarp_testkit::start_control(&rt));
+        runtimes.push(rt);
+    }
+    Pair {
+        dir,
+        runtimes,
+        _procs: procs,
+    }
+}
