@@ -65,6 +65,26 @@ struct State {
     listening: Vec<(usize, u16)>,
     /// A PD per context for `rdma_create_qp` without one.
     pds: HashMap<usize, usize>,
+    /// Every open context, whose events are collected (until its control is gone).
+    watched: Vec<usize>,
+    /// Every identifier, for DEVICE_REMOVAL.
+    ids: Vec<usize>,
+}
+
+/// Held by the collector for each pass, so that closing a context can wait until no pass
+/// uses it.
+static PASS: Mutex<()> = Mutex::new(());
+
+/// Collects the events of context `c` from now on.
+pub(crate) fn watch(c: *mut ibv_context) {
+    with_state(|s| s.watched.push(c as usize));
+    start_collector();
+}
+
+/// Stops collecting for context `c`, which is about to be closed.
+pub(crate) fn unwatch(c: *mut ibv_context) {
+    with_state(|s| s.watched.retain(|w| *w != c as usize));
+    let _pass = PASS.lock().unwrap_or_else(|p| p.into_inner());
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -80,17 +100,35 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
 
 /// The context of `dev`, opened once for the process.
 fn context_for(dev: *mut ibv_device) -> *mut ibv_context {
-    with_state(|s| {
-        if let Some((_, c)) = s.contexts.iter().find(|(d, _)| *d == dev as usize) {
-            return *c as *mut ibv_context;
-        }
-        // SAFETY: a device of ibv_get_device_list.
-        let c = unsafe { device::ibv_open_device(dev) };
-        if !c.is_null() {
+    let known = |s: &mut State| {
+        s.contexts
+            .iter()
+            .find(|(d, _)| *d == dev as usize)
+            .map(|(_, c)| *c as *mut ibv_context)
+    };
+    if let Some(c) = with_state(known) {
+        return c;
+    }
+    // Opened without the state's lock: opening registers the context with the collector,
+    // which takes it.
+    // SAFETY: a device of ibv_get_device_list.
+    let c = unsafe { device::ibv_open_device(dev) };
+    if c.is_null() {
+        return c;
+    }
+    let (kept, spare) = with_state(|s| match known(s) {
+        Some(other) => (other, Some(c)),
+        None => {
             s.contexts.push((dev as usize, c as usize));
+            (c, None)
         }
-        c
-    })
+    });
+    if let Some(spare) = spare {
+        // Another thread opened one meanwhile.
+        // SAFETY: the context opened above, used by nobody.
+        unsafe { device::ibv_close_device(spare) };
+    }
+    kept
 }
 
 /// The device with address `ip` (any device for 0.0.0.0), or the one whose subnet holds it
@@ -233,10 +271,11 @@ fn start_collector() {
         let _ = std::thread::Builder::new()
             .name("rdma-cm-events".into())
             .spawn(|| loop {
-                let contexts: Vec<usize> =
-                    with_state(|s| s.contexts.iter().map(|(_, c)| *c).collect());
-                for c in contexts {
-                    collect(c);
+                {
+                    let _pass = PASS.lock().unwrap_or_else(|p| p.into_inner());
+                    for c in with_state(|s| s.watched.clone()) {
+                        collect(c);
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(1));
             });
@@ -249,7 +288,15 @@ fn collect(c: usize) {
     let Some(ctx) = (unsafe { device::Ctx::from_ibv(c as *mut ibv_context) }) else {
         return;
     };
-    while let Ok(Some(e)) = ctx.rnic.poll_event() {
+    loop {
+        let e = match ctx.rnic.poll_event() {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(_) => {
+                device_gone(c, ctx);
+                return;
+            }
+        };
         match e {
             Event::ConnectRequest(req) => {
                 let Some(listener) = with_state(|s| s.listeners.get(&(c, req.port)).copied())
@@ -342,10 +389,63 @@ fn collect(c: usize) {
                     );
                 }
             }
-            // Asynchronous verbs events are not delivered (no async event queue yet).
-            _ => {}
+            Event::QpError { qp } | Event::QpTerminated { qp, .. } => {
+                // A Terminate, sent or received, leaves the QP in error (siw reports both as
+                // a fatal QP event).
+                if let Some(p) = ctx.object(device::Object::Qp, qp) {
+                    ctx.post_async(async_event(IBV_EVENT_QP_FATAL, |e| e.qp = p as *mut ibv_qp));
+                }
+            }
+            Event::CqOverflow { cq } => {
+                if let Some(p) = ctx.object(device::Object::Cq, cq) {
+                    ctx.post_async(async_event(IBV_EVENT_CQ_ERR, |e| e.cq = p as *mut ibv_cq));
+                }
+            }
+            Event::SrqLimit { srq } => {
+                if let Some(p) = ctx.object(device::Object::Srq, srq) {
+                    ctx.post_async(async_event(IBV_EVENT_SRQ_LIMIT_REACHED, |e| {
+                        e.srq = p as *mut ibv_srq
+                    }));
+                }
+            }
         }
     }
+}
+
+fn async_event(
+    kind: ibv_event_type,
+    element: impl FnOnce(&mut ibv_async_event__bindgen_ty_1),
+) -> ibv_async_event {
+    let mut e = ibv_async_event {
+        element: ibv_async_event__bindgen_ty_1 { port_num: 0 },
+        event_type: kind,
+    };
+    element(&mut e.element);
+    e
+}
+
+/// The control session of context `c` ended (control exited, or found iwarpd gone): every
+/// identifier on it hears DEVICE_REMOVAL, the context a fatal device event, and its events
+/// are no longer collected.
+fn device_gone(c: usize, ctx: &device::Ctx) {
+    let ids = with_state(|s| {
+        s.watched.retain(|w| *w != c);
+        s.conns.retain(|(k, _), _| *k != c);
+        s.ids.clone()
+    });
+    for id in ids {
+        // SAFETY: identifiers in the list are live (rdma_destroy_id takes them out).
+        if unsafe { (*(id as *const Id)).ibv.verbs } as usize == c {
+            post(
+                id as *mut Id,
+                RDMA_CM_EVENT_DEVICE_REMOVAL,
+                0,
+                None,
+                core::ptr::null_mut(),
+            );
+        }
+    }
+    ctx.post_async(async_event(IBV_EVENT_DEVICE_FATAL, |e| e.port_num = 1));
 }
 
 pub(crate) unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
@@ -442,8 +542,10 @@ pub(crate) unsafe extern "C" fn rdma_create_id(
         req: None,
         listen: None,
     });
+    let p = Box::into_raw(b);
+    with_state(|s| s.ids.push(p as usize));
     // SAFETY: the caller's out-parameter.
-    unsafe { *id = Box::into_raw(b).cast() };
+    unsafe { *id = p.cast() };
     0
 }
 
@@ -456,6 +558,7 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     with_state(|s| {
         s.conns.retain(|_, v| *v != key);
         s.listeners.retain(|_, v| *v != key);
+        s.ids.retain(|v| *v != key);
     });
     // SAFETY: an identifier of rdma_create_id (or of a request), destroyed once.
     drop(unsafe { Box::from_raw(id.cast::<Id>()) });

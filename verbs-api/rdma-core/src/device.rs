@@ -12,7 +12,7 @@ use crate::stub::set_errno;
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};
 use iwarp_abi::port_file::PortInfo;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -151,6 +151,19 @@ pub(crate) struct Ctx {
     /// Registered regions by lkey (their `verbs::Mr` addresses), for turning an SGE into a
     /// region. Posts hold the read lock, so a region cannot go while one names it.
     regions: RwLock<HashMap<u32, usize>>,
+    /// The application's QPs, CQs and S-RQs by kind and number, for naming them in
+    /// asynchronous events.
+    pub(crate) objects: Mutex<HashMap<(Object, u32), usize>>,
+    /// Asynchronous events not yet read, each counted in `async_fd`.
+    async_events: Mutex<VecDeque<ibv_async_event>>,
+}
+
+/// What an asynchronous event names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Object {
+    Qp,
+    Cq,
+    Srq,
 }
 
 impl Ctx {
@@ -174,6 +187,26 @@ impl Ctx {
 
     pub(crate) fn regions_write(&self) -> RwLockWriteGuard<'_, HashMap<u32, usize>> {
         self.regions.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The application's object of `kind` numbered `num`, if it still exists.
+    pub(crate) fn object(&self, kind: Object, num: u32) -> Option<usize> {
+        self.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(kind, num))
+            .copied()
+    }
+
+    /// Queues an asynchronous event and counts it in `async_fd`.
+    pub(crate) fn post_async(&self, ev: ibv_async_event) {
+        self.async_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(ev);
+        let one = 1u64;
+        // SAFETY: an 8-octet count to the context's own eventfd.
+        unsafe { libc::write(self.vctx.context.async_fd, (&one as *const u64).cast(), 8) };
     }
 
     pub(crate) fn port(&self) -> &PortInfo {
@@ -262,9 +295,9 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
             return core::ptr::null_mut();
         }
     };
-    // SAFETY: an eventfd for the asynchronous events (none is written to it yet), owned by
-    // the context and closed with it.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    // SAFETY: an eventfd counting the asynchronous events, owned by the context and closed
+    // with it.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
     if async_fd < 0 {
         return core::ptr::null_mut();
     }
@@ -274,6 +307,8 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
         limits,
         device,
         regions: RwLock::new(HashMap::new()),
+        objects: Mutex::new(HashMap::new()),
+        async_events: Mutex::new(VecDeque::new()),
     });
     let v = &mut ctx.vctx;
     v.sz = size_of::<verbs_context>();
@@ -286,7 +321,10 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
     v.context.abi_compat = usize::MAX as *mut c_void;
     crate::verbs::fill_ops(&mut v.context.ops);
     let ctx = Box::leak(ctx);
-    &mut ctx.vctx.context
+    let ibv: *mut ibv_context = &mut ctx.vctx.context;
+    // Its connection and asynchronous events are collected from now on.
+    crate::cm::watch(ibv);
+    ibv
 }
 
 pub(crate) unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
@@ -295,6 +333,7 @@ pub(crate) unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int
         return libc::EINVAL;
     };
     let fd = c.vctx.context.async_fd;
+    crate::cm::unwatch(ctx);
     // SAFETY: `c` was leaked from a Box in ibv_open_device; this is its one release.
     drop(unsafe { Box::from_raw(c as *mut Ctx) });
     // SAFETY: the context's own eventfd.
@@ -512,6 +551,42 @@ pub(crate) unsafe extern "C" fn _ibv_query_gid_ex(
     // SAFETY: the caller's entry, at least as large as ours (checked).
     unsafe { *entry = e };
     0
+}
+
+pub(crate) unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    // SAFETY: the caller's context.
+    let Some(c) = (unsafe { Ctx::from_ibv(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let mut n = 0u64;
+    // SAFETY: an 8-octet read; blocks unless the application set O_NONBLOCK (then EAGAIN).
+    if unsafe { libc::read(c.vctx.context.async_fd, (&mut n as *mut u64).cast(), 8) } != 8 {
+        return -1;
+    }
+    let Some(e) = c
+        .async_events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop_front()
+    else {
+        set_errno(libc::EAGAIN);
+        return -1;
+    };
+    // SAFETY: the caller's out-parameter.
+    unsafe { *event = e };
+    0
+}
+
+pub(crate) unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
+    // Events are copies: nothing waits for their acknowledgement.
 }
 
 #[cfg(test)]

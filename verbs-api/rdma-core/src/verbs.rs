@@ -11,7 +11,7 @@
 
 use crate::abi::*;
 use crate::channel::Watcher;
-use crate::device::Ctx;
+use crate::device::{Ctx, Object};
 use crate::stub::set_errno;
 use core::ffi::{c_int, c_void};
 use iwarp_verbs::{
@@ -80,6 +80,21 @@ pub(crate) struct Qp {
 unsafe fn ctx_of<'a>(ctx: *mut ibv_context) -> Option<&'a mut Ctx> {
     // SAFETY: forwarded.
     unsafe { Ctx::from_ibv(ctx) }
+}
+
+/// Names an object for asynchronous events.
+fn register(c: &Ctx, kind: Object, num: u32, p: usize) {
+    c.objects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((kind, num), p);
+}
+
+fn forget(c: &Ctx, kind: Object, num: u32) {
+    c.objects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(kind, num));
 }
 
 /// `IBV_ACCESS_OPTIONAL_RANGE` of verbs.h (a macro bindgen does not evaluate): flags a
@@ -285,6 +300,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 ..Default::default()
             };
             let notify = cq.notifier();
+            let num = cq.cq_num();
             let p = leak(Box::new(Cq {
                 ibv,
                 cq,
@@ -294,6 +310,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 // SAFETY: just made; the watcher gets its final address.
                 unsafe { (*p).watcher = Some(Watcher::start(n, p.cast(), channel)) };
             }
+            register(c, Object::Cq, num, p as usize);
             p.cast()
         }
         Err(_) => {
@@ -309,6 +326,10 @@ pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     }
     // SAFETY: a CQ of ibv_create_cq, destroyed once (its QPs hold their own references).
     let mut q = unsafe { unleak(cq.cast::<Cq>()) };
+    // SAFETY: its context is ours.
+    if let Some(c) = unsafe { ctx_of(q.ibv.context) } {
+        forget(c, Object::Cq, q.ibv.handle);
+    }
     // Stop its watcher before the CQ goes, then release the channel.
     if q.watcher.take().is_some() && !q.ibv.channel.is_null() {
         // SAFETY: the channel the CQ was created with, kept by its refcnt.
@@ -434,6 +455,7 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
     }
     // SAFETY: a PD of ibv_alloc_pd and the caller's attributes.
     let (p, a) = unsafe { (&*pd.cast::<Pd>(), &mut *attr) };
+    let p_ctx = p.ibv.context;
     match p.pd.create_srq(a.attr.max_wr.max(1)) {
         Ok(srq) => {
             let ibv = ibv_srq {
@@ -443,7 +465,13 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
                 handle: srq.srq_num(),
                 ..Default::default()
             };
-            leak(Box::new(Srq { ibv, srq })).cast()
+            let num = srq.srq_num();
+            let p = leak(Box::new(Srq { ibv, srq }));
+            // SAFETY: the PD's context is ours.
+            if let Some(c) = unsafe { ctx_of(p_ctx) } {
+                register(c, Object::Srq, num, p as usize);
+            }
+            p.cast()
         }
         Err(_) => {
             set_errno(libc::ENOMEM);
@@ -457,7 +485,12 @@ pub(crate) unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: an S-RQ of ibv_create_srq, destroyed once.
-    drop(unsafe { unleak(srq.cast::<Srq>()) });
+    let s = unsafe { unleak(srq.cast::<Srq>()) };
+    // SAFETY: its context is ours.
+    if let Some(c) = unsafe { ctx_of(s.ibv.context) } {
+        forget(c, Object::Srq, s.ibv.handle);
+    }
+    drop(s);
     0
 }
 
@@ -573,13 +606,15 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
                 qp_type: a.qp_type,
                 ..Default::default()
             };
-            leak(Box::new(Qp {
+            let num = qp.qp_num();
+            let p = leak(Box::new(Qp {
                 ibv,
                 qp,
                 max_inline: cap.max_inline_data,
                 sig_all: a.sq_sig_all != 0,
-            }))
-            .cast()
+            }));
+            register(c, Object::Qp, num, p as usize);
+            p.cast()
         }
         Err(_) => fail(libc::ENOMEM),
     }
@@ -590,7 +625,12 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: a QP of ibv_create_qp, destroyed once.
-    drop(unsafe { unleak(qp.cast::<Qp>()) });
+    let q = unsafe { unleak(qp.cast::<Qp>()) };
+    // SAFETY: its context is ours.
+    if let Some(c) = unsafe { ctx_of(q.ibv.context) } {
+        forget(c, Object::Qp, q.ibv.qp_num);
+    }
+    drop(q);
     0
 }
 

@@ -32,6 +32,7 @@ fn compile(p: &Pair, name: &str) -> PathBuf {
         .arg(&src)
         .arg(format!("-L{}", common::lib_dir().display()))
         .arg("-l:libibverbs.so.1")
+        .arg("-l:librdmacm.so.1")
         .status()
         .unwrap();
     assert!(st.success(), "cc {src}");
@@ -155,4 +156,37 @@ fn completion_channel_is_a_pollable_fd() {
     assert!(!text.contains("FAILED"), "{text}");
     assert!(text.ends_with("done\n"), "{text}");
     assert_eq!(text.matches(": ok").count(), 14, "{text}");
+}
+
+/// The endpoint goes away: the open context hears IBV_EVENT_DEVICE_FATAL on its async_fd,
+/// and an rdma_cm identifier on it RDMA_CM_EVENT_DEVICE_REMOVAL.
+#[test]
+fn endpoint_gone_is_device_fatal_and_device_removal() {
+    use std::io::{BufRead, Write};
+    if !common::have("/usr/include/rdma/rdma_cma.h") {
+        return;
+    }
+    let mut p = pair();
+    let exe = compile(&p, "removal");
+    let mut child = common::with_our_libs(exe.to_str().unwrap())
+        .env("IWARP_RUNTIME_DIR", joined(&p.runtimes[..1]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("ready") {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "{text}");
+        text += &line;
+    }
+    p.stop(0);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    text += &rest;
+    assert!(child.wait().unwrap().success(), "{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+    assert!(text.ends_with("done\n"), "{text}");
 }

@@ -40,6 +40,13 @@ pub struct Pair {
     _procs: Vec<iwarp_testkit::Proc>,
 }
 
+impl Pair {
+    /// Stops endpoint `i` (its daemon and control).
+    pub fn stop(&mut self, i: usize) {
+        self._procs.drain(2 * i..2 * i + 2);
+    }
+}
+
 pub fn pair() -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Vec::new();
