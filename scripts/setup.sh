@@ -11,8 +11,11 @@ ci=0
 
 # Debian packages: DPDK 22.11 and libclang (bindgen) for dpdk-sys, tshark to decode our pcaps with
 # Wireshark's iWARP dissectors, iproute2/nftables for the namespace and loss tests, ethtool for the
-# veth test (the kernel's checksum offload), gcc for the C ABI example.
-pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool iperf3)
+# veth test (the kernel's checksum offload), gcc for the C ABI example, iperf3 for the kernel TCP
+# flow of the fairness test; rdma-core's headers (bindgen for the drop-in libibverbs/librdmacm)
+# and the unmodified rdma-core, perftest and rdmacm programs the drop-in libraries are tested with.
+pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool
+    iperf3 libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -107,6 +107,27 @@ impl Core {
 
     fn dispatch(&mut self, app: AppId, req: Request) -> Result<(Reply, Vec<Command>), Error> {
         let r = &mut self.res;
+        // A VA-based registration is a RegMr whose tagged offsets start at `va`.
+        let (req, va) = match req {
+            Request::RegMrVa {
+                pd,
+                access,
+                segment,
+                offset,
+                len,
+                va,
+            } => (
+                Request::RegMr {
+                    pd,
+                    access,
+                    segment,
+                    offset,
+                    len,
+                },
+                Some(va),
+            ),
+            other => (other, None),
+        };
         Ok(match req {
             Request::QueryRnic => (Reply::Rnic(r.limits().clone()), vec![]),
             Request::AllocPd => {
@@ -207,14 +228,15 @@ impl Core {
                     stag: stag.0,
                     pd,
                     access,
-                    zero_based: true,
+                    zero_based: va.is_none(),
                     offset,
                     len,
-                    va: 0,
+                    va: va.unwrap_or(0),
                     segment: seg.path,
                 };
                 (Reply::Id(stag.0), vec![c])
             }
+            Request::RegMrVa { .. } => unreachable!("rewritten as RegMr above"),
             Request::AllocMw { pd } => {
                 let stag = r.alloc_mw(app, pd)?;
                 (
@@ -425,7 +447,29 @@ mod tests {
             len: 4096,
         };
         let (stag, cmds) = id(c.handle(1, req.clone()));
-        assert!(matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, .. } if s == stag));
+        assert!(
+            matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, zero_based: true, va: 0, .. } if s == stag)
+        );
+        // VA-based (Verbs section 7.2.3): the daemon is told the first octet's tagged offset.
+        let va = Request::RegMrVa {
+            pd,
+            access: access::LOCAL_WRITE,
+            segment: seg,
+            offset: 0x10,
+            len: 100,
+            va: 0x7f00_0000_0010,
+        };
+        let (_, cmds) = id(c.handle(1, va));
+        assert!(matches!(
+            cmds[0],
+            Command::RegisterMr {
+                zero_based: false,
+                va: 0x7f00_0000_0010,
+                offset: 0x10,
+                len: 100,
+                ..
+            }
+        ));
         // Another application can neither register this segment nor use this PD.
         assert!(matches!(c.handle(2, req), (Reply::Failed(_), cmds) if cmds.is_empty()));
         assert_eq!(

@@ -27,6 +27,7 @@ impl Drop for RuntimeDir {
     fn drop(&mut self) {
         for f in [
             "pid",
+            iwarp_abi::port_file::PORT_FILE,
             "stats",
             "stats.tmp",
             "daemon.shm",
@@ -71,6 +72,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
     let _guard = RuntimeDir(runtime.clone());
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
+    // What the port is, for libraries that describe the device without opening it.
+    let (ipv4, prefix) = parse_cidr(&cfg.port.ipv4).ok_or("port.ipv4: not an address/prefix")?;
+    let port = iwarp_abi::port_file::PortInfo {
+        name: cfg.daemon.name.clone(),
+        mac: crate::port::open::port_mac(&cfg)?,
+        ipv4,
+        prefix,
+        mtu: cfg.port.mtu as u32,
+    };
+    port.write(&runtime)
         .map_err(|e| format!("daemon.runtime_dir {}: {e}", runtime.display()))?;
 
     // The doorbells first: control, once it sees the daemon segment, expects them.

@@ -220,6 +220,17 @@ pub enum Request {
         conn: u32,
         abort: bool,
     },
+    /// Register Memory Region, VA-based (Verbs section 7.2.3): as `RegMr`, with the tagged
+    /// offset of the region's first octet `va` (the application's address of it, which
+    /// peers are told) instead of 0.
+    RegMrVa {
+        pd: u32,
+        access: u32,
+        segment: u32,
+        offset: u64,
+        len: u64,
+        va: u64,
+    },
 }
 
 /// Why control refused a request: one class per failure cause of a verb (Verbs section 7,

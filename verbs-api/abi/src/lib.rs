@@ -22,6 +22,8 @@
 //!   heartbeat; the generation words.
 //! - [`wake`]: each worker's sleep word and doorbell pipe, so an idle worker sleeps in the
 //!   kernel and a post from another process wakes it (no system call while it runs).
+//! - [`port_file`]: the endpoint's port (name, MAC, IPv4, MTU) as a file in its runtime
+//!   directory, for libraries that describe the device without opening it.
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
 //!
@@ -35,6 +37,7 @@ pub mod error;
 pub mod fdpass;
 #[cfg(not(loom))]
 pub mod notify;
+pub mod port_file;
 pub mod qp;
 pub mod ring;
 pub mod segment;

@@ -72,6 +72,12 @@ impl Notify {
         fence(Ordering::SeqCst);
     }
 
+    /// Application: whether the word is still armed (false once the daemon, seeing a new
+    /// completion, cleared it).
+    pub fn armed(&self) -> bool {
+        self.word().load(Ordering::SeqCst) != 0
+    }
+
     /// Application: sleep until woken or `timeout` passes (returns at once if not armed).
     pub fn wait(&self, timeout: Duration) {
         let ts = libc::timespec {

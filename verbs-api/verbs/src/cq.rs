@@ -269,6 +269,12 @@ impl CompletionQueue {
         self
     }
 
+    /// The CQ's notification word, for completion channels built on it (the drop-in
+    /// libibverbs' `ibv_req_notify_cq`).
+    pub fn notifier(&self) -> Option<Arc<iwarp_abi::notify::Notify>> {
+        lock(&self.ring).notify.clone()
+    }
+
     pub fn cq_num(&self) -> u32 {
         self.cq_num
     }

@@ -14,6 +14,7 @@
 //!
 //! A failed verb is an [`Error`]; a failed *completion* is data: [`WorkCompletion::status`].
 
+pub mod adopt;
 pub mod buffer;
 pub mod context;
 pub mod cq;
@@ -25,6 +26,7 @@ mod shm;
 pub mod srq;
 pub mod wr;
 
+pub use adopt::UserMr;
 pub use buffer::SharedBuffer;
 pub use context::{
     ConnSettings, ConnectRequest, Context, Established, Event, ProtectionDomain, QpInitAttr,

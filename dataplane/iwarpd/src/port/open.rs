@@ -24,7 +24,7 @@ pub enum WorkerPort {
 }
 
 /// The configured port's MAC (validated with the configuration, so the error is a backstop).
-fn port_mac(cfg: &Config) -> Result<[u8; 6], String> {
+pub(crate) fn port_mac(cfg: &Config) -> Result<[u8; 6], String> {
     parse_mac(&cfg.port.mac).ok_or_else(|| "port.mac: not a MAC address".into())
 }
 

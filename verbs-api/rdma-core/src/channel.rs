@@ -1,0 +1,204 @@
+//! Completion channels as real file descriptors (Verbs section 8.3.4, Request Completion
+//! Notification, with rdma-core's event channel): an eventfd the application may `poll`,
+//! `epoll` or set `O_NONBLOCK` (then `ibv_get_cq_event` fails with `EAGAIN`).
+//!
+//! `ibv_req_notify_cq` arms the CQ's notification word in shared memory, which the daemon
+//! clears (and futex-wakes) when it writes the next completion; a thread per CQ with a
+//! channel sleeps on that word and, once it is cleared, queues the CQ on its channel and
+//! counts the event into the eventfd (one count per event, `EFD_SEMAPHORE`). Solicited-only
+//! requests are served as requests for the next completion (the word carries no kind), which
+//! only adds events the application then finds no solicited completion for.
+#![cfg_attr(test, allow(dead_code))]
+
+use crate::abi::*;
+use crate::stub::set_errno;
+use core::ffi::{c_int, c_uint, c_void};
+use iwarp_abi::notify::Notify;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// An `ibv_comp_channel` and the CQs whose events are waiting to be read, in order.
+#[repr(C)]
+pub(crate) struct Channel {
+    ibv: ibv_comp_channel,
+    events: Mutex<VecDeque<usize>>,
+}
+
+impl Channel {
+    fn post(&self, cq: usize) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(cq);
+        let one = 1u64;
+        // SAFETY: an 8-octet write of the count to the channel's own eventfd.
+        unsafe { libc::write(self.ibv.fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
+    ctx: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    if ctx.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: eventfd has no preconditions; checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return core::ptr::null_mut();
+    }
+    let ch = Box::new(Channel {
+        ibv: ibv_comp_channel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        events: Mutex::new(VecDeque::new()),
+    });
+    Box::into_raw(ch).cast()
+}
+
+pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    if ch.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a channel of ibv_create_comp_channel.
+    if unsafe { (*ch).refcnt } > 0 {
+        // CQs still deliver to it (rdma-core answers the same).
+        return libc::EBUSY;
+    }
+    // SAFETY: as above, destroyed once.
+    let c = unsafe { Box::from_raw(ch.cast::<Channel>()) };
+    // SAFETY: the channel's own fd.
+    unsafe { libc::close(c.ibv.fd) };
+    0
+}
+
+pub(crate) unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    if ch.is_null() || cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: a channel of ibv_create_comp_channel.
+    let c = unsafe { &*ch.cast::<Channel>() };
+    let mut count = 0u64;
+    // SAFETY: an 8-octet read from the channel's eventfd; blocks unless the application set
+    // O_NONBLOCK, then fails with EAGAIN (errno stays as read set it).
+    if unsafe { libc::read(c.ibv.fd, (&mut count as *mut u64).cast(), 8) } != 8 {
+        return -1;
+    }
+    let Some(p) = c
+        .events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop_front()
+    else {
+        set_errno(libc::EAGAIN);
+        return -1;
+    };
+    let p = p as *mut ibv_cq;
+    // SAFETY: the CQ queued by its watcher, alive until the application destroys it (which
+    // it may only do after acknowledging its events).
+    unsafe {
+        *cq = p;
+        *cq_context = (*p).cq_context;
+    }
+    0
+}
+
+pub(crate) unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
+    if !cq.is_null() {
+        // SAFETY: the application's CQ; acknowledgements are counted as rdma-core does.
+        unsafe { (*cq).comp_events_completed += n };
+    }
+}
+
+#[derive(Default)]
+struct State {
+    armed: bool,
+    stop: bool,
+}
+
+/// The thread that turns one CQ's notifications into channel events.
+pub(crate) struct Watcher {
+    state: Arc<(Mutex<State>, Condvar)>,
+    notify: Arc<Notify>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How long the watcher sleeps on the word before it looks at its stop flag again.
+const NAP: Duration = Duration::from_millis(50);
+
+impl Watcher {
+    /// Starts watching `notify` for the CQ at `cq`, delivering to `ch`.
+    pub(crate) fn start(
+        notify: Arc<Notify>,
+        cq: *mut ibv_cq,
+        ch: *mut ibv_comp_channel,
+    ) -> Watcher {
+        let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
+        let (s, n) = (state.clone(), notify.clone());
+        let (cq, ch) = (cq as usize, ch as usize);
+        // SAFETY: the application's channel; the count keeps ibv_destroy_comp_channel away
+        // until the CQ is destroyed.
+        unsafe { (*(ch as *mut ibv_comp_channel)).refcnt += 1 };
+        let thread = std::thread::Builder::new()
+            .name("ibv-cq-events".into())
+            .spawn(move || {
+                let (m, cv) = &*s;
+                loop {
+                    let mut st = m.lock().unwrap_or_else(|p| p.into_inner());
+                    while !st.armed && !st.stop {
+                        st = cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    drop(st);
+                    // Armed: wait for the daemon to clear the word with a completion.
+                    while n.armed() {
+                        if m.lock().unwrap_or_else(|p| p.into_inner()).stop {
+                            return;
+                        }
+                        n.wait(NAP);
+                    }
+                    m.lock().unwrap_or_else(|p| p.into_inner()).armed = false;
+                    // SAFETY: the channel outlives the CQ (its count above), and the CQ
+                    // joins this thread before it is freed.
+                    unsafe { &*(ch as *const Channel) }.post(cq);
+                }
+            })
+            .ok();
+        Watcher {
+            state,
+            notify,
+            thread,
+        }
+    }
+
+    /// `ibv_req_notify_cq`: an event for the next completion.
+    pub(crate) fn arm(&self) {
+        self.notify.arm();
+        let (m, cv) = &*self.state;
+        m.lock().unwrap_or_else(|p| p.into_inner()).armed = true;
+        cv.notify_one();
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.state;
+        m.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+        cv.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

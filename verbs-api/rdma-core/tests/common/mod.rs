@@ -1,0 +1,65 @@
+//! Where the built libraries are, and running Debian's programs against them.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>/rdma-core`: this test runs from `target/<profile>/deps/`.
+pub fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("rdma-core");
+    assert!(
+        dir.join("libibverbs.so.1").exists(),
+        "{} missing: the cdylib was not built",
+        dir.display()
+    );
+    dir
+}
+
+/// False (with a note) when a Debian program the test runs is not installed.
+pub fn have(program: &str) -> bool {
+    let ok = Path::new(program).exists();
+    if !ok {
+        eprintln!("skipped ({program} not installed: scripts/setup.sh installs it)");
+    }
+    ok
+}
+
+/// `cmd` with our libraries first on the loader's path.
+pub fn with_our_libs(program: &str) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", lib_dir());
+    c
+}
+
+/// Two endpoints (iwarpd + iwarp-control each) on one embedded Ethernet, MACs
+/// 02:00:00:00:2a:01 and :02, addresses 10.42.0.1 and .2.
+pub struct Pair {
+    pub dir: tempfile::TempDir,
+    pub runtimes: Vec<PathBuf>,
+    _procs: Vec<iwarp_testkit::Proc>,
+}
+
+impl Pair {
+    /// Stops endpoint `i` (its daemon and control).
+    pub fn stop(&mut self, i: usize) {
+        self._procs.drain(2 * i..2 * i + 2);
+    }
+}
+
+pub fn pair() -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let mut procs = Vec::new();
+    let mut runtimes = Vec::new();
+    for (n, name) in [(1u8, "a"), (2, "b")] {
+        procs.push(iwarp_testkit::start_daemon(dir.path(), name, n, 42, &[]));
+        let rt = dir.path().join(name);
+        procs.push(iwarp_testkit::start_control(&rt));
+        runtimes.push(rt);
+    }
+    Pair {
+        dir,
+        runtimes,
+        _procs: procs,
+    }
+}
