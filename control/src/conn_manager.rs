@@ -221,6 +221,11 @@ impl ConnManager {
             .and_then(|c| c.qp)
     }
 
+    /// The QP a connection carries, whichever application owns it.
+    pub fn qp_of_conn(&self, conn: u32) -> Option<u32> {
+        self.conns.get(&conn).and_then(|c| c.qp)
+    }
+
     /// Graceful (`abort == false`: TCP FIN after the QP's Closing) or abortive disconnect.
     pub fn disconnect(
         &mut self,

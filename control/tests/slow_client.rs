@@ -2,10 +2,10 @@
 //! its own process (the test plays iwarpd with the testkit's fake daemon, and two
 //! applications on control.sock).
 
+use iwarp_abi::app::{decode_to_app, encode_request, message_len, Reply, Request, ToApp};
 use iwarp_abi::command::Command;
 use iwarp_abi::daemon_shm::DaemonShm;
 use iwarp_abi::segment::HugePolicy;
-use iwarp_abi::app::{decode_to_app, encode_request, message_len, Reply, Request, ToApp};
 use iwarp_testkit::fake_daemon;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -3,7 +3,7 @@
 
 use crate::cq::{Cq, Notify};
 use crate::mem::MemTable;
-use crate::qp::{transition_allowed, Conn, ConnParams, Inflight, Qp, QpState};
+use crate::qp::{Conn, ConnParams, Inflight, Qp, QpState};
 use crate::types::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion,
     MAX_SGE,
@@ -290,12 +290,12 @@ impl Rnic {
     }
 
     /// Modify QP to a new state, as the consumer may (Verbs section 6.2): only the
-    /// transitions of [`transition_allowed`]; anything else is an immediate error that leaves
-    /// the QP as it was (section 8.3.1).
+    /// transitions of [`QpState::modify_allowed`]; anything else is an immediate error that
+    /// leaves the QP as it was (section 8.3.1). Idle -> RTS needs the LLP stream (section
+    /// 6.2.1.2): that is [`Rnic::connect`].
     pub fn modify_qp(&mut self, qp: u32, to: QpState) -> Result<(), VerbsError> {
         let from = self.qp_mut(qp)?.state;
-        if !transition_allowed(from, to) || (from, to) == (QpState::Idle, QpState::Rts) {
-            // Idle -> RTS needs the LLP stream (section 6.2.1.2): that is `connect`.
+        if !from.modify_allowed(to) {
             return Err(VerbsError::InvalidModify);
         }
         match to {

@@ -6,7 +6,7 @@ use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
 use crate::link::Release;
 use crate::srq::SharedReceiveQueue;
-use crate::wr::{sgl, Regions, RecvWr, Sg, Sgl};
+use crate::wr::{sgl, RecvWr, Regions, Sg, Sgl};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, MAX_INLINE, MAX_SGE};

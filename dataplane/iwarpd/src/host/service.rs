@@ -22,7 +22,6 @@ use crate::port::Port;
 use crate::worker::Service;
 use iwarp_abi::command::{reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_ID};
 use iwarp_abi::daemon_shm::DaemonSide;
-use iwarp_abi::qp::QpState as AbiQpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;
@@ -574,14 +573,7 @@ impl Host {
             }
             Command::ModifyQp { qp, state } => {
                 let eqp = self.engine_qp(qp)?;
-                let to = match state {
-                    AbiQpState::Idle => QpState::Idle,
-                    AbiQpState::Rts => return Err(st::INVALID),
-                    AbiQpState::Closing => QpState::Closing,
-                    AbiQpState::Terminate => QpState::Terminate,
-                    AbiQpState::Error => QpState::Error,
-                };
-                node.rnic.modify_qp(eqp, to).map_err(|_| st::INVALID)?;
+                node.rnic.modify_qp(eqp, state).map_err(|_| st::INVALID)?;
             }
             Command::RegisterMr {
                 stag,
