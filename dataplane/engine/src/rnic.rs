@@ -242,13 +242,23 @@ impl Rnic {
         Ok(id)
     }
 
-    /// Destroy QP. Refused with [`VerbsError::StagInUse`] while memory windows bound on it
-    /// are valid (Verbs section 6.1.4); otherwise its outstanding work is flushed first.
-    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
-        self.qp_mut(qp)?;
+    /// Whether Destroy QP would be accepted, without doing it: [`VerbsError::StagInUse`] while
+    /// memory windows bound on it are valid (Verbs section 6.1.4). A caller that tears down
+    /// the QP's connection first asks this before touching anything.
+    pub fn can_destroy_qp(&self, qp: u32) -> Result<(), VerbsError> {
+        if !matches!(self.qps.get(qp as usize), Some(Some(_))) {
+            return Err(VerbsError::InvalidQp);
+        }
         if self.mem.windows_bound_to(qp) {
             return Err(VerbsError::StagInUse);
         }
+        Ok(())
+    }
+
+    /// Destroy QP. Refused as [`Rnic::can_destroy_qp`] says, leaving the QP as it was;
+    /// otherwise its outstanding work is flushed first.
+    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
+        self.can_destroy_qp(qp)?;
         self.enter_error(qp, None);
         let slot = self.qps.get_mut(qp as usize).ok_or(VerbsError::InvalidQp)?;
         *slot = None;
