@@ -440,11 +440,11 @@ impl QueuePair {
 
     /// Destroy QP (Verbs section 6.1.4), waiting for iwarp-control's answer. Refused while
     /// memory windows are bound on the QP (invalidate or deallocate them first): the QP comes
-    /// back with the error, unchanged, so the caller can retry. Dropping the QP destroys it
-    /// too, without saying how that went.
-    pub fn destroy(mut self) -> Result<(), (QueuePair, Error)> {
+    /// back with the error (boxed: a QP is large), unchanged, so the caller can retry.
+    /// Dropping the QP destroys it too, without saying how that went.
+    pub fn destroy(mut self) -> Result<(), Box<(QueuePair, Error)>> {
         match self.release.as_mut().map(Release::now) {
-            Some(Err(e)) => Err((self, e)),
+            Some(Err(e)) => Err(Box::new((self, e))),
             _ => Ok(()),
         }
     }

@@ -348,7 +348,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     assert!(matches!(e, Error::Refused { .. }), "{e}");
     // Verbs section 6.1.4: nor is the QP the window is bound on destroyed; it comes back
     // and still works.
-    let (qb, e) = qb
+    let (qb, e) = *qb
         .destroy()
         .expect_err("refused while a window is bound on it");
     assert!(matches!(e, Error::Refused { .. }), "{e}");
@@ -356,7 +356,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     completed(&qa_cq, 3);
     drop(mw);
     mb.deregister().map_err(|(_, e)| e).unwrap();
-    qb.destroy().map_err(|(_, e)| e).unwrap();
+    qb.destroy().map_err(|b| b.1).unwrap();
 }
 
 #[test]
