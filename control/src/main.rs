@@ -261,11 +261,8 @@ fn serve_cm(
 /// A QP in Closing whose stream has closed is Idle in the daemon (Verbs section 6.2.5): the
 /// daemon drains it and says nothing more, so control records it here, where Modify QP may
 /// move it on again.
-fn closing_done(core: &mut Core, cm: &ConnManager, u: &Upcall) {
-    let Upcall::TcpClosed { conn, .. } = *u else {
-        return;
-    };
-    let Some(qp) = cm.qp_of_conn(conn) else {
+fn closing_done(core: &mut Core, cm: &mut ConnManager, u: &Upcall) {
+    let Some(qp) = cm.closed_qp(u) else {
         return;
     };
     let r = core.resources();
