@@ -57,6 +57,7 @@ fn refused(status: u32, what: Resource, id: u32) -> Result<(), Error> {
             id,
             reason: match what {
                 Resource::Cq => "more completions are on the CQ than the new size holds",
+                Resource::Qp => "memory windows are still bound on it",
                 _ => "memory windows or fast-registered STags still point into it",
             },
         }),
@@ -201,10 +202,6 @@ impl Core {
                 },
                 vec![],
             ),
-            Request::DestroyQp { qp } => {
-                r.destroy_qp(app, qp)?;
-                (Reply::Done, vec![Command::DestroyQp { qp }])
-            }
             Request::RegMr {
                 pd,
                 access,
@@ -260,7 +257,10 @@ impl Core {
                 (Reply::Done, vec![Command::DeregisterMr { stag }])
             }
             // The daemon decides these (see `serve`).
-            Request::ModifyCq { .. } | Request::DeregMr { .. } | Request::ReregMr { .. } => {
+            Request::ModifyCq { .. }
+            | Request::DeregMr { .. }
+            | Request::ReregMr { .. }
+            | Request::DestroyQp { .. } => {
                 return Err(Error::Protocol {
                     what: "request needs the daemon's answer first (Core::serve)",
                 })
@@ -283,8 +283,8 @@ impl Core {
 
     /// Handles one request of `app`, running its daemon commands in order through `daemon`
     /// (which returns iwarpd's reply status), and returns the reply. Requests iwarpd may
-    /// refuse for a reason only it knows (a region that windows still point into, a CQ
-    /// holding more completions than its new size) change control's tables only once
+    /// refuse for a reason only it knows (a region that windows still point into, a QP that
+    /// windows are bound on, a CQ holding more completions than its new size) change control's tables only once
     /// iwarpd agreed, so a refusal leaves both sides as they were.
     pub fn serve(
         &mut self,
@@ -294,7 +294,10 @@ impl Core {
     ) -> Reply {
         if matches!(
             req,
-            Request::DeregMr { .. } | Request::ReregMr { .. } | Request::ModifyCq { .. }
+            Request::DeregMr { .. }
+                | Request::ReregMr { .. }
+                | Request::ModifyCq { .. }
+                | Request::DestroyQp { .. }
         ) {
             return self
                 .decided_by_daemon(app, req, &mut daemon)
@@ -349,6 +352,12 @@ impl Core {
                     return Err(e);
                 }
                 Ok(Reply::Id(new.0))
+            }
+            Request::DestroyQp { qp } => {
+                r.qp(app, qp)?;
+                refused(daemon(&Command::DestroyQp { qp }), Resource::Qp, qp)?;
+                r.destroy_qp(app, qp)?;
+                Ok(Reply::Done)
             }
             Request::ModifyCq { cq, depth, ring } => {
                 r.check_cq_resize(app, cq, depth)?;
@@ -589,6 +598,52 @@ mod tests {
         ));
         let theirs = c.serve(2, resize(128), |_| panic!("asked iwarpd"));
         assert!(matches!(theirs, Reply::Failed(Error::InvalidHandle { .. })));
+
+        // Verbs section 6.1.4: a QP with windows bound on it is not destroyed; iwarpd says
+        // IN_USE, the application hears why, and the QP stays in both tables.
+        let attrs = QpAttrs {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_depth: 8,
+            rq_depth: 8,
+            max_sge: 1,
+            max_inline: 0,
+            ird: 1,
+            ord: 1,
+        };
+        let (qp, _) = id(c.handle(
+            1,
+            Request::CreateQp {
+                attrs,
+                sq: path("/dev/shm/iw-1-sq1"),
+                rq: path("/dev/shm/iw-1-rq1"),
+            },
+        ));
+        let mut sent = Vec::new();
+        let reply = c.serve(1, Request::DestroyQp { qp }, |cmd: &Command| {
+            sent.push(*cmd);
+            reply_status::IN_USE
+        });
+        assert!(
+            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Qp, id, .. }) if id == qp),
+            "{reply:?}"
+        );
+        assert_eq!(sent, [Command::DestroyQp { qp }]);
+        assert_eq!(
+            c.handle(1, Request::QueryQp { qp }).0,
+            Reply::Qp {
+                state: QpState::Idle
+            }
+        );
+        let theirs = c.serve(2, Request::DestroyQp { qp }, |_| panic!("asked iwarpd"));
+        assert!(matches!(theirs, Reply::Failed(Error::InvalidHandle { .. })));
+        assert_eq!(c.serve(1, Request::DestroyQp { qp }, &mut ok), Reply::Done);
+        assert!(matches!(
+            c.handle(1, Request::QueryQp { qp }).0,
+            Reply::Failed(Error::InvalidHandle { .. })
+        ));
     }
 
     #[test]
@@ -652,8 +707,13 @@ mod tests {
         );
         assert!(matches!(reply, Reply::Failed(Error::InvalidRegion { .. })));
         assert!(cmds.is_empty());
-        let (reply, _) = c.handle(1, Request::DestroyQp { qp: 1 });
+        let mut asked = false;
+        let reply = c.serve(1, Request::DestroyQp { qp: 1 }, |_| {
+            asked = true;
+            reply_status::OK
+        });
         assert!(matches!(reply, Reply::Failed(Error::InvalidHandle { .. })));
+        assert!(!asked, "an unknown QP is refused without asking iwarpd");
         let Reply::Rnic(l) = c.handle(1, Request::QueryRnic).0 else {
             panic!()
         };

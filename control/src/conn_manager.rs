@@ -92,6 +92,8 @@ pub struct ConnManager {
     rts_delay_ms: u64,
     /// The time of the latest input, for holds started while draining.
     now: u64,
+    /// The QPs of connections closed gracefully whose stream has not ended yet.
+    closing: BTreeMap<u32, u32>,
 }
 
 impl ConnManager {
@@ -108,6 +110,7 @@ impl ConnManager {
             mss,
             rts_delay_ms: 0,
             now: 0,
+            closing: BTreeMap::new(),
         }
     }
 
@@ -221,6 +224,15 @@ impl ConnManager {
             .and_then(|c| c.qp)
     }
 
+    /// The QP of a connection closed gracefully, once its stream ended (`u` is the daemon's
+    /// `TcpClosed` for it); each such QP is given once.
+    pub fn closed_qp(&mut self, u: &Upcall) -> Option<u32> {
+        match *u {
+            Upcall::TcpClosed { conn, .. } => self.closing.remove(&conn),
+            _ => None,
+        }
+    }
+
     /// Graceful (`abort == false`: TCP FIN after the QP's Closing) or abortive disconnect.
     pub fn disconnect(
         &mut self,
@@ -229,7 +241,10 @@ impl ConnManager {
         abort: bool,
     ) -> Result<Vec<Action>, CmError> {
         self.owned(app, conn)?;
-        self.conns.remove(&conn);
+        let qp = self.conns.remove(&conn).and_then(|c| c.qp);
+        if let (Some(qp), false) = (qp, abort) {
+            self.closing.insert(conn, qp);
+        }
         Ok(vec![Action::Daemon(if abort {
             Command::TcpAbort { conn }
         } else {
@@ -726,6 +741,13 @@ mod tests {
                 e,
                 Event::Disconnected { reason, .. } if reason == "Graceful"
             )));
+        // Its QP is handed back once, when its own stream ended.
+        let closed = Upcall::TcpClosed {
+            conn,
+            reason: CloseReason::Graceful,
+        };
+        assert_eq!(n.cms[0].closed_qp(&closed), Some(7));
+        assert_eq!(n.cms[0].closed_qp(&closed), None);
     }
 
     #[test]

@@ -258,6 +258,22 @@ fn serve_cm(
     }
 }
 
+/// A QP in Closing whose stream has closed is Idle in the daemon (Verbs section 6.2.5): the
+/// daemon drains it and says nothing more, so control records it here, where Modify QP may
+/// move it on again.
+fn closing_done(core: &mut Core, cm: &mut ConnManager, u: &Upcall) {
+    let Some(qp) = cm.closed_qp(u) else {
+        return;
+    };
+    let r = core.resources();
+    let closing = r
+        .qp_owner(qp)
+        .is_some_and(|app| r.qp(app, qp).is_ok_and(|q| q.state == QpState::Closing));
+    if closing {
+        core.set_qp_state(qp, QpState::Idle);
+    }
+}
+
 /// An asynchronous event of the daemon as an event for the application owning its QP, CQ
 /// or S-RQ (Verbs section 8.3.3); a QP it puts in Error is recorded so.
 fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
@@ -317,12 +333,14 @@ fn pump(
     outbox.extend(cm.handle_timeout(now));
     loop {
         while let Some(u) = daemon.pending.pop_front() {
+            closing_done(core, cm, &u);
             outbox.extend(cm.handle_upcall(&u, now));
             outbox.extend(async_event(core, &u));
         }
         while let Some(u) = daemon.next_upcall() {
             match u {
                 Ok(u) => {
+                    closing_done(core, cm, &u);
                     outbox.extend(cm.handle_upcall(&u, now));
                     outbox.extend(async_event(core, &u));
                 }

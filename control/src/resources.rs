@@ -733,8 +733,19 @@ mod tests {
         );
         r.set_qp_state(qp, QpState::Rts);
         assert_eq!(r.modify_qp(1, qp, QpState::Closing), Ok(QpState::Rts));
-        assert!(r.modify_qp(1, qp, QpState::Rts).is_err());
+        // Section 6.2.5: any Modify QP in Closing is an immediate error.
+        for to in [
+            QpState::Rts,
+            QpState::Closing,
+            QpState::Error,
+            QpState::Idle,
+        ] {
+            assert!(r.modify_qp(1, qp, to).is_err(), "Closing -> {to}");
+        }
+        r.set_qp_state(qp, QpState::Idle);
         r.modify_qp(1, qp, QpState::Error).unwrap();
+        // Section 6.2.4: Error leaves only for Idle.
+        assert!(r.modify_qp(1, qp, QpState::Error).is_err());
         r.modify_qp(1, qp, QpState::Idle).unwrap();
         assert_eq!(QpState::Rts.to_string(), "RTS");
     }

@@ -18,7 +18,7 @@ mod types;
 
 pub use cq::Notify;
 pub use mem::AccessError;
-pub use qp::{transition_allowed, ConnParams, PeerToPeer, QpState, RtrKind, RTR_STAG};
+pub use qp::{ConnParams, PeerToPeer, QpState, RtrKind, RTR_STAG};
 pub use raw::masked_add;
 pub use rnic::{QpCaps, Rnic, Stats};
 pub use types::{

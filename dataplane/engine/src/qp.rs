@@ -5,27 +5,7 @@ use iwarp_wire::mpa::{Deframer, FpduEmitter, MpaParams};
 use iwarp_wire::terminate::TerminateRepr;
 use std::collections::VecDeque;
 
-/// QP states, printed as the Verbs spec spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    Idle,
-    Rts,
-    Closing,
-    Terminate,
-    Error,
-}
-
-impl core::fmt::Display for QpState {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            QpState::Idle => "Idle",
-            QpState::Rts => "RTS",
-            QpState::Closing => "Closing",
-            QpState::Terminate => "Terminate",
-            QpState::Error => "Error",
-        })
-    }
-}
+pub use iwarp_abi::qp::QpState;
 
 /// The peer-to-peer "Ready to Receive" message MPA revision 2 negotiation agreed on
 /// (RFC 6581 section 5): a zero-length Send, RDMA Write or RDMA Read.
@@ -247,24 +227,4 @@ pub(crate) struct Qp {
     pub closing: bool,
     /// Receives come from this shared receive queue instead of `rq`.
     pub srq: Option<u32>,
-}
-
-/// Is `from -> to` a transition Modify QP may ask for (Verbs figure 4, and sections 6.2.1
-/// to 6.2.5)? Idle and RTS may be modified to themselves (to change attributes); Modify QP
-/// in Terminate or Closing is an immediate error (those states end on their own, in Error or
-/// Idle); Error leaves only for Idle. Idle -> RTS is listed, but needs the LLP stream, which
-/// only [`crate::Rnic::connect`] supplies.
-pub fn transition_allowed(from: QpState, to: QpState) -> bool {
-    use QpState::*;
-    matches!(
-        (from, to),
-        (Idle, Idle)
-            | (Idle, Rts)
-            | (Idle, Error)
-            | (Rts, Rts)
-            | (Rts, Closing)
-            | (Rts, Terminate)
-            | (Rts, Error)
-            | (Error, Idle)
-    )
 }

@@ -3,7 +3,7 @@
 
 use crate::cq::{Cq, Notify};
 use crate::mem::MemTable;
-use crate::qp::{transition_allowed, Conn, ConnParams, Inflight, Qp, QpState};
+use crate::qp::{Conn, ConnParams, Inflight, Qp, QpState};
 use crate::types::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion,
     MAX_SGE,
@@ -242,13 +242,23 @@ impl Rnic {
         Ok(id)
     }
 
-    /// Destroy QP. Refused with [`VerbsError::StagInUse`] while memory windows bound on it
-    /// are valid (Verbs section 6.1.4); otherwise its outstanding work is flushed first.
-    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
-        self.qp_mut(qp)?;
+    /// Whether Destroy QP would be accepted, without doing it: [`VerbsError::StagInUse`] while
+    /// memory windows bound on it are valid (Verbs section 6.1.4). A caller that tears down
+    /// the QP's connection first asks this before touching anything.
+    pub fn can_destroy_qp(&self, qp: u32) -> Result<(), VerbsError> {
+        if !matches!(self.qps.get(qp as usize), Some(Some(_))) {
+            return Err(VerbsError::InvalidQp);
+        }
         if self.mem.windows_bound_to(qp) {
             return Err(VerbsError::StagInUse);
         }
+        Ok(())
+    }
+
+    /// Destroy QP. Refused as [`Rnic::can_destroy_qp`] says, leaving the QP as it was;
+    /// otherwise its outstanding work is flushed first.
+    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
+        self.can_destroy_qp(qp)?;
         self.enter_error(qp, None);
         let slot = self.qps.get_mut(qp as usize).ok_or(VerbsError::InvalidQp)?;
         *slot = None;
@@ -290,12 +300,12 @@ impl Rnic {
     }
 
     /// Modify QP to a new state, as the consumer may (Verbs section 6.2): only the
-    /// transitions of [`transition_allowed`]; anything else is an immediate error that leaves
-    /// the QP as it was (section 8.3.1).
+    /// transitions of [`QpState::modify_allowed`]; anything else is an immediate error that
+    /// leaves the QP as it was (section 8.3.1). Idle -> RTS needs the LLP stream (section
+    /// 6.2.1.2): that is [`Rnic::connect`].
     pub fn modify_qp(&mut self, qp: u32, to: QpState) -> Result<(), VerbsError> {
         let from = self.qp_mut(qp)?.state;
-        if !transition_allowed(from, to) || (from, to) == (QpState::Idle, QpState::Rts) {
-            // Idle -> RTS needs the LLP stream (section 6.2.1.2): that is `connect`.
+        if !from.modify_allowed(to) {
             return Err(VerbsError::InvalidModify);
         }
         match to {

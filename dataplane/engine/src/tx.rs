@@ -238,36 +238,6 @@ enum DataSegment {
     Failed,
 }
 
-/// Emits the next data segment of `wr` (whose transmission `cur` tracks): at most one MULPDU
-/// (less `header_len`) of its payload from `cur.offset`, gathered from its SGL or inline
-/// data, in the segment `build(offset, last)` describes. Advances `cur.offset` when the FPDU
-/// went out.
-#[allow(clippy::too_many_arguments)]
-fn data_segment(
-    mem: &MemTable,
-    pd: u32,
-    conn: &mut Conn,
-    out: &mut [u8],
-    wr: &SendWr,
-    cur: &mut TxCur,
-    header_len: usize,
-    build: impl FnOnce(u64, bool) -> SegmentRepr,
-) -> DataSegment {
-    let total = wr.length();
-    let n = (total - cur.offset).min(max_payload(conn, header_len) as u64) as usize;
-    let last = cur.offset + n as u64 == total;
-    let seg = build(cur.offset, last);
-    let offset = cur.offset;
-    match emit_gathered(conn, out, &seg, n, |dst| payload(mem, pd, wr, offset, dst)) {
-        Err(_) => DataSegment::Failed,
-        Ok(None) => DataSegment::Blocked,
-        Ok(Some(len)) => {
-            cur.offset += n as u64;
-            DataSegment::Sent { len, last }
-        }
-    }
-}
-
 /// The Send opcode for its solicited-event and invalidate variants, with or without
 /// immediate data (RFC 5040 section 4.2, V2 draft section 4.1).
 fn send_opcode(solicited: bool, invalidate: bool, imm: bool) -> Opcode {
@@ -380,138 +350,109 @@ fn gather(
     Ok(())
 }
 
-fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done) {
-    let (pd, qp) = (q.pd, q.id);
-    if q.conn.as_ref().is_some_and(|c| c.cur.is_none()) {
-        if !next_startable(q) {
-            return (None, Done::None);
-        }
-        // Straight from the SQ into its place for transmission (a WR is large: see TxCur).
-        q.tx_wr = q.sq.pop_front();
-        let Some(wr) = q.tx_wr.as_ref() else {
-            return (None, Done::None);
-        };
-        let seq = q.next_seq;
-        q.next_seq += 1;
-        q.inflight.push_back(Inflight {
-            seq,
-            wr_id: wr.wr_id,
-            opcode: wc_opcode(&wr.op),
-            signaled: wr.signaled,
-            done: None,
-        });
-        if let Some(status) = q.conn.as_ref().and_then(|c| failure(wr, c)) {
-            // Completes in its turn through `finish_wr`, which ends the stream with a
-            // Terminate and flushes the WRs behind it.
-            return (
-                None,
-                Done::Wr {
-                    seq,
-                    status,
-                    len: 0,
-                },
-            );
-        }
-        // Work that touches only the local STag table completes without going on the wire.
-        let local = match wr.op {
-            SendOp::LocalInvalidate { stag } => Some(mem.invalidate(stag, pd, qp, false)),
-            SendOp::BindMw {
-                mw,
-                mr,
-                to,
-                len,
-                access,
-            } => Some(mem.bind_mw(mw, mr, pd, qp, to, len, access)),
-            SendOp::FastRegister {
-                stag,
-                source,
-                offset,
-                len,
-                access,
-                base_to,
-            } => Some(mem.fast_register(
-                pd,
-                crate::mem::FastReg {
-                    stag,
-                    source,
-                    offset,
-                    len,
-                    access,
-                    base_to,
-                },
-            )),
-            _ => None,
-        };
-        if let Some(result) = local {
-            let status = if result.is_ok() {
-                Status::Success
-            } else {
-                Status::LocalProtectionError
-            };
-            return (
-                None,
-                Done::Wr {
-                    seq,
-                    status,
-                    len: 0,
-                },
-            );
-        }
-        if let Some(conn) = q.conn.as_mut() {
-            conn.cur = Some(TxCur {
-                seq,
-                offset: 0,
-                imm_phase: false,
-            });
+/// One SQ WR on its way out: what each operation's transmit function works on. `cur` is a
+/// copy of the connection's transmit cursor; a function puts it back when the WR goes on.
+struct Tx<'a> {
+    mem: &'a MemTable,
+    pd: u32,
+    conn: &'a mut Conn,
+    out: &'a mut [u8],
+    wr: &'a SendWr,
+    cur: TxCur,
+}
+
+impl Tx<'_> {
+    /// Emits the next data segment of the WR: at most one MULPDU (less `header_len`) of its
+    /// payload from `cur.offset`, gathered from its SGL or inline data, in the segment
+    /// `build(offset, last)` describes. Advances `cur.offset` when the FPDU went out.
+    fn data_segment(
+        &mut self,
+        header_len: usize,
+        build: impl FnOnce(u64, bool) -> SegmentRepr,
+    ) -> DataSegment {
+        let total = self.wr.length();
+        let n = (total - self.cur.offset).min(max_payload(self.conn, header_len) as u64) as usize;
+        let last = self.cur.offset + n as u64 == total;
+        let seg = build(self.cur.offset, last);
+        let (mem, pd, wr, offset) = (self.mem, self.pd, self.wr, self.cur.offset);
+        match emit_gathered(self.conn, self.out, &seg, n, |dst| {
+            payload(mem, pd, wr, offset, dst)
+        }) {
+            Err(_) => DataSegment::Failed,
+            Ok(None) => DataSegment::Blocked,
+            Ok(Some(len)) => {
+                self.cur.offset += n as u64;
+                DataSegment::Sent { len, last }
+            }
         }
     }
+
+    /// The FPDU of `len` octets went out and more of the WR follows.
+    fn goes_on(self, len: usize) -> (Option<usize>, Done) {
+        self.conn.cur = Some(self.cur);
+        (Some(len), Done::None)
+    }
+
+    /// The WR completed with the FPDU `sent`, `len` octets transferred.
+    fn completed(self, sent: Option<usize>, len: u32) -> (Option<usize>, Done) {
+        self.conn.cur = None;
+        (
+            sent,
+            Done::Wr {
+                seq: self.cur.seq,
+                status: Status::Success,
+                len,
+            },
+        )
+    }
+
+    /// A local STag of the WR failed its check.
+    fn failed(self) -> (Option<usize>, Done) {
+        self.conn.cur = None;
+        (None, failed(self.cur.seq))
+    }
+
+    /// Nothing went out (no room in `out`); the WR stays where it was.
+    fn blocked(self) -> (Option<usize>, Done) {
+        (None, Done::None)
+    }
+}
+
+/// The next FPDU of the SQ: starts the next WR when none is in transmission (see
+/// [`start_wr`]), then gives the one in transmission to the transmit function of its
+/// operation.
+fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done) {
+    if q.conn.as_ref().is_some_and(|c| c.cur.is_none()) {
+        if let Some(done) = start_wr(mem, q) {
+            return done;
+        }
+    }
+    let pd = q.pd;
     let (Some(conn), Some(wr)) = (q.conn.as_mut(), q.tx_wr.as_ref()) else {
         return (None, Done::None);
     };
-    let Some(mut cur) = conn.cur else {
+    let Some(cur) = conn.cur else {
         return (None, Done::None);
     };
-    let v = conn.params.rdmap_version;
-    let total = wr.length();
+    let total = wr.length() as u32;
+    let t = Tx {
+        mem,
+        pd,
+        conn,
+        out,
+        wr,
+        cur,
+    };
     match wr.op {
         SendOp::Send {
             solicited,
             invalidate,
-        } => {
-            let opcode = send_opcode(solicited, invalidate.is_some(), false);
-            let msn = conn.msn_tx[0];
-            let built = |offset: u64, last| SegmentRepr {
-                version: v,
-                opcode,
-                last,
-                buffer: untagged(rdmap::QN_SEND, msn, offset as u32, invalidate.unwrap_or(0)),
-                header: RdmapHeader::None,
-            };
-            match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
-                DataSegment::Failed => {
-                    conn.cur = None;
-                    (None, failed(cur.seq))
-                }
-                DataSegment::Blocked => (None, Done::None),
-                DataSegment::Sent { len, last: true } => {
-                    conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
-                    conn.cur = None;
-                    let status = Status::Success;
-                    (
-                        Some(len),
-                        Done::Wr {
-                            seq: cur.seq,
-                            status,
-                            len: total as u32,
-                        },
-                    )
-                }
-                DataSegment::Sent { len, last: false } => {
-                    conn.cur = Some(cur);
-                    (Some(len), Done::None)
-                }
-            }
-        }
+        } => tx_send(t, solicited, invalidate),
+        SendOp::SendImm {
+            solicited,
+            invalidate,
+            imm,
+        } => tx_send_imm(t, solicited, invalidate, imm),
         SendOp::Write {
             remote_stag,
             remote_to,
@@ -520,256 +461,375 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_stag,
             remote_to,
             ..
-        } if !cur.imm_phase => {
-            let built = |offset: u64, last| SegmentRepr {
-                version: v,
-                opcode: Opcode::Write,
-                last,
-                buffer: Buffer::Tagged {
-                    stag: remote_stag,
-                    to: remote_to.wrapping_add(offset),
-                },
-                header: RdmapHeader::None,
-            };
-            match data_segment(mem, pd, conn, out, wr, &mut cur, TAGGED_HEADER_LEN, built) {
-                DataSegment::Failed => {
-                    conn.cur = None;
-                    (None, failed(cur.seq))
-                }
-                DataSegment::Blocked => (None, Done::None),
-                // Write with Immediate: the Immediate Data message comes next.
-                DataSegment::Sent { len, last: true }
-                    if matches!(wr.op, SendOp::WriteImm { .. }) =>
-                {
-                    cur.imm_phase = true;
-                    conn.cur = Some(cur);
-                    (Some(len), Done::None)
-                }
-                DataSegment::Sent { len, last: true } => {
-                    conn.cur = None;
-                    let status = Status::Success;
-                    (
-                        Some(len),
-                        Done::Wr {
-                            seq: cur.seq,
-                            status,
-                            len: total as u32,
-                        },
-                    )
-                }
-                DataSegment::Sent { len, last: false } => {
-                    conn.cur = Some(cur);
-                    (Some(len), Done::None)
-                }
-            }
-        }
+        } if !cur.imm_phase => tx_write(t, remote_stag, remote_to),
         SendOp::WriteImm { imm, .. }
         | SendOp::Immediate {
             imm,
             solicited: false,
-        } => immediate(
-            conn,
-            out,
-            v,
-            imm,
-            Opcode::ImmediateData,
-            cur.seq,
-            total as u32,
-        ),
+        } => tx_immediate(t, imm, Opcode::ImmediateData, total),
         SendOp::Immediate {
             imm,
             solicited: true,
-        } => immediate(conn, out, v, imm, Opcode::ImmediateDataSe, cur.seq, 0),
+        } => tx_immediate(t, imm, Opcode::ImmediateDataSe, 0),
         SendOp::Read {
             remote_stag,
             remote_to,
-        } => {
-            let sink = read_sink(wr);
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::ReadRequest,
-                last: true,
-                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
-                header: RdmapHeader::ReadRequest(ReadRequest {
-                    sink_stag: sink.stag,
-                    sink_to: sink.to,
-                    size: sink.len,
-                    src_stag: remote_stag,
-                    src_to: remote_to,
-                }),
-            };
-            let sent = emit(conn, out, &seg, None);
-            if sent.is_some() {
-                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
-                conn.orq.push_back(Orq::Read {
-                    seq: cur.seq,
-                    sink_stag: sink.stag,
-                    sink_to: sink.to,
-                    len: sink.len,
-                });
-                conn.cur = None;
-            }
-            (sent, Done::None)
-        }
-        SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
-            let sge = wr.sgl[0];
-            if mem
-                .resolve(sge.stag, pd, Access::LOCAL_WRITE, sge.to, 8, true)
-                .is_err()
-            {
-                conn.cur = None;
-                return (None, failed(cur.seq));
-            };
-            let request_id = conn.next_request_id;
-            let req = match wr.op {
-                SendOp::FetchAdd {
-                    remote_stag,
-                    remote_to,
-                    add,
-                    add_mask,
-                } => AtomicRequest {
-                    aopcode: AOpCode::FetchAdd,
-                    request_id,
-                    stag: remote_stag,
-                    to: remote_to,
-                    add_swap: add,
-                    add_swap_mask: add_mask,
-                    // RFC 7306 figure 5: not used by FetchAdd; zero and all ones on transmit.
-                    compare: 0,
-                    compare_mask: u64::MAX,
-                },
-                SendOp::CmpSwap {
-                    remote_stag,
-                    remote_to,
-                    compare,
-                    compare_mask,
-                    swap,
-                    swap_mask,
-                } => AtomicRequest {
-                    aopcode: AOpCode::CmpSwap,
-                    request_id,
-                    stag: remote_stag,
-                    to: remote_to,
-                    add_swap: swap,
-                    add_swap_mask: swap_mask,
-                    compare,
-                    compare_mask,
-                },
-                _ => return (None, Done::None),
-            };
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::AtomicRequest,
-                last: true,
-                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
-                header: RdmapHeader::AtomicRequest(req),
-            };
-            let sent = emit(conn, out, &seg, None);
-            if sent.is_some() {
-                conn.next_request_id = conn.next_request_id.wrapping_add(1);
-                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
-                conn.orq.push_back(Orq::Atomic {
-                    seq: cur.seq,
-                    request_id,
-                    result_stag: sge.stag,
-                    result_to: sge.to,
-                });
-                conn.cur = None;
-            }
-            (sent, Done::None)
-        }
-        SendOp::SendImm {
-            solicited,
-            invalidate,
-            imm,
-        } => {
-            let opcode = send_opcode(solicited, invalidate.is_some(), true);
-            let rsvd = invalidate.unwrap_or(0);
-            if cur.imm_phase || total == 0 {
-                // V2 draft section 5.3: the last ULPDU, L set, carries only the immediate data.
-                let seg = SegmentRepr {
-                    version: v,
-                    opcode,
-                    last: true,
-                    buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], total as u32, rsvd),
-                    header: RdmapHeader::None,
-                };
-                let bytes = imm.to_be_bytes();
-                let Ok(sent) = emit_gathered(conn, out, &seg, 8, |dst| {
-                    dst.copy_from_slice(&bytes);
-                    Ok(())
-                }) else {
-                    return (None, Done::None);
-                };
-                if sent.is_none() {
-                    return (None, Done::None);
-                }
-                conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
-                conn.cur = None;
-                return (
-                    sent,
-                    Done::Wr {
-                        seq: cur.seq,
-                        status: Status::Success,
-                        len: total as u32,
-                    },
-                );
-            }
-            // Data segments never carry L: the immediate data ends the message.
-            let msn = conn.msn_tx[0];
-            let built = |offset: u64, _| SegmentRepr {
-                version: v,
-                opcode,
-                last: false,
-                buffer: untagged(rdmap::QN_SEND, msn, offset as u32, rsvd),
-                header: RdmapHeader::None,
-            };
-            match data_segment(mem, pd, conn, out, wr, &mut cur, UNTAGGED_HEADER_LEN, built) {
-                DataSegment::Failed => {
-                    conn.cur = None;
-                    (None, failed(cur.seq))
-                }
-                DataSegment::Blocked => (None, Done::None),
-                DataSegment::Sent { len, last } => {
-                    cur.imm_phase = last;
-                    conn.cur = Some(cur);
-                    (Some(len), Done::None)
-                }
-            }
-        }
+        } => tx_read_request(t, remote_stag, remote_to, false),
         SendOp::ReadV2 {
             remote_stag,
             remote_to,
-        } => {
-            let sink = read_sink(wr);
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::ReadRequestV2,
-                last: true,
-                buffer: untagged(rdmap::QN_READ_REQUEST, conn.msn_tx[1], 0, 0),
-                header: RdmapHeader::ReadRequestV2(iwarp_wire::rdmap::ReadRequestV2 {
-                    size: sink.len,
-                    src_stag: remote_stag,
-                    src_to: remote_to,
-                }),
-            };
-            let sent = emit(conn, out, &seg, None);
-            if sent.is_some() {
-                conn.msn_tx[1] = conn.msn_tx[1].wrapping_add(1);
-                conn.orq.push_back(Orq::ReadV2 {
-                    seq: cur.seq,
-                    sink,
-                    received: 0,
-                });
-                conn.cur = None;
-            }
-            (sent, Done::None)
-        }
+        } => tx_read_request(t, remote_stag, remote_to, true),
+        SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => tx_atomic(t),
+        // A Write's data all went out (its cursor never stays in the immediate phase), and
+        // local operations complete in `start_wr`.
         SendOp::Write { .. }
         | SendOp::LocalInvalidate { .. }
         | SendOp::BindMw { .. }
         | SendOp::FastRegister { .. } => (None, Done::None),
     }
+}
+
+/// Takes the SQ's next WR, if it may start, into transmission: gives it its place in the
+/// completion order, and answers at once what needs no FPDU (a WR that fails before going
+/// out, or a local operation, see [`tx_local`]). `None` when the WR now has its transmit
+/// cursor and goes on the wire.
+fn start_wr(mem: &mut MemTable, q: &mut Qp) -> Option<(Option<usize>, Done)> {
+    let (pd, qp) = (q.pd, q.id);
+    if !next_startable(q) {
+        return Some((None, Done::None));
+    }
+    // Straight from the SQ into its place for transmission (a WR is large: see TxCur).
+    q.tx_wr = q.sq.pop_front();
+    let Some(wr) = q.tx_wr.as_ref() else {
+        return Some((None, Done::None));
+    };
+    let seq = q.next_seq;
+    q.next_seq += 1;
+    q.inflight.push_back(Inflight {
+        seq,
+        wr_id: wr.wr_id,
+        opcode: wc_opcode(&wr.op),
+        signaled: wr.signaled,
+        done: None,
+    });
+    if let Some(status) = q.conn.as_ref().and_then(|c| failure(wr, c)) {
+        // Completes in its turn through `finish_wr`, which ends the stream with a
+        // Terminate and flushes the WRs behind it.
+        return Some((
+            None,
+            Done::Wr {
+                seq,
+                status,
+                len: 0,
+            },
+        ));
+    }
+    if let Some(status) = tx_local(mem, pd, qp, &wr.op) {
+        return Some((
+            None,
+            Done::Wr {
+                seq,
+                status,
+                len: 0,
+            },
+        ));
+    }
+    if let Some(conn) = q.conn.as_mut() {
+        conn.cur = Some(TxCur {
+            seq,
+            offset: 0,
+            imm_phase: false,
+        });
+    }
+    None
+}
+
+/// Local Invalidate, Bind Memory Window and Fast-Register: work that touches only the local
+/// STag table and completes without going on the wire. Their status, or `None` for an
+/// operation that goes on the wire.
+fn tx_local(mem: &mut MemTable, pd: u32, qp: u32, op: &SendOp) -> Option<Status> {
+    let result = match *op {
+        SendOp::LocalInvalidate { stag } => mem.invalidate(stag, pd, qp, false),
+        SendOp::BindMw {
+            mw,
+            mr,
+            to,
+            len,
+            access,
+        } => mem.bind_mw(mw, mr, pd, qp, to, len, access),
+        SendOp::FastRegister {
+            stag,
+            source,
+            offset,
+            len,
+            access,
+            base_to,
+        } => mem.fast_register(
+            pd,
+            crate::mem::FastReg {
+                stag,
+                source,
+                offset,
+                len,
+                access,
+                base_to,
+            },
+        ),
+        _ => return None,
+    };
+    Some(if result.is_ok() {
+        Status::Success
+    } else {
+        Status::LocalProtectionError
+    })
+}
+
+/// Send, Send with Invalidate and their solicited-event forms (RFC 5040 section 5.3): the
+/// payload in untagged segments on the Send queue, the last one with L set.
+fn tx_send(mut t: Tx, solicited: bool, invalidate: Option<u32>) -> (Option<usize>, Done) {
+    let opcode = send_opcode(solicited, invalidate.is_some(), false);
+    let (v, msn) = (t.conn.params.rdmap_version, t.conn.msn_tx[0]);
+    let built = |offset: u64, last| SegmentRepr {
+        version: v,
+        opcode,
+        last,
+        buffer: untagged(rdmap::QN_SEND, msn, offset as u32, invalidate.unwrap_or(0)),
+        header: RdmapHeader::None,
+    };
+    match t.data_segment(UNTAGGED_HEADER_LEN, built) {
+        DataSegment::Failed => t.failed(),
+        DataSegment::Blocked => t.blocked(),
+        DataSegment::Sent { len, last: true } => {
+            t.conn.msn_tx[0] = t.conn.msn_tx[0].wrapping_add(1);
+            let total = t.wr.length() as u32;
+            t.completed(Some(len), total)
+        }
+        DataSegment::Sent { len, last: false } => t.goes_on(len),
+    }
+}
+
+/// Send with Immediate and its forms (V2 draft section 5.3): data segments without L, then
+/// a last ULPDU, L set, that carries only the immediate data.
+fn tx_send_imm(
+    mut t: Tx,
+    solicited: bool,
+    invalidate: Option<u32>,
+    imm: u64,
+) -> (Option<usize>, Done) {
+    let opcode = send_opcode(solicited, invalidate.is_some(), true);
+    let rsvd = invalidate.unwrap_or(0);
+    let v = t.conn.params.rdmap_version;
+    let total = t.wr.length();
+    if t.cur.imm_phase || total == 0 {
+        let seg = SegmentRepr {
+            version: v,
+            opcode,
+            last: true,
+            buffer: untagged(rdmap::QN_SEND, t.conn.msn_tx[0], total as u32, rsvd),
+            header: RdmapHeader::None,
+        };
+        let bytes = imm.to_be_bytes();
+        let Ok(sent) = emit_gathered(t.conn, t.out, &seg, 8, |dst| {
+            dst.copy_from_slice(&bytes);
+            Ok(())
+        }) else {
+            return t.blocked();
+        };
+        if sent.is_none() {
+            return t.blocked();
+        }
+        t.conn.msn_tx[0] = t.conn.msn_tx[0].wrapping_add(1);
+        return t.completed(sent, total as u32);
+    }
+    // Data segments never carry L: the immediate data ends the message.
+    let msn = t.conn.msn_tx[0];
+    let built = |offset: u64, _| SegmentRepr {
+        version: v,
+        opcode,
+        last: false,
+        buffer: untagged(rdmap::QN_SEND, msn, offset as u32, rsvd),
+        header: RdmapHeader::None,
+    };
+    match t.data_segment(UNTAGGED_HEADER_LEN, built) {
+        DataSegment::Failed => t.failed(),
+        DataSegment::Blocked => t.blocked(),
+        DataSegment::Sent { len, last } => {
+            t.cur.imm_phase = last;
+            t.goes_on(len)
+        }
+    }
+}
+
+/// RDMA Write, and the Write part of Write with Immediate (RFC 5040 section 5.1): the
+/// payload in tagged segments at the advertised buffer. Write with Immediate goes on to its
+/// Immediate Data message ([`tx_immediate`]).
+fn tx_write(mut t: Tx, remote_stag: u32, remote_to: u64) -> (Option<usize>, Done) {
+    let v = t.conn.params.rdmap_version;
+    let built = |offset: u64, last| SegmentRepr {
+        version: v,
+        opcode: Opcode::Write,
+        last,
+        buffer: Buffer::Tagged {
+            stag: remote_stag,
+            to: remote_to.wrapping_add(offset),
+        },
+        header: RdmapHeader::None,
+    };
+    match t.data_segment(TAGGED_HEADER_LEN, built) {
+        DataSegment::Failed => t.failed(),
+        DataSegment::Blocked => t.blocked(),
+        DataSegment::Sent { len, last: true } if matches!(t.wr.op, SendOp::WriteImm { .. }) => {
+            t.cur.imm_phase = true;
+            t.goes_on(len)
+        }
+        DataSegment::Sent { len, last: true } => {
+            let total = t.wr.length() as u32;
+            t.completed(Some(len), total)
+        }
+        DataSegment::Sent { len, last: false } => t.goes_on(len),
+    }
+}
+
+/// An Immediate Data message (V2 draft section 4.2): alone, or ending a Write with
+/// Immediate; `len` is what the completion reports.
+fn tx_immediate(t: Tx, imm: u64, opcode: Opcode, len: u32) -> (Option<usize>, Done) {
+    let seg = SegmentRepr {
+        version: t.conn.params.rdmap_version,
+        opcode,
+        last: true,
+        buffer: untagged(rdmap::QN_SEND, t.conn.msn_tx[0], 0, 0),
+        header: RdmapHeader::Immediate(imm),
+    };
+    let sent = emit(t.conn, t.out, &seg, None);
+    if sent.is_none() {
+        return t.blocked();
+    }
+    t.conn.msn_tx[0] = t.conn.msn_tx[0].wrapping_add(1);
+    t.completed(sent, len)
+}
+
+/// An RDMA Read Request (RFC 5040 section 5.2), or with `v2` the V2 draft's form without a
+/// sink: one segment on the Read Request queue. The WR waits in the ORQ for its response.
+fn tx_read_request(t: Tx, remote_stag: u32, remote_to: u64, v2: bool) -> (Option<usize>, Done) {
+    let sink = read_sink(t.wr);
+    let (opcode, header) = if v2 {
+        (
+            Opcode::ReadRequestV2,
+            RdmapHeader::ReadRequestV2(iwarp_wire::rdmap::ReadRequestV2 {
+                size: sink.len,
+                src_stag: remote_stag,
+                src_to: remote_to,
+            }),
+        )
+    } else {
+        (
+            Opcode::ReadRequest,
+            RdmapHeader::ReadRequest(ReadRequest {
+                sink_stag: sink.stag,
+                sink_to: sink.to,
+                size: sink.len,
+                src_stag: remote_stag,
+                src_to: remote_to,
+            }),
+        )
+    };
+    let seg = SegmentRepr {
+        version: t.conn.params.rdmap_version,
+        opcode,
+        last: true,
+        buffer: untagged(rdmap::QN_READ_REQUEST, t.conn.msn_tx[1], 0, 0),
+        header,
+    };
+    let sent = emit(t.conn, t.out, &seg, None);
+    if sent.is_some() {
+        let seq = t.cur.seq;
+        t.conn.msn_tx[1] = t.conn.msn_tx[1].wrapping_add(1);
+        t.conn.orq.push_back(if v2 {
+            Orq::ReadV2 {
+                seq,
+                sink,
+                received: 0,
+            }
+        } else {
+            Orq::Read {
+                seq,
+                sink_stag: sink.stag,
+                sink_to: sink.to,
+                len: sink.len,
+            }
+        });
+        t.conn.cur = None;
+    }
+    (sent, Done::None)
+}
+
+/// An Atomic Request (RFC 7306 section 4): the result buffer, the WR's one SGE, is checked
+/// first; the WR waits in the ORQ for its response.
+fn tx_atomic(t: Tx) -> (Option<usize>, Done) {
+    let sge = t.wr.sgl[0];
+    if t.mem
+        .resolve(sge.stag, t.pd, Access::LOCAL_WRITE, sge.to, 8, true)
+        .is_err()
+    {
+        return t.failed();
+    }
+    let request_id = t.conn.next_request_id;
+    let req = match t.wr.op {
+        SendOp::FetchAdd {
+            remote_stag,
+            remote_to,
+            add,
+            add_mask,
+        } => AtomicRequest {
+            aopcode: AOpCode::FetchAdd,
+            request_id,
+            stag: remote_stag,
+            to: remote_to,
+            add_swap: add,
+            add_swap_mask: add_mask,
+            // RFC 7306 figure 5: not used by FetchAdd; zero and all ones on transmit.
+            compare: 0,
+            compare_mask: u64::MAX,
+        },
+        SendOp::CmpSwap {
+            remote_stag,
+            remote_to,
+            compare,
+            compare_mask,
+            swap,
+            swap_mask,
+        } => AtomicRequest {
+            aopcode: AOpCode::CmpSwap,
+            request_id,
+            stag: remote_stag,
+            to: remote_to,
+            add_swap: swap,
+            add_swap_mask: swap_mask,
+            compare,
+            compare_mask,
+        },
+        _ => return t.blocked(),
+    };
+    let seg = SegmentRepr {
+        version: t.conn.params.rdmap_version,
+        opcode: Opcode::AtomicRequest,
+        last: true,
+        buffer: untagged(rdmap::QN_READ_REQUEST, t.conn.msn_tx[1], 0, 0),
+        header: RdmapHeader::AtomicRequest(req),
+    };
+    let sent = emit(t.conn, t.out, &seg, None);
+    if sent.is_some() {
+        t.conn.next_request_id = t.conn.next_request_id.wrapping_add(1);
+        t.conn.msn_tx[1] = t.conn.msn_tx[1].wrapping_add(1);
+        t.conn.orq.push_back(Orq::Atomic {
+            seq: t.cur.seq,
+            request_id,
+            result_stag: sge.stag,
+            result_to: sge.to,
+        });
+        t.conn.cur = None;
+    }
+    (sent, Done::None)
 }
 
 /// The sink a Read advertises: its one SGE, or for a zero-length Read without one (a fence,
@@ -793,38 +853,6 @@ fn failed(seq: u64) -> Done {
         status: Status::LocalProtectionError,
         len: 0,
     }
-}
-
-fn immediate(
-    conn: &mut Conn,
-    out: &mut [u8],
-    v: u8,
-    imm: u64,
-    opcode: Opcode,
-    seq: u64,
-    len: u32,
-) -> (Option<usize>, Done) {
-    let seg = SegmentRepr {
-        version: v,
-        opcode,
-        last: true,
-        buffer: untagged(rdmap::QN_SEND, conn.msn_tx[0], 0, 0),
-        header: RdmapHeader::Immediate(imm),
-    };
-    let sent = emit(conn, out, &seg, None);
-    if sent.is_none() {
-        return (None, Done::None);
-    }
-    conn.msn_tx[0] = conn.msn_tx[0].wrapping_add(1);
-    conn.cur = None;
-    (
-        sent,
-        Done::Wr {
-            seq,
-            status: Status::Success,
-            len,
-        },
-    )
 }
 
 /// The next FPDU answering the IRQ's oldest request, its source checked again first (see

@@ -4,9 +4,7 @@
 
 mod util;
 
-use iwarp_engine::{
-    transition_allowed, Access, QpState, RecvWr, SendOp, SendWr, Status, VerbsError,
-};
+use iwarp_engine::{Access, QpState, RecvWr, SendOp, SendWr, Status, VerbsError};
 use util::{Pair, A, B, MSS};
 
 use QpState::{Closing, Error, Idle, Rts, Terminate};
@@ -82,9 +80,9 @@ fn modify_qp_follows_figure_4_from_every_state() {
         for to in STATES {
             let listed = FIGURE_4.contains(&(from, to));
             assert_eq!(
-                transition_allowed(from, to),
+                from.transition_allowed(to),
                 listed,
-                "transition_allowed({from}, {to})"
+                "{from}.transition_allowed({to})"
             );
             let mut p = in_state(from);
             let r = p.a.rnic.modify_qp(p.a.qp, to);

@@ -420,12 +420,15 @@ fn a_qp_with_a_bound_window_is_not_destroyed() {
     p.post_send(B, bind(1, mw, mr, base, 64, Access::REMOTE_WRITE));
     p.drive();
     assert_eq!(p.one_wc(B).status, Status::Success);
+    assert_eq!(p.b.rnic.can_destroy_qp(p.b.qp), Err(VerbsError::StagInUse));
     assert_eq!(p.b.rnic.destroy_qp(p.b.qp), Err(VerbsError::StagInUse));
     assert_eq!(p.b.rnic.qp_state(p.b.qp), Some(QpState::Rts), "unchanged");
     p.post_send(B, SendWr::new(2, SendOp::LocalInvalidate { stag: mw }, &[]));
     p.drive();
     assert_eq!(p.one_wc(B).status, Status::Success);
+    assert_eq!(p.b.rnic.can_destroy_qp(p.b.qp), Ok(()));
     assert_eq!(p.b.rnic.destroy_qp(p.b.qp), Ok(()));
+    assert_eq!(p.b.rnic.can_destroy_qp(p.b.qp), Err(VerbsError::InvalidQp));
 }
 
 /// Verbs section 7.10.2 and figure 20: a window with Remote Write needs a region with Local

@@ -1035,6 +1035,35 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
         let wc = wait_cqe(&p.sb.cq);
         assert_eq!((wc.wr_id, wc.status), (300 + i, WcStatus::WrFlushed));
     }
+    // Verbs section 6.2.5: once A's stream has ended, its QP leaves Closing for Idle, and
+    // Modify QP, refused in Closing, may move it on again (Idle -> Error, figure 4).
+    let idle = |a: &mut Endpoint| {
+        matches!(
+            a.call(&query),
+            Reply::Qp {
+                state: QpState::Idle
+            }
+        )
+    };
+    let t = Instant::now();
+    while !idle(&mut p.a) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "A's QP never left Closing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let to_error = Request::ModifyQp {
+        qp: p.sa.qp_num,
+        state: QpState::Error,
+    };
+    assert!(matches!(p.a.call(&to_error), Reply::Done));
+    assert!(matches!(
+        p.a.call(&query),
+        Reply::Qp {
+            state: QpState::Error
+        }
+    ));
 }
 
 #[test]

@@ -244,6 +244,8 @@ pub enum Command {
         sq: ShmPath,
         rq: ShmPath,
     },
+    /// Destroy QP: refused with [`reply_status::IN_USE`], the QP untouched, while memory
+    /// windows are bound on it (Verbs section 6.1.4).
     DestroyQp {
         qp: u32,
     },
@@ -349,7 +351,7 @@ pub mod reply_status {
     /// Socket-level failure (address in use, ...).
     pub const NETWORK: u32 = 7;
     /// The resource is still in use: a region with bound windows or fast-registered STags,
-    /// a CQ holding more completions than the size asked for.
+    /// a QP with bound windows, a CQ holding more completions than the size asked for.
     pub const IN_USE: u32 = 8;
 }
 

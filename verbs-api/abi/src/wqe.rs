@@ -48,17 +48,16 @@ pub struct Sge {
 }
 const _: () = assert!(core::mem::size_of::<Sge>() == 16);
 
-/// Send Queue operations (`SendWqe::opcode`). Values are ABI: never renumber.
+/// Send Queue operations (`SendWqe::opcode`). Values are ABI: never renumber. A solicited
+/// event is the [`send_flags::SOLICITED`] flag of a Send or Immediate Data operation, not an
+/// opcode of its own; the values 1, 3, 11, 13 and 15 are unused.
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
 #[num_enum(error_type(name = Error, constructor = unknown::send_opcode))]
 pub enum SendOpcode {
     Send = 0,
-    /// Send with Solicited Event.
-    SendSe = 1,
     /// Send with Invalidate (`invalidate_stag`).
     SendInv = 2,
-    SendSeInv = 3,
     Write = 4,
     /// RDMA Write followed by Immediate Data (RFC 7306 section 6), `imm`.
     WriteImm = 5,
@@ -73,12 +72,10 @@ pub enum SendOpcode {
     CmpSwap = 9,
     /// Immediate Data (RFC 7306 section 6), `imm`.
     Immediate = 10,
-    ImmediateSe = 11,
-    /// Send with Immediate, RDMAP version 2 draft, four variants.
+    /// Send with Immediate, RDMAP version 2 draft.
     SendImm = 12,
-    SendSeImm = 13,
+    /// Send with Invalidate and Immediate, RDMAP version 2 draft.
     SendInvImm = 14,
-    SendSeInvImm = 15,
     /// Local Invalidate of `local_stag`.
     LocalInv = 16,
     /// Fast-register `local_stag` over `mr_len` octets at `mr_offset` of region `mr_stag`,
@@ -97,7 +94,8 @@ pub mod send_flags {
     pub const FENCE: u8 = 1 << 1;
     /// Local fence: wait until every prior WR completed.
     pub const LOCAL_FENCE: u8 = 1 << 2;
-    /// Solicited event (redundant with the `*Se` opcodes; either sets it).
+    /// Solicited event (Verbs section 8.2.2): the Send or Immediate Data message asks the
+    /// peer for a completion event.
     pub const SOLICITED: u8 = 1 << 3;
     /// The payload is `inline_data[..inline_len]`, not the SGL.
     pub const INLINE: u8 = 1 << 4;
@@ -489,7 +487,8 @@ mod tests {
         for v in 0..=255u8 {
             match SendOpcode::try_from(v) {
                 Ok(op) => assert_eq!(op as u8, v),
-                Err(_) => assert!(v > SendOpcode::BindMw as u8),
+                // The solicited variants are a flag, so their values stay unused.
+                Err(_) => assert!(v > SendOpcode::BindMw as u8 || [1, 3, 11, 13, 15].contains(&v)),
             }
             match CqeStatus::try_from(v) {
                 Ok(s) => assert_eq!(s as u8, v),

@@ -438,6 +438,17 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Destroy QP (Verbs section 6.1.4), waiting for iwarp-control's answer. Refused while
+    /// memory windows are bound on the QP (invalidate or deallocate them first): the QP comes
+    /// back with the error (boxed: a QP is large), unchanged, so the caller can retry.
+    /// Dropping the QP destroys it too, without saying how that went.
+    pub fn destroy(mut self) -> Result<(), Box<(QueuePair, Error)>> {
+        match self.release.as_mut().map(Release::now) {
+            Some(Err(e)) => Err(Box::new((self, e))),
+            _ => Ok(()),
+        }
+    }
+
     /// Starts a batch of send work requests; [`PostBatch::submit`] rings the doorbell once.
     pub fn batch(&self) -> PostBatch<'_> {
         PostBatch {

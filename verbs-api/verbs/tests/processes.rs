@@ -346,8 +346,17 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         .deregister()
         .expect_err("refused while a window is bound");
     assert!(matches!(e, Error::Refused { .. }), "{e}");
+    // Verbs section 6.1.4: nor is the QP the window is bound on destroyed; it comes back
+    // and still works.
+    let (qb, e) = *qb
+        .destroy()
+        .expect_err("refused while a window is bound on it");
+    assert!(matches!(e, Error::Refused { .. }), "{e}");
+    qa.post_send(&SendWr::new(3, write, &wsg)).unwrap();
+    completed(&qa_cq, 3);
     drop(mw);
     mb.deregister().map_err(|(_, e)| e).unwrap();
+    qb.destroy().map_err(|b| b.1).unwrap();
 }
 
 #[test]

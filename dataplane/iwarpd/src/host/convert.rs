@@ -39,12 +39,8 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
             solicited: se,
             invalidate: None,
         },
-        SendOpcode::SendSe => SendOp::Send {
-            solicited: true,
-            invalidate: None,
-        },
-        SendOpcode::SendInv | SendOpcode::SendSeInv => SendOp::Send {
-            solicited: se || op == SendOpcode::SendSeInv,
+        SendOpcode::SendInv => SendOp::Send {
+            solicited: se,
             invalidate: Some(w.invalidate_stag),
         },
         SendOpcode::Write => SendOp::Write {
@@ -78,17 +74,13 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
             swap: w.swap,
             swap_mask: w.swap_mask,
         },
-        SendOpcode::Immediate | SendOpcode::ImmediateSe => SendOp::Immediate {
+        SendOpcode::Immediate => SendOp::Immediate {
             imm: w.imm,
-            solicited: se || op == SendOpcode::ImmediateSe,
+            solicited: se,
         },
-        SendOpcode::SendImm
-        | SendOpcode::SendSeImm
-        | SendOpcode::SendInvImm
-        | SendOpcode::SendSeInvImm => SendOp::SendImm {
-            solicited: se || matches!(op, SendOpcode::SendSeImm | SendOpcode::SendSeInvImm),
-            invalidate: matches!(op, SendOpcode::SendInvImm | SendOpcode::SendSeInvImm)
-                .then_some(w.invalidate_stag),
+        SendOpcode::SendImm | SendOpcode::SendInvImm => SendOp::SendImm {
+            solicited: se,
+            invalidate: (op == SendOpcode::SendInvImm).then_some(w.invalidate_stag),
             imm: w.imm,
         },
         SendOpcode::LocalInv => SendOp::LocalInvalidate { stag: w.local_stag },
@@ -238,7 +230,7 @@ fn opcode_of(w: &SendWqe) -> CqeOpcode {
         Ok(SendOpcode::Read | SendOpcode::ReadV2) => CqeOpcode::Read,
         Ok(SendOpcode::FetchAdd) => CqeOpcode::FetchAdd,
         Ok(SendOpcode::CmpSwap) => CqeOpcode::CmpSwap,
-        Ok(SendOpcode::Immediate | SendOpcode::ImmediateSe) => CqeOpcode::Immediate,
+        Ok(SendOpcode::Immediate) => CqeOpcode::Immediate,
         Ok(SendOpcode::LocalInv) => CqeOpcode::LocalInv,
         Ok(SendOpcode::FastReg) => CqeOpcode::FastReg,
         Ok(SendOpcode::BindMw) => CqeOpcode::BindMw,
@@ -315,7 +307,11 @@ mod tests {
             to: 0x2000,
         };
         for v in 0..=SendOpcode::BindMw as u8 {
-            let op = SendOpcode::try_from(v).unwrap();
+            // A solicited event is a flag, not an opcode: its old opcode values are unknown.
+            let Ok(op) = SendOpcode::try_from(v) else {
+                assert!([1, 3, 11, 13, 15].contains(&v), "{v}");
+                continue;
+            };
             let mut w = SendWqe::new(v as u64, op, &[sge]).unwrap();
             w.remote_stag = 7;
             w.remote_to = 0x40;
@@ -325,6 +321,9 @@ mod tests {
             w.mr_stag = 12;
             w.access = wqe::access::REMOTE_WRITE;
             w.flags |= send_flags::FENCE;
+            if op == SendOpcode::SendInv {
+                w.flags |= send_flags::SOLICITED;
+            }
             let wr = send_wr(&w).unwrap();
             assert_eq!(wr.wr_id, v as u64);
             assert!(wr.signaled && wr.read_fence && !wr.local_fence);
@@ -345,7 +344,7 @@ mod tests {
                     },
                 ) => true,
                 (
-                    SendOpcode::SendSeInv,
+                    SendOpcode::SendInv,
                     SendOp::Send {
                         solicited: true,
                         invalidate: Some(9),
@@ -379,7 +378,7 @@ mod tests {
                 ) => access == Access::REMOTE_WRITE,
                 (
                     SendOpcode::Send
-                    | SendOpcode::SendSeInv
+                    | SendOpcode::SendInv
                     | SendOpcode::Write
                     | SendOpcode::WriteImm
                     | SendOpcode::SendInvImm

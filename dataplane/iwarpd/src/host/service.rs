@@ -22,7 +22,6 @@ use crate::port::Port;
 use crate::worker::Service;
 use iwarp_abi::command::{reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_ID};
 use iwarp_abi::daemon_shm::DaemonSide;
-use iwarp_abi::qp::QpState as AbiQpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;
@@ -556,6 +555,9 @@ impl Host {
             }
             Command::DestroyQp { qp } => {
                 let eqp = self.engine_qp(qp)?;
+                // Windows still bound on it (Verbs section 6.1.4): refused before its
+                // connection or its work is touched, so the QP goes on as it was.
+                node.rnic.can_destroy_qp(eqp).map_err(|_| st::IN_USE)?;
                 // A connection closing gracefully finishes that close without the QP; any
                 // other is reset.
                 if let Some(conn) = node.conn_of_qp(eqp) {
@@ -565,8 +567,8 @@ impl Host {
                 let _ = node.rnic.force_error(eqp);
                 self.pump_sqs(&mut node.rnic);
                 self.drain_cqs(&mut node.rnic);
+                node.rnic.destroy_qp(eqp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
-                let _ = node.rnic.destroy_qp(eqp);
                 self.qp_num.remove(&eqp);
                 if !self.qps.values().any(|o| o.owner == q.owner) {
                     self.owners.remove(&q.owner);
@@ -574,14 +576,7 @@ impl Host {
             }
             Command::ModifyQp { qp, state } => {
                 let eqp = self.engine_qp(qp)?;
-                let to = match state {
-                    AbiQpState::Idle => QpState::Idle,
-                    AbiQpState::Rts => return Err(st::INVALID),
-                    AbiQpState::Closing => QpState::Closing,
-                    AbiQpState::Terminate => QpState::Terminate,
-                    AbiQpState::Error => QpState::Error,
-                };
-                node.rnic.modify_qp(eqp, to).map_err(|_| st::INVALID)?;
+                node.rnic.modify_qp(eqp, state).map_err(|_| st::INVALID)?;
             }
             Command::RegisterMr {
                 stag,
