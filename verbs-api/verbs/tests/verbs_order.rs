@@ -241,3 +241,83 @@ fn a_read_with_ord_zero_completes_in_error() {
     qp_error_event(&ca, &qa);
     assert_eq!(next(&cqb).wr_id, 9, "the Send before it arrived");
 }
+
+/// Verbs section 6.2.4 and figure 4 (the Closing table): a graceful close while a Read is
+/// outstanding. Modify QP is an immediate error in Closing, so Closing -> Idle cannot drop
+/// the Read; the Read completes exactly once, with its data, and only then does the QP
+/// reach Idle.
+#[test]
+fn a_read_outstanding_at_a_graceful_close_completes_before_idle() {
+    const LEN: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, ca) = endpoint(dir.path(), "a", 1);
+    let (_b, cb) = endpoint(dir.path(), "b", 2);
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (cqa, cqb) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+    let qa = pa.create_qp(&QpInitAttr::new(&cqa, 8)).unwrap();
+    let qb = pb.create_qp(&QpInitAttr::new(&cqb, 8)).unwrap();
+    let (ba, bb) = (ca.alloc_buffer(LEN).unwrap(), cb.alloc_buffer(LEN).unwrap());
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
+    bb.write(0, &pattern).unwrap();
+    let ma = pa
+        .reg_mr(
+            &ba,
+            0,
+            LEN as u64,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mb = pb
+        .reg_mr(
+            &bb,
+            0,
+            LEN as u64,
+            access::LOCAL_WRITE | access::REMOTE_READ,
+        )
+        .unwrap();
+    let port = 7502;
+    cb.listen(port, &ConnSettings::default()).unwrap();
+    let remote = format!("10.{SUBNET}.0.2:{port}").parse().unwrap();
+    let conn = ca.connect(&qa, remote, &ConnSettings::default()).unwrap();
+    let req = cb.get_request(Duration::from_secs(20)).unwrap();
+    cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
+        .unwrap();
+    ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+
+    let sg = [Sg {
+        mr: &ma,
+        offset: 0,
+        len: LEN as u32,
+    }];
+    let read = WrOpcode::RdmaRead {
+        rkey: mb.stag(),
+        remote_addr: 0,
+    };
+    qa.post_send(&SendWr::new(1, read, &sg)).unwrap();
+    ca.disconnect(conn, false).unwrap();
+    assert!(
+        ca.modify_qp(&qa, QpState::Idle).is_err(),
+        "Modify QP in Closing is an immediate error (figure 4)"
+    );
+    let wc = next(&cqa);
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.status, wc.byte_len as usize),
+        (1, WcOpcode::Read, WcStatus::Success, LEN),
+        "{wc:?}"
+    );
+    let mut got = vec![0u8; LEN];
+    ba.read(0, &mut got).unwrap();
+    assert!(got == pattern, "the Read's data arrived whole");
+    let t = Instant::now();
+    while ca.query_qp(&qa).unwrap() != QpState::Idle {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "A's QP never left Closing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        cqa.wait(Duration::from_millis(200)).unwrap().is_none(),
+        "the Read completed once"
+    );
+}
