@@ -84,6 +84,9 @@ struct Flow {
     /// The peer's latest segment as a pure ACK (headers only, sequence number past its
     /// data): what [`PeerTcp::duplicate_acks`] repeats.
     last_ack: Vec<u8>,
+    /// Segments received from the peer: the node watches it move to tell a live peer from
+    /// a dead one (see [`PeerTcp::heard`]).
+    heard: u64,
 }
 
 /// A SYN we sent: when it may go again, and the wait after that.
@@ -142,6 +145,9 @@ impl PeerTcp {
             return;
         };
         let key = FlowKey::new(tcp.dst_port(), ip.src_addr().octets(), tcp.src_port());
+        if let Some(flow) = self.flows.get_mut(&key) {
+            flow.heard = flow.heard.wrapping_add(1);
+        }
         if tcp.syn() {
             self.syn(key, &tcp);
         } else if tcp.rst() {
@@ -273,6 +279,7 @@ impl PeerTcp {
             reset: false,
             sender: None,
             last_ack: Vec::new(),
+            heard: 0,
         };
         if let Some(slot) = self.syns.iter_mut().find(|(k, _)| *k == key) {
             slot.1 = flow;
@@ -304,6 +311,12 @@ impl PeerTcp {
         if let Some(flow) = self.flows.get_mut(&key) {
             flow.sender = Some(Box::new(sender));
         }
+    }
+
+    /// How many segments the peer of an adopted connection has sent since it was adopted
+    /// (wrapping); none for a connection not tracked.
+    pub fn heard(&self, key: FlowKey) -> Option<u64> {
+        self.flows.get(&key).map(|f| f.heard)
     }
 
     pub fn sender(&self, key: FlowKey) -> Option<&Sender> {

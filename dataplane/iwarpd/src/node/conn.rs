@@ -148,7 +148,7 @@ impl<P: Port> Node<P> {
     }
 
     /// The connection is over: tell the engine and, in relay mode, the control plane.
-    fn ended(&mut self, i: usize, reason: CloseReason) {
+    pub(super) fn ended(&mut self, i: usize, reason: CloseReason) {
         let c = &mut self.conns[i];
         let had_stream = c.has_stream();
         c.state = ConnState::Closed;
@@ -232,6 +232,14 @@ impl<P: Port> Node<P> {
             // off to a quarter of it at most, so that several resends fit in it.
             sender.rtt = sender.rtt.clone().with_max(self.tcp.user_timeout / 4);
             self.dev.peers.set_sender(key, sender);
+            // The peer's segments are counted from here on: the node judges its silence
+            // (`Node::check_peers`), smoltcp's own timeout no longer does.
+            let c = &mut self.conns[i];
+            c.heard = self.dev.peers.heard(key).unwrap_or(0);
+            c.heard_live = self.live;
+            self.sockets
+                .get_mut::<tcp::Socket>(c.handle)
+                .set_timeout(None);
         }
     }
 

@@ -174,6 +174,10 @@ struct Conn {
     /// When the connection outlived its QP, finishing a graceful close (see
     /// [`Node::relay_release`]).
     orphaned_since: Option<std::time::Instant>,
+    /// The peer's segment count ([`crate::peer_tcp::PeerTcp::heard`]) when last checked,
+    /// and the node's live time when it last moved.
+    heard: u64,
+    heard_live: std::time::Duration,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -218,6 +222,8 @@ impl Conn {
             accepted_on: None,
             flow: None,
             orphaned_since: None,
+            heard: 0,
+            heard_live: std::time::Duration::ZERO,
         }
     }
 
@@ -323,6 +329,15 @@ pub struct Node<P: Port> {
     /// the poll loop, and its turns.
     tcp_totals: (cc::sender::SendCounters, usize, usize),
     turns: u64,
+    /// Real time the poll loop has lived through, each turn counting at most a keep-alive
+    /// interval: a dead peer is one silent this long, so that time our own loop spent
+    /// stalled (when it could neither send probes nor read answers) never counts against
+    /// the peer.
+    live: std::time::Duration,
+    /// The previous turn's start, in real microseconds of the clock.
+    last_turn_us: u64,
+    /// When (in `live`) peers are next checked for silence.
+    next_liveness: std::time::Duration,
 }
 
 /// With more connections than this, the poll loop sums their TCP counters every
@@ -383,6 +398,9 @@ impl<P: Port> Node<P> {
             stages: StageNs::default(),
             tcp_totals: Default::default(),
             turns: 0,
+            live: std::time::Duration::ZERO,
+            last_turn_us: 0,
+            next_liveness: std::time::Duration::ZERO,
         }
     }
 
@@ -401,7 +419,9 @@ impl<P: Port> Node<P> {
         // (`TcpSettings::max_inflight`, whole segments), and smoltcp sends what we queue.
         s.set_congestion_control(tcp::CongestionControl::None);
         // smoltcp's timeout counts from the last segment received, so an idle connection
-        // needs keep-alives (a quarter of the timeout) to stay up while its peer lives.
+        // needs keep-alives (a quarter of the timeout) to stay up while its peer lives. The
+        // timeout guards only the setup: once the peer's segments are tracked, the node
+        // itself judges silence (`Node::check_peers`), in time its own loop was running.
         s.set_timeout(Some(self.clock.real_to_virtual(self.tcp.user_timeout)));
         s.set_keep_alive(Some(self.clock.real_to_virtual(self.tcp.user_timeout / 4)));
         self.sockets.add(s)
@@ -596,7 +616,9 @@ impl<P: Port> Node<P> {
         let now = self.clock.now();
         self.turn_now = now;
         self.dev.keep_neighbours(now);
+        self.advance_live(now);
         // Drain what the port holds (a few bursts), so a full receive queue does not drop.
+        let mut drained = false;
         for _ in 0..8 {
             let n = self.dev.fill();
             t.port += clock.lap();
@@ -604,8 +626,15 @@ impl<P: Port> Node<P> {
             self.iface_ingress(now);
             t.tcp += clock.lap();
             if n == 0 {
+                drained = true;
                 break;
             }
+        }
+        // Silence is judged only once everything that arrived has been read: an answer
+        // still waiting in our own receive queue is an answer.
+        if drained && self.live >= self.next_liveness {
+            self.next_liveness = self.live + self.tcp.user_timeout / 16;
+            self.check_peers();
         }
         // A stream's segments are acknowledged now, and the ACK sent, before the engine works
         // through them: a turn may take in everything the sender has in flight, and an ACK
@@ -647,6 +676,40 @@ impl<P: Port> Node<P> {
     /// Times the stages of every poll (see [`StageNs`]); off by default.
     pub fn set_stage_timing(&mut self, on: bool) {
         self.stage_timing = on;
+    }
+
+    /// Moves [`Node::live`] on by the real time since the previous turn, at most a
+    /// keep-alive interval: a longer gap is our own loop stalling, not the peer.
+    fn advance_live(&mut self, now: smoltcp::time::Instant) {
+        let real_us = now.total_micros().max(0) as u64 / self.clock.factor();
+        let gap = std::time::Duration::from_micros(real_us.saturating_sub(self.last_turn_us));
+        self.last_turn_us = real_us;
+        self.live += gap.min(self.tcp.user_timeout / 4);
+    }
+
+    /// Gives up every established connection whose peer has sent nothing for the user
+    /// timeout of live time: by then it left several keep-alives or resends (one each
+    /// quarter of the timeout at most) unanswered. Its QP enters Error; in relay mode the
+    /// control plane hears [`CloseReason::Timeout`].
+    fn check_peers(&mut self) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.is_over() || c.socket_gone {
+                continue;
+            }
+            let Some(heard) = c.flow.and_then(|k| self.dev.peers.heard(k)) else {
+                continue;
+            };
+            if heard != c.heard {
+                let c = &mut self.conns[i];
+                c.heard = heard;
+                c.heard_live = self.live;
+            } else if self.live.saturating_sub(c.heard_live) >= self.tcp.user_timeout {
+                let handle = c.handle;
+                self.sockets.get_mut::<tcp::Socket>(handle).abort();
+                self.ended(i, CloseReason::Timeout);
+            }
+        }
     }
 
     /// Real time until smoltcp wants to be polled again (for adaptive back-off).
