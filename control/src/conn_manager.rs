@@ -94,6 +94,8 @@ pub struct ConnManager {
     now: u64,
     /// The QPs of connections closed gracefully whose stream has not ended yet.
     closing: BTreeMap<u32, u32>,
+    /// Connections (in setup or established) at most; past it new ones are refused.
+    max_conns: usize,
 }
 
 impl ConnManager {
@@ -111,7 +113,20 @@ impl ConnManager {
             rts_delay_ms: 0,
             now: 0,
             closing: BTreeMap::new(),
+            max_conns: usize::MAX,
         }
+    }
+
+    /// At most `n` connections at once (`limits.max_qp`: each needs a QP): past it, a
+    /// Connect fails at once with a reason naming the limit, and an incoming connection is
+    /// reset before it costs more than its socket.
+    pub fn with_max_conns(mut self, n: usize) -> ConnManager {
+        self.max_conns = n;
+        self
+    }
+
+    fn at_limit(&self) -> bool {
+        self.conns.len() >= self.max_conns
     }
 
     /// After a valid MPA Reply, an initiator waits at least `ms` before its QP enters RTS and
@@ -161,6 +176,17 @@ impl ConnManager {
         let s = mpa_settings(s);
         let conn = self.next_conn;
         self.next_conn += 1;
+        if self.at_limit() {
+            let event = Event::ConnectFailed {
+                conn,
+                reason: format!(
+                    "connection limit reached: {} connections open or in setup \
+                     (limits.max_qp)",
+                    self.conns.len()
+                ),
+            };
+            return (conn, vec![Action::App { app, event }]);
+        }
         self.conns.insert(
             conn,
             Conn {
@@ -288,6 +314,7 @@ impl ConnManager {
                 local_port,
                 peer,
             } => match self.listeners.get(&local_port) {
+                Some(_) if self.at_limit() => out.push(Action::Daemon(Command::TcpAbort { conn })),
                 Some((app, s)) => {
                     self.conns.insert(
                         conn,
@@ -625,6 +652,53 @@ mod tests {
         n.app_events
             .iter()
             .any(|(s, _, e)| *s == side && matches!(e, Event::Established(_)))
+    }
+
+    fn failures_on(n: &Net, side: usize) -> Vec<String> {
+        n.app_events
+            .iter()
+            .filter_map(|(s, _, e)| match e {
+                Event::ConnectFailed { reason, .. } if *s == side => Some(reason.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn past_the_connection_limit_a_connect_fails_naming_it_and_an_incoming_one_is_reset() {
+        let mut n = Net::new();
+        n.cms[0] = ConnManager::new(1000, 1460).with_max_conns(2);
+        n.cms[1] = ConnManager::new(1000, 1460).with_max_conns(1);
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
+        n.run(1, acts);
+        // The first reaches side 1's application; the second finds side 1 at its limit.
+        for _ in 0..2 {
+            let (_, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
+            n.run(0, acts);
+        }
+        let requests = n
+            .app_events
+            .iter()
+            .filter(|(_, _, e)| matches!(e, Event::ConnectRequest(_)))
+            .count();
+        assert_eq!(requests, 1);
+        assert_eq!(
+            failures_on(&n, 0),
+            vec![Failure::TcpClosed(CloseReason::Reset).to_string()]
+        );
+        // Side 0 holds one connection in setup; with a limit of one more, a third is open
+        // and a fourth fails before any TCP is started.
+        let (_, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
+        assert!(matches!(
+            acts[..],
+            [Action::Daemon(Command::TcpConnect { .. })]
+        ));
+        let (_, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);
+        assert!(
+            matches!(&acts[..], [Action::App { event: Event::ConnectFailed { reason, .. }, .. }]
+                if reason.contains("connection limit") && reason.contains("limits.max_qp")),
+            "{acts:?}"
+        );
     }
 
     #[test]

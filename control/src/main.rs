@@ -528,8 +528,9 @@ fn main() -> ExitCode {
             .ok(),
     };
     // MPA setup must finish within this (RFC 5044 section 7.1 leaves the value to us).
-    let mut cm =
-        ConnManager::new(10_000, config.mss() as u32).with_rts_delay(config.mpa.rts_delay_ms);
+    let mut cm = ConnManager::new(10_000, config.mss() as u32)
+        .with_rts_delay(config.mpa.rts_delay_ms)
+        .with_max_conns(config.limits.max_qp as usize);
     let mut outbox: Vec<Action> = Vec::new();
     let start = Instant::now();
     // Each worker's poll loop bumps its heartbeat; silence for 3 s is reported.
