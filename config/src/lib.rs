@@ -213,8 +213,9 @@ pub struct Tcp {
     /// 0 (the default): see [`Config::max_inflight`]. smoltcp's maximum RTO is not a key: it
     /// is its fixed 60 s divided by the clock dilation, 60 ms with the default min_rto_us.
     pub max_inflight: usize,
-    /// A connection whose data stays unacknowledged this long (milliseconds, real time) is
-    /// given up and its QP enters Error: how a dead peer is detected.
+    /// A connection whose peer sends nothing this long (milliseconds of real time in which
+    /// our poll loop ran; keep-alives go every quarter of it) is given up and its QP enters
+    /// Error: how a dead peer is detected.
     pub user_timeout_ms: u64,
     /// Hold the ACK of a lone small segment up to this long (microseconds, real time) so it
     /// rides the answer instead of costing a frame of its own; 0 sends it at once. Out of

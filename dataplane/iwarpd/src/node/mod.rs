@@ -42,8 +42,9 @@ pub struct TcpSettings {
     /// Bytes queued in TCP and not yet acknowledged, at most: the node's own fixed window.
     /// It bounds what one timeout resends and keeps segments MSS-aligned.
     pub max_inflight: usize,
-    /// A connection whose data goes unacknowledged this long (real time) is given up, and
-    /// its QP enters Error: how a dead peer is detected.
+    /// A connection whose peer sends nothing this long (real time in which our poll loop
+    /// ran; keep-alives go every quarter of it) is given up, and its QP enters Error: how a
+    /// dead peer is detected.
     pub user_timeout: std::time::Duration,
     /// How long the ACK of a lone small segment may wait for data to ride on (real time);
     /// zero: at once. The daemon's default (`tcp.ack_delay_us`) is 5 µs.
