@@ -49,6 +49,26 @@ pub fn guest() -> Option<PathBuf> {
     }
 }
 
+/// [`guest`], if its initrd holds `program` (the `contents` stamp `build.sh` writes names
+/// them); a guest built by an older script does not hold perftest, and is skipped saying so
+/// (or, with `IWARP_REQUIRE_SIW`, fails).
+pub fn guest_with(program: &str) -> Option<PathBuf> {
+    let dir = guest()?;
+    let contents = std::fs::read_to_string(dir.join("contents")).unwrap_or_default();
+    if contents.split_whitespace().any(|p| p == program) {
+        return Some(dir);
+    }
+    let why = format!(
+        "the guest in {} has no {program} (scripts/siw-guest/build.sh rebuilds it)",
+        dir.display()
+    );
+    if std::env::var_os("IWARP_REQUIRE_SIW").is_some() {
+        panic!("IWARP_REQUIRE_SIW is set, but {why}");
+    }
+    eprintln!("siw interop: skipped: {why}");
+    None
+}
+
 /// A bridge joining the guest's TAP and ours; both removed when dropped.
 struct Link {
     bridge: String,

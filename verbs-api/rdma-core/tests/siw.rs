@@ -127,3 +127,78 @@ fn our_rping_client_validates_siws_server_64k_without_crc() {
 fn our_rping_client_validates_siws_server_with_crc() {
     our_client_validates_siws_server(4, "64", true);
 }
+
+/// perftest with rdma_cm (`-R`) between siw in the guest and our endpoint, ours the server
+/// when `ours_serves`: both sides finish, name the transport iWARP, and the client (which
+/// measures; for Read only it does) prints its result table.
+fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
+    let program = format!("/usr/bin/{tool}");
+    let Some(guest) = testkit::siw::guest_with(&program) else {
+        return;
+    };
+    if !common::have(&program) {
+        return;
+    }
+    let server_ip = format!("10.7{n}.0.{}", if ours_serves { 1 } else { 2 });
+    let mut server = vec!["-R", "-n", "20"];
+    server.extend_from_slice(extra);
+    let mut client = server.clone();
+    client.push(&server_ip);
+    let (our_args, theirs) = if ours_serves {
+        (server.clone(), [&[tool], &client[..]].concat())
+    } else {
+        (client.clone(), [&[tool], &server[..]].concat())
+    };
+    let r = testkit::siw::run(
+        &guest,
+        n,
+        |rt| {
+            if ours_serves {
+                ours(&program, &our_args, rt, true)
+            } else {
+                client_retrying(&program, &our_args, rt, true)
+            }
+        },
+        &theirs,
+    );
+    let said = r.ours_said();
+    assert!(r.ours.status.success(), "our {tool} failed");
+    assert!(r.guest.contains("guest: exit 0"), "siw's {tool} failed");
+    for text in [&said, &r.guest] {
+        assert!(text.contains("Transport type : IW"), "{text}");
+    }
+    let client_said = if ours_serves { &r.guest } else { &said };
+    assert!(client_said.contains("#bytes"), "{client_said}");
+    // Every frame decodes with good CRCs (siw turns them on when we ask).
+    testkit::tshark_check(&r.pcap, 20, true);
+}
+
+#[test]
+fn ib_write_bw_siw_client_our_server() {
+    perftest(1, "ib_write_bw", &["-s", "65536"], true);
+}
+
+#[test]
+fn ib_write_bw_our_client_siw_server() {
+    perftest(2, "ib_write_bw", &["-s", "65536"], false);
+}
+
+#[test]
+fn ib_read_lat_siw_client_our_server() {
+    perftest(3, "ib_read_lat", &[], true);
+}
+
+#[test]
+fn ib_read_lat_our_client_siw_server() {
+    perftest(4, "ib_read_lat", &[], false);
+}
+
+#[test]
+fn ib_send_lat_siw_client_our_server() {
+    perftest(1, "ib_send_lat", &[], true);
+}
+
+#[test]
+fn ib_send_lat_our_client_siw_server() {
+    perftest(2, "ib_send_lat", &[], false);
+}
