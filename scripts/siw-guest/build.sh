@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Builds a small Linux guest that runs the kernel's soft-iWARP (siw) and rdma-core's rping, so
-# the interop tests can put a real siw peer on the other end of a TAP link (QEMU, no KVM needed).
+# the interop tests can put a real siw peer on the other end of a TAP link (QEMU, no KVM needed),
+# with perftest's ib_write_bw, ib_read_lat and ib_send_lat.
 #
 #   scripts/siw-guest/build.sh [OUT]     (root or sudo; default OUT: target/siw-guest)
 #
 # OUT gets `vmlinuz` and `initrd.gz`. Everything comes from Debian 12's packages: the kernel
 # image, and siw.ko built from Debian's kernel source against its headers (Debian's kernel
-# is built without CONFIG_RDMA_SIW), busybox, rping and the `rdma` tool with their libraries,
-# and rdma-core's siw provider. Idempotent: a finished OUT is left alone.
+# is built without CONFIG_RDMA_SIW), busybox, rping, perftest and the `rdma` tool with their
+# libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this version of the
+# script (its `contents` stamp says which programs it holds) is left alone; an older one is
+# rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-target/siw-guest}")
-[ -s "$out/vmlinuz" ] && [ -s "$out/initrd.gz" ] && { echo "siw-guest: $out is built"; exit 0; }
+programs="/usr/bin/rping /usr/bin/rdma /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat"
+stamp="guest programs: $programs"
+[ -s "$out/vmlinuz" ] && [ -s "$out/initrd.gz" ] && [ "$(cat "$out/contents" 2>/dev/null)" = "$stamp" ] &&
+    { echo "siw-guest: $out is built"; exit 0; }
 
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -24,7 +30,7 @@ kver=$(apt-cache depends linux-image-amd64 | sed -n 's/.*Depends: linux-image-\(
 series=$(echo "$kver" | cut -d. -f1,2)
 echo "siw-guest: kernel $kver"
 apt_get install -y -qq --no-install-recommends qemu-system-x86 busybox-static rdmacm-utils \
-    ibverbs-providers iproute2 kmod cpio xz-utils make "linux-headers-$kver" >/dev/null
+    ibverbs-providers perftest iproute2 kmod cpio xz-utils make "linux-headers-$kver" >/dev/null
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -64,11 +70,11 @@ for m in virtio_pci virtio_net crc32c_generic ib_uverbs rdma_ucm iw_cm siw; do
     add_module "$m"
 done
 
-# rping and the rdma tool, their libraries, the dynamic loader and the siw provider; and
-# libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end with it).
+# rping, perftest and the rdma tool, their libraries, the dynamic loader and the siw provider;
+# and libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end with it).
 provider=$(dpkg -L ibverbs-providers | grep '/libsiw-rdmav[0-9]*\.so$' | head -1)
 libgcc=$(ldconfig -p | sed -n 's/.*libgcc_s\.so\.1 (libc6,x86-64) => //p' | head -1)
-for bin in /usr/bin/rping /usr/bin/rdma "$provider" "$libgcc"; do
+for bin in $programs "$provider" "$libgcc"; do
     mkdir -p "$root$(dirname "$bin")"
     cp -L "$bin" "$root$bin"
     for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
@@ -83,4 +89,5 @@ cp "$work/kernel/boot/vmlinuz-$kver" "$out/vmlinuz.tmp"
 (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$out/initrd.gz.tmp"
 mv "$out/initrd.gz.tmp" "$out/initrd.gz"
 mv "$out/vmlinuz.tmp" "$out/vmlinuz"
+echo "$stamp" > "$out/contents"
 echo "siw-guest: built $out (kernel $kver, $(du -h "$out/initrd.gz" | cut -f1) initrd)"

@@ -4,6 +4,8 @@
 //! A dev-dependency only; nothing here ships. For tests of `iwarp-control` alone,
 //! [`fake_daemon`] plays `iwarpd` on the command ring.
 
+pub mod siw;
+
 use iwarp_abi::command::{reply_status, CloseReason, Command, Upcall};
 use iwarp_abi::daemon_shm::DaemonSide;
 use std::collections::{BTreeMap, BTreeSet};

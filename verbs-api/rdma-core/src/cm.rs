@@ -658,9 +658,16 @@ pub(crate) unsafe extern "C" fn rdma_resolve_route(
     0
 }
 
+/// Whether connections ask for MPA CRCs: yes unless `IWARP_MPA_CRC` is `0`. rdma_cm has no
+/// parameter for it (the kernel's providers take it from a module parameter, as siw's
+/// `mpa_crc_required`), so unmodified programs get it from the environment.
+fn crc_wanted() -> bool {
+    std::env::var_os("IWARP_MPA_CRC").is_none_or(|v| v != "0")
+}
+
 /// MPA settings from an application's connection parameters: its IRD
 /// (`responder_resources`) and ORD (`initiator_depth`), as iw_cm maps them, and its private
-/// data unchanged.
+/// data unchanged; CRCs as [`crc_wanted`] says.
 ///
 /// # Safety
 /// `p` must be NULL or the application's parameters.
@@ -668,6 +675,7 @@ unsafe fn settings(ctx: &device::Ctx, p: *const rdma_conn_param) -> ConnSettings
     let mut s = ConnSettings {
         ird: ctx.limits.max_ird,
         ord: ctx.limits.max_ord,
+        crc: crc_wanted(),
         ..Default::default()
     };
     if !p.is_null() {

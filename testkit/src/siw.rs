@@ -1,0 +1,250 @@
+//! A live Linux soft-iWARP peer: the QEMU guest of `scripts/siw-guest` (its kernel runs
+//! `siw`) on a TAP interface bridged to an `iwarpd` TAP port, with `iwarp-control`. The
+//! guest runs one command given on its kernel command line and powers off when it ends.
+
+use crate::{binary, start_control, target_dir, unique, wait_for, Proc};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One emulated guest at a time: two on two cores only run slower.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+fn sh(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The guest's kernel and initrd, or `None` after saying on stderr why the test cannot run
+/// here. With `IWARP_REQUIRE_SIW` set (CI builds the guest), a missing piece panics instead.
+pub fn guest() -> Option<PathBuf> {
+    let dir = std::env::var_os("IWARP_SIW_GUEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("../siw-guest"));
+    // SAFETY: geteuid has no preconditions.
+    let missing = if unsafe { libc::geteuid() } != 0 {
+        Some("skipped (needs root): TAP and a bridge".to_string())
+    } else if !sh("command -v qemu-system-x86_64 >/dev/null") {
+        Some("skipped: qemu-system-x86_64 is not installed".to_string())
+    } else if !dir.join("vmlinuz").exists() || !dir.join("initrd.gz").exists() {
+        Some(format!(
+            "skipped: no guest in {} (scripts/siw-guest/build.sh makes it)",
+            dir.display()
+        ))
+    } else {
+        None
+    };
+    match missing {
+        None => Some(dir),
+        Some(why) if std::env::var_os("IWARP_REQUIRE_SIW").is_some() => {
+            panic!("IWARP_REQUIRE_SIW is set, but {why}")
+        }
+        Some(why) => {
+            eprintln!("siw interop: {why}");
+            None
+        }
+    }
+}
+
+/// [`guest`], if its initrd holds `program` (the `contents` stamp `build.sh` writes names
+/// them); a guest built by an older script does not hold perftest, and is skipped saying so
+/// (or, with `IWARP_REQUIRE_SIW`, fails).
+pub fn guest_with(program: &str) -> Option<PathBuf> {
+    let dir = guest()?;
+    let contents = std::fs::read_to_string(dir.join("contents")).unwrap_or_default();
+    if contents.split_whitespace().any(|p| p == program) {
+        return Some(dir);
+    }
+    let why = format!(
+        "the guest in {} has no {program} (scripts/siw-guest/build.sh rebuilds it)",
+        dir.display()
+    );
+    if std::env::var_os("IWARP_REQUIRE_SIW").is_some() {
+        panic!("IWARP_REQUIRE_SIW is set, but {why}");
+    }
+    eprintln!("siw interop: skipped: {why}");
+    None
+}
+
+/// A bridge joining the guest's TAP and ours; both removed when dropped.
+struct Link {
+    bridge: String,
+    guest_tap: String,
+}
+
+impl Link {
+    fn new(n: u8) -> Link {
+        let link = Link {
+            bridge: format!("brsiw{n}"),
+            guest_tap: format!("vmsiw{n}"),
+        };
+        link.remove();
+        let (br, tap) = (&link.bridge, &link.guest_tap);
+        assert!(
+            sh(&format!(
+                "ip link add {br} type bridge && ip link set {br} up && \
+                 ip tuntap add dev {tap} mode tap && ip link set {tap} master {br} && \
+                 ip link set {tap} up"
+            )),
+            "bridge {br} with {tap}"
+        );
+        link
+    }
+
+    fn attach(&self, tap: &str) {
+        // The daemon may publish its segment a moment before its TAP interface exists.
+        let t = Instant::now();
+        while !sh(&format!("ip link show {tap} >/dev/null 2>&1")) {
+            assert!(t.elapsed() < Duration::from_secs(10), "no interface {tap}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            sh(&format!(
+                "ip link set {tap} master {} && ip link set {tap} up",
+                self.bridge
+            )),
+            "attach {tap}"
+        );
+    }
+
+    fn remove(&self) {
+        let _ = sh(&format!(
+            "ip link del {} 2>/dev/null; ip link del {} 2>/dev/null",
+            self.bridge, self.guest_tap
+        ));
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// What one run left: both sides' output and the capture of every frame.
+pub struct Run {
+    /// What the guest printed on its console, `guest: exit N` last.
+    pub guest: String,
+    /// Our program's exit and output.
+    pub ours: Output,
+    pub pcap: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Run {
+    /// A failed run keeps its capture and logs for a person to open.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!("siw interop: kept {} (siw.pcap)", dir.keep().display());
+            }
+        }
+    }
+}
+
+impl Run {
+    /// Our program's stdout and stderr.
+    pub fn ours_said(&self) -> String {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&self.ours.stdout),
+            String::from_utf8_lossy(&self.ours.stderr)
+        )
+    }
+}
+
+/// Our endpoint at 10.7`n`.0.1 (runtime directory passed to `ours`, which builds the
+/// command to run on our side); the guest at 10.7`n`.0.2 runs `theirs` (its words joined
+/// by commas on the kernel command line, so no word may hold a comma or a space).
+pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&str]) -> Run {
+    let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("rt");
+    let pcap = dir.path().join("siw.pcap");
+    let link = Link::new(n);
+    let our_tap = format!("iwsiw{n}");
+    let _daemon = Proc(
+        Command::new(binary("iwarpd"))
+            .args(["--name", &unique("siw")])
+            .args(["--port", "tap", "--tap", &our_tap, "--polling", "adaptive"])
+            .args(["--mac", &format!("02:00:00:00:7{n}:01")])
+            .args(["--ip", &format!("10.7{n}.0.1/24")])
+            .arg("--runtime-dir")
+            .arg(&runtime)
+            .arg("--pcap")
+            .arg(&pcap)
+            .spawn()
+            .expect("spawn iwarpd"),
+    );
+    wait_for(&runtime.join("daemon.shm"));
+    link.attach(&our_tap);
+    let _control = start_control(&runtime);
+
+    let ours = ours(&runtime)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn our program");
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(ours.wait_with_output().expect("our program")));
+
+    let append = format!(
+        "console=ttyS0 panic=-1 quiet guest_ip=10.7{n}.0.2/24 guest_run={}",
+        theirs.join(",")
+    );
+    let console = dir.path().join("console");
+    let mut vm = Proc(
+        Command::new("qemu-system-x86_64")
+            .args(["-machine", "pc", "-cpu", "max", "-m", "512", "-smp", "1"])
+            .args(["-nographic", "-no-reboot"])
+            .arg("-kernel")
+            .arg(guest.join("vmlinuz"))
+            .arg("-initrd")
+            .arg(guest.join("initrd.gz"))
+            .args(["-append", &append])
+            .arg("-netdev")
+            .arg(format!(
+                "tap,id=n0,ifname={},script=no,downscript=no",
+                link.guest_tap
+            ))
+            .args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac=52:54:00:7{n}:00:02"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&console).unwrap())
+            .spawn()
+            .expect("run qemu"),
+    );
+    // The guest powers off when its command ends. Ours has its own time limits; once it has
+    // ended, the guest gets a while to finish (a server that never saw us would wait forever).
+    let start = Instant::now();
+    let mut ours = None;
+    let mut ours_at = None;
+    while vm.0.try_wait().unwrap().is_none() {
+        if ours.is_none() {
+            ours = done.try_recv().ok();
+            ours_at = ours.as_ref().map(|_| Instant::now());
+        }
+        let late = ours_at.is_some_and(|t| t.elapsed() > Duration::from_secs(60));
+        if late || start.elapsed() > Duration::from_secs(300) {
+            let _ = vm.0.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ours = ours.unwrap_or_else(|| done.recv().expect("our program"));
+    let guest = std::fs::read_to_string(&console).unwrap_or_default();
+    let run = Run {
+        guest,
+        ours,
+        pcap,
+        dir: Some(dir),
+    };
+    eprintln!("--- guest\n{}\n--- ours\n{}", run.guest, run.ours_said());
+    run
+}

@@ -1,0 +1,204 @@
+//! Debian's unmodified `rping` and perftest, with our libibverbs/librdmacm, against Linux
+//! soft-iWARP: rdma-core's programs with siw's provider in the QEMU guest of
+//! `scripts/siw-guest` (`iwarp_testkit::siw`), both roles, every frame decoded by tshark.
+//!
+//! Root only (TAP and a bridge), and only where the guest is built, unless
+//! `IWARP_REQUIRE_SIW=1` (CI), where a missing piece fails the test.
+
+mod common;
+
+use iwarp_testkit::{self as testkit, siw::Run};
+use std::path::Path;
+use std::process::Command;
+
+const PINGS: usize = 10;
+
+/// Debian's `program` with our libraries, on our endpoint (`runtime`); with `crc` false,
+/// the connection does not ask for MPA CRCs (siw then leaves them off, as it does unless
+/// its `mpa_crc_required` is set).
+fn ours(program: &str, args: &[&str], runtime: &Path, crc: bool) -> Command {
+    let mut c = common::with_our_libs(program);
+    c.args(args).env("IWARP_RUNTIME_DIR", runtime);
+    if !crc {
+        c.env("IWARP_MPA_CRC", "0");
+    }
+    c
+}
+
+/// A client on our side, started again each second while the guest is still booting (it
+/// is refused or unreachable until siw's server listens), for at most a minute.
+fn client_retrying(program: &str, args: &[&str], runtime: &Path, crc: bool) -> Command {
+    let script = "for i in $(seq 60); do \"$0\" \"$@\" && exit 0; sleep 1; done; exit 1";
+    let mut c = ours("sh", &[], runtime, crc);
+    c.args(["-c", script, program]).args(args);
+    c
+}
+
+/// siw's `rping -c -V` against our `rping -s`: siw compares each ping our server read
+/// from it (RDMA Read) and wrote back (RDMA Write).
+fn siws_client_validates_our_server(n: u8, size: &str, crc: bool) {
+    let Some(guest) = testkit::siw::guest() else {
+        return;
+    };
+    let count = PINGS.to_string();
+    let our_ip = format!("10.7{n}.0.1");
+    let r = testkit::siw::run(
+        &guest,
+        n,
+        |rt| {
+            let args = ["-s", "-a", &our_ip, "-C", &count, "-S", size, "-v"];
+            ours("/usr/bin/rping", &args, rt, crc)
+        },
+        &[
+            "rping", "-c", "-a", &our_ip, "-C", &count, "-S", size, "-V", "-v",
+        ],
+    );
+    assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
+    for i in 0..PINGS {
+        // With -V, rping's client prints a ping only after comparing it.
+        assert!(
+            r.guest.contains(&format!("ping data: rdma-ping-{i}: ")),
+            "ping {i} missing on the guest"
+        );
+    }
+    assert!(r.ours.status.success(), "our rping server failed");
+    check_pcap(&r, crc);
+}
+
+/// Our `rping -c -V` against siw's `rping -s`: our client compares what siw's server read
+/// and wrote back.
+fn our_client_validates_siws_server(n: u8, size: &str, crc: bool) {
+    let Some(guest) = testkit::siw::guest() else {
+        return;
+    };
+    let count = PINGS.to_string();
+    let their_ip = format!("10.7{n}.0.2");
+    let r = testkit::siw::run(
+        &guest,
+        n,
+        |rt| {
+            let args = ["-c", "-a", &their_ip, "-C", &count, "-S", size, "-V", "-v"];
+            client_retrying("/usr/bin/rping", &args, rt, crc)
+        },
+        &["rping", "-s", "-a", &their_ip, "-S", size, "-v"],
+    );
+    assert!(r.ours.status.success(), "our rping client failed");
+    let said = r.ours_said();
+    for i in 0..PINGS {
+        assert!(
+            said.contains(&format!("ping data: rdma-ping-{i}: ")),
+            "our client did not validate ping {i}"
+        );
+        assert!(
+            r.guest
+                .contains(&format!("server ping data: rdma-ping-{i}: ")),
+            "siw's server did not read ping {i}"
+        );
+    }
+    assert!(!said.contains("mismatch"), "{said}");
+    // siw's server ends when our client disconnects: status 0.
+    assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
+    check_pcap(&r, crc);
+}
+
+/// Every frame decodes, no FPDU is malformed, each CRC is good where CRCs are on (and
+/// absent where off); each ping is at least two Sends each way, a Read Request, its
+/// Response and a Write.
+fn check_pcap(r: &Run, crc: bool) {
+    testkit::tshark_check(&r.pcap, 6 * PINGS, crc);
+}
+
+#[test]
+fn siws_rping_client_validates_our_server_64k_with_crc() {
+    siws_client_validates_our_server(1, "65535", true);
+}
+
+#[test]
+fn siws_rping_client_validates_our_server_without_crc() {
+    siws_client_validates_our_server(2, "4000", false);
+}
+
+#[test]
+fn our_rping_client_validates_siws_server_64k_without_crc() {
+    our_client_validates_siws_server(3, "65535", false);
+}
+
+#[test]
+fn our_rping_client_validates_siws_server_with_crc() {
+    our_client_validates_siws_server(4, "64", true);
+}
+
+/// perftest with rdma_cm (`-R`) between siw in the guest and our endpoint, ours the server
+/// when `ours_serves`: both sides finish, name the transport iWARP, and the client (which
+/// measures; for Read only it does) prints its result table.
+fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
+    let program = format!("/usr/bin/{tool}");
+    let Some(guest) = testkit::siw::guest_with(&program) else {
+        return;
+    };
+    if !common::have(&program) {
+        return;
+    }
+    let server_ip = format!("10.7{n}.0.{}", if ours_serves { 1 } else { 2 });
+    let mut server = vec!["-R", "-n", "20"];
+    server.extend_from_slice(extra);
+    let mut client = server.clone();
+    client.push(&server_ip);
+    let (our_args, theirs) = if ours_serves {
+        (server.clone(), [&[tool], &client[..]].concat())
+    } else {
+        (client.clone(), [&[tool], &server[..]].concat())
+    };
+    let r = testkit::siw::run(
+        &guest,
+        n,
+        |rt| {
+            if ours_serves {
+                ours(&program, &our_args, rt, true)
+            } else {
+                client_retrying(&program, &our_args, rt, true)
+            }
+        },
+        &theirs,
+    );
+    let said = r.ours_said();
+    assert!(r.ours.status.success(), "our {tool} failed");
+    assert!(r.guest.contains("guest: exit 0"), "siw's {tool} failed");
+    for text in [&said, &r.guest] {
+        assert!(text.contains("Transport type : IW"), "{text}");
+    }
+    let client_said = if ours_serves { &r.guest } else { &said };
+    assert!(client_said.contains("#bytes"), "{client_said}");
+    // Every frame decodes with good CRCs (siw turns them on when we ask).
+    testkit::tshark_check(&r.pcap, 20, true);
+}
+
+#[test]
+fn ib_write_bw_siw_client_our_server() {
+    perftest(1, "ib_write_bw", &["-s", "65536"], true);
+}
+
+#[test]
+fn ib_write_bw_our_client_siw_server() {
+    perftest(2, "ib_write_bw", &["-s", "65536"], false);
+}
+
+#[test]
+fn ib_read_lat_siw_client_our_server() {
+    perftest(3, "ib_read_lat", &[], true);
+}
+
+#[test]
+fn ib_read_lat_our_client_siw_server() {
+    perftest(4, "ib_read_lat", &[], false);
+}
+
+#[test]
+fn ib_send_lat_siw_client_our_server() {
+    perftest(1, "ib_send_lat", &[], true);
+}
+
+#[test]
+fn ib_send_lat_our_client_siw_server() {
+    perftest(2, "ib_send_lat", &[], false);
+}
