@@ -221,6 +221,9 @@ impl Core {
                     })?
                     .clone();
                 let stag = r.reg_mr(app, pd, access, segment, seg.data_len, offset, len)?;
+                if let Some(va) = va {
+                    r.set_mr_va(stag, va);
+                }
                 let c = Command::RegisterMr {
                     stag: stag.0,
                     pd,
@@ -340,10 +343,10 @@ impl Core {
                     stag: new.0,
                     pd: old.pd,
                     access,
-                    zero_based: true,
+                    zero_based: old.va.is_none(),
                     offset: old.offset,
                     len: old.len,
-                    va: 0,
+                    va: old.va.unwrap_or(0),
                     segment: seg,
                 });
                 if let Err(e) = refused(status, Resource::Mr, new.0) {

@@ -258,8 +258,11 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         cb.alloc_buffer(4096).unwrap(),
     );
     let ma = pa.reg_mr(&ba, 0, 4096, access::LOCAL_WRITE).unwrap();
-    let mb = pb.reg_mr(&bb, 0, 4096, access::LOCAL_WRITE).unwrap();
-    // Re-registration gives the region a new STag; the receive below uses it.
+    // VA-based: windows bind only to such regions (Verbs figure 19).
+    const VA: u64 = 0x4000_0000;
+    let mb = pb.reg_mr_va(&bb, 0, 4096, access::LOCAL_WRITE, VA).unwrap();
+    // Re-registration gives the region a new STag, and keeps it VA-based; the receive below
+    // uses it.
     let old = mb.stag();
     let mb = pb
         .rereg_mr(
@@ -321,7 +324,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     let bind = WrOpcode::BindMw {
         mw: mw.stag(),
         mr: mb.stag(),
-        to: 1024,
+        to: VA + 1024,
         len: 512,
         access: access::REMOTE_WRITE,
     };
@@ -335,7 +338,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     }];
     let write = WrOpcode::RdmaWrite {
         rkey: mw.stag(),
-        remote_addr: 1024 + 8,
+        remote_addr: VA + 1024 + 8,
     };
     qa.post_send(&SendWr::new(2, write, &wsg)).unwrap();
     completed(&qa_cq, 2);
