@@ -349,10 +349,39 @@ impl Rnic {
         Ok(())
     }
 
-    /// The TCP connection under the QP is gone (closed by the peer, reset, or lost).
+    /// The TCP connection under the QP is gone (closed by the peer, reset, or lost), or,
+    /// with `graceful`, the peer closed its half (FIN) and everything before it was read.
+    ///
+    /// A graceful close in RTS follows Verbs section 6.2.2.2: with every SQ WR and every
+    /// Remote RDMA Read done the QP moves to Closing, and from there to Idle as section
+    /// 6.2.5 says (its receives flushed; a message half received can no longer complete,
+    /// so then it goes to Error instead); with work outstanding it moves to Terminate
+    /// (section 6.2.2.3), sending a Terminate, and then to Error. Either way an affiliated
+    /// asynchronous event reports it.
     pub fn connection_lost(&mut self, qp: u32, graceful: bool) {
         let Ok(q) = self.qp_mut(qp) else { return };
         let state = q.state;
+        if graceful && state == QpState::Rts {
+            let done = q.sq.is_empty()
+                && q.inflight.is_empty()
+                && q.conn
+                    .as_ref()
+                    .is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
+            self.events.push_back(AsyncEvent::ConnectionClosed { qp });
+            if done {
+                let q = self.qp_mut(qp).expect("looked up above");
+                q.state = QpState::Closing;
+                q.closing = true;
+                self.try_finish_close(qp);
+                if self.qp_state(qp) == Some(QpState::Closing) {
+                    self.enter_error(qp, None);
+                }
+            } else {
+                // RFC 5040 section 7.2: the stream ends for a reason local to this RNIC.
+                self.terminate(qp, iwarp_wire::terminate::RDMAP_LOCAL_CATASTROPHIC, &[], 0);
+            }
+            return;
+        }
         if graceful && state == QpState::Closing {
             self.try_finish_close(qp);
             if self.qp_state(qp) == Some(QpState::Closing) {

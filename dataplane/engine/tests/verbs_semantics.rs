@@ -861,3 +861,55 @@ fn a_window_cannot_be_bound_to_a_zero_based_region() {
     p.drive();
     assert_eq!(p.one_wc(B).status, Status::Success);
 }
+
+/// Verbs section 6.2.2.2: when the peer begins an LLP close without a Terminate (a FIN) and
+/// every SQ WR and Remote RDMA Read is complete, "the QP MUST transition to the Closing
+/// state" with an affiliated asynchronous event, not to Error. With nothing left to do
+/// Closing ends in Idle (section 6.2.5), its posted receives flushed.
+#[test]
+fn a_peer_close_in_rts_with_nothing_outstanding_goes_to_closing_then_idle() {
+    let mut p = Pair::new(false);
+    let src = p.buffer(A, 64, Access::LOCAL_WRITE);
+    let dst = p.buffer(B, 128, Access::LOCAL_WRITE);
+    p.post_recv(B, 1, &[p.sge(B, dst, 0, 64)]);
+    p.post_recv(B, 2, &[p.sge(B, dst, 64, 64)]);
+    p.post_send(A, send(9, &[p.sge(A, src, 0, 64)]));
+    p.drive();
+    assert_eq!(p.one_wc(A).status, Status::Success);
+    assert_eq!(p.one_wc(B).wr_id, 1);
+    p.b.rnic.connection_lost(p.b.qp, true);
+    p.drive();
+    assert_eq!(p.b.rnic.qp_state(p.b.qp), Some(QpState::Idle));
+    assert!(p
+        .b
+        .events
+        .contains(&AsyncEvent::ConnectionClosed { qp: p.b.qp }));
+    assert_eq!(p.sent_cause(B), None, "a graceful close sends no Terminate");
+    let wc = p.one_wc(B);
+    assert_eq!((wc.wr_id, wc.status), (2, Status::WrFlushed));
+}
+
+/// Verbs sections 6.2.2.2 and 6.2.2.3: a FIN from the peer while a Read of this QP is
+/// outstanding moves the QP to Terminate, which sends a Terminate and then ends in Error;
+/// the Read is flushed and an asynchronous event reports the transition.
+#[test]
+fn a_peer_close_in_rts_with_a_read_outstanding_goes_to_terminate() {
+    let mut p = Pair::new(false);
+    let src = p.buffer(B, 64, Access::REMOTE_READ);
+    let sink = p.buffer(A, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let (stag, to) = p.remote(B, src, 0);
+    p.post_send(A, read(1, stag, to, &[p.sge(A, sink, 0, 64)]));
+    let mut wire = vec![0u8; MSS];
+    // The Read Request leaves A, but B's response never comes: B closed.
+    p.a.rnic.poll_transmit(p.a.qp, &mut wire).unwrap();
+    p.a.rnic.connection_lost(p.a.qp, true);
+    assert_eq!(p.a.rnic.qp_state(p.a.qp), Some(QpState::Terminate));
+    assert_eq!(p.sent_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));
+    assert_eq!(p.a.rnic.qp_state(p.a.qp), Some(QpState::Error));
+    assert!(p
+        .a
+        .events
+        .contains(&AsyncEvent::ConnectionClosed { qp: p.a.qp }));
+    let wc = p.one_wc(A);
+    assert_eq!((wc.wr_id, wc.status), (1, Status::WrFlushed));
+}
