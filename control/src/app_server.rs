@@ -221,6 +221,9 @@ impl Core {
                     })?
                     .clone();
                 let stag = r.reg_mr(app, pd, access, segment, seg.data_len, offset, len)?;
+                if let Some(va) = va {
+                    r.set_mr_va(stag, va);
+                }
                 let c = Command::RegisterMr {
                     stag: stag.0,
                     pd,
@@ -340,10 +343,10 @@ impl Core {
                     stag: new.0,
                     pd: old.pd,
                     access,
-                    zero_based: true,
+                    zero_based: old.va.is_none(),
                     offset: old.offset,
                     len: old.len,
-                    va: 0,
+                    va: old.va.unwrap_or(0),
                     segment: seg,
                 });
                 if let Err(e) = refused(status, Resource::Mr, new.0) {
@@ -498,6 +501,69 @@ mod tests {
         );
         assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
         assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
+    }
+
+    /// Verbs section 7.4.2 (figure 18): "The RI MUST NOT allow the Consumer to assign
+    /// Remote Write to an MR that has not been assigned Local Write"; Reregister (9.2.6.5)
+    /// is held to it as Register is, with "Invalid Access Rights requested", before iwarpd
+    /// is asked anything. A VA-based region stays VA-based through Reregister.
+    #[test]
+    fn reregister_checks_the_rights_and_keeps_the_va() {
+        let mut c = Core::new(Limits::default());
+        let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let seg = c.add_segment(
+            1,
+            VerifiedSegment {
+                path: path("/dev/shm/iw-1-buf"),
+                data_len: 4096,
+            },
+        );
+        for access in [access::REMOTE_WRITE, access::REMOTE_ATOMIC] {
+            let reg = Request::RegMr {
+                pd,
+                access,
+                segment: seg,
+                offset: 0,
+                len: 4096,
+            };
+            assert!(matches!(
+                c.handle(1, reg),
+                (Reply::Failed(Error::InvalidAccess { .. }), cmds) if cmds.is_empty()
+            ));
+        }
+        let reg = Request::RegMrVa {
+            pd,
+            access: access::LOCAL_WRITE,
+            segment: seg,
+            offset: 0,
+            len: 4096,
+            va: 0x4000_0000,
+        };
+        let (stag, _) = id(c.handle(1, reg));
+        let mut sent = Vec::new();
+        let mut ok = |cmd: &Command| {
+            sent.push(*cmd);
+            reply_status::OK
+        };
+        for access in [
+            access::REMOTE_WRITE,
+            access::REMOTE_ATOMIC | access::REMOTE_READ,
+        ] {
+            let reply = c.serve(1, Request::ReregMr { stag, access }, &mut ok);
+            assert!(
+                matches!(reply, Reply::Failed(Error::InvalidAccess { .. })),
+                "{reply:?}"
+            );
+        }
+        let access = access::LOCAL_WRITE | access::REMOTE_WRITE | access::BIND;
+        let Reply::Id(new) = c.serve(1, Request::ReregMr { stag, access }, &mut ok) else {
+            panic!("Reregister refused")
+        };
+        assert_eq!(sent.len(), 2, "only the valid Reregister reached iwarpd");
+        assert!(matches!(
+            sent[1],
+            Command::RegisterMr { stag: s, zero_based: false, va: 0x4000_0000, .. } if s == new
+        ));
     }
 
     #[test]

@@ -285,6 +285,15 @@ fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
             core.set_qp_state(qp, QpState::Error);
             (app, Event::QpError { qp })
         }
+        Upcall::QpClosed { qp } => {
+            // The application hears of the close as Disconnected (TcpClosed); here only the
+            // state: out of RTS, Idle unless a QpError follows (Verbs section 6.2.2.2).
+            let app = r.qp_owner(qp)?;
+            if r.qp(app, qp).is_ok_and(|q| q.state == QpState::Rts) {
+                core.set_qp_state(qp, QpState::Idle);
+            }
+            return None;
+        }
         Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, Event::CqOverflow { cq }),
         Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, Event::SrqLimit { srq }),
         _ => return None,

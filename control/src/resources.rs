@@ -58,6 +58,9 @@ pub struct Mr {
     pub segment: u32,
     pub offset: u64,
     pub len: u64,
+    /// The tagged offset of its first octet when VA-based, `None` when zero-based: a
+    /// re-registration keeps it, as the application's handle does.
+    pub va: Option<u64>,
 }
 
 /// What the daemon must tear down for an application that went away, in destroy order:
@@ -393,9 +396,17 @@ impl Resources {
                 segment,
                 offset,
                 len,
+                va: None,
             },
         );
         Ok(stag)
+    }
+
+    /// Makes a region registered by [`Resources::reg_mr`] VA-based, its first octet at `va`.
+    pub fn set_mr_va(&mut self, stag: Stag, va: u64) {
+        if let Some(mr) = self.mrs.get_mut(&stag) {
+            mr.va = Some(va);
+        }
     }
 
     pub fn mr(&self, app: AppId, stag: Stag) -> Result<&Mr, Error> {

@@ -46,7 +46,8 @@ fn end(v2: bool) -> End {
     for (arena, access) in arenas.iter_mut().zip([Access::ALL, Access::REMOTE_READ]) {
         let base = arena.region();
         // SAFETY: the arena lives as long as the RNIC (both in `End`, the RNIC dropped first).
-        let stag = unsafe { rnic.register_mr(pd, base, REGION, access, base.as_ptr() as u64) };
+        let stag = unsafe { rnic.register_mr(pd, base, REGION, access, base.as_ptr() as u64) }
+            .expect("valid rights");
         stags.push((stag, base.as_ptr() as u64));
     }
     let base = stags[0].1;

@@ -95,7 +95,8 @@ fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, u32, Sge) {
     let stag = unsafe {
         node.rnic
             .register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64)
-    };
+    }
+    .expect("valid rights");
     let sge = Sge {
         stag,
         to: ptr.as_ptr() as u64,

@@ -95,7 +95,8 @@ fn victim(v2: bool) -> Victim {
         let base = arena.region();
         let owner = if i == 2 { other_pd } else { pd };
         // SAFETY: the arena lives as long as the RNIC (both in `Victim`, the RNIC first).
-        let stag = unsafe { rnic.register_mr(owner, base, REGION, access, base.as_ptr() as u64) };
+        let stag = unsafe { rnic.register_mr(owner, base, REGION, access, base.as_ptr() as u64) }
+            .expect("valid rights");
         stags.push((stag, base.as_ptr() as u64));
     }
     let (mr3, base3) = stags[3];

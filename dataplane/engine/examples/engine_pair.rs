@@ -66,7 +66,8 @@ fn end(len: usize) -> End {
     let mem = Box::leak(vec![0u64; len / 8].into_boxed_slice());
     let ptr = NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
     // SAFETY: leaked: valid for the whole run.
-    let stag = unsafe { rnic.register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64) };
+    let stag = unsafe { rnic.register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64) }
+        .expect("valid rights");
     End {
         rnic,
         qp,

@@ -40,6 +40,8 @@ pub enum AccessError {
     /// The STag is not in the state the operation needs: Bind and Fast-Register take only an
     /// STag in the Invalid state (Verbs sections 7.10.6.1 and 7.3.2.5).
     NotInvalid,
+    /// A window cannot be bound to a zero-based region (Verbs figure 19, section 7.10.6.1).
+    ZeroBased,
 }
 
 /// The rights a peer uses.
@@ -322,7 +324,8 @@ impl MemTable {
     /// Binds window `mw` to `len` bytes at tagged offset `to` of region `mr`, on QP `qp` of
     /// `pd` (Verbs section 7.10.6.1): the window is in the Invalid state, the region is a
     /// valid memory region with the Bind right, all three share the PD, the range lies inside
-    /// the region, and the rights asked for are remote ones the region's local rights allow
+    /// the region, which is VA-based (figure 19), and the rights asked for are remote ones the
+    /// region's local rights allow
     /// (figure 20: remote write, and the atomics that write too, need local write). The
     /// window's tagged offsets are the region's (`to` addresses its first byte).
     #[allow(clippy::too_many_arguments)]
@@ -340,6 +343,12 @@ impl MemTable {
             Some(r) if r.kind == Kind::Mr => *r,
             _ => return Err(AccessError::InvalidStag),
         };
+        // Verbs section 7.10.6.1: "The RNIC MUST check and enforce that the Memory Region
+        // is not a Zero based TO MR" (figure 19: no window on a zero-based region). A region
+        // whose tagged offsets start at 0 is zero-based by definition.
+        if region.base_to == 0 {
+            return Err(AccessError::ZeroBased);
+        }
         let src = self.resolve(mr, pd, Access::BIND, to, len, false)?;
         let remote = Access(access.0 & REMOTE_RIGHTS.0);
         if remote.0 == 0 || !local_rights_allow(region.access, remote) {

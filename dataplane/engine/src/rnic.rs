@@ -76,6 +76,8 @@ impl Rnic {
 
     /// Registers `len` bytes at `base` in `pd` with `access`. `base_to` is the tagged offset
     /// of the first byte: its virtual address for a VA-based region, 0 for zero-based.
+    /// Refused with [`VerbsError::InvalidAccess`] when `access` asks for Remote Write or
+    /// Remote Atomic without Local Write (Verbs section 7.4.2, figure 18).
     ///
     /// # Safety
     /// The memory must stay valid for reads and writes until deregistered. Other processes
@@ -87,13 +89,15 @@ impl Rnic {
         len: usize,
         access: Access,
         base_to: u64,
-    ) -> u32 {
+    ) -> Result<u32, VerbsError> {
+        check_region_access(access)?;
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.mem.register(base, len, pd, access, base_to) }
+        Ok(unsafe { self.mem.register(base, len, pd, access, base_to) })
     }
 
     /// [`Rnic::register_mr`] under an STag the caller chose (iwarp-control allocates STags
-    /// in the three-process RNIC). `InvalidStag` when it is 0 or its index is in use.
+    /// in the three-process RNIC). `InvalidStag` when it is 0 or its index is in use,
+    /// `InvalidAccess` as for [`Rnic::register_mr`].
     ///
     /// # Safety
     /// As for [`Rnic::register_mr`].
@@ -106,6 +110,7 @@ impl Rnic {
         access: Access,
         base_to: u64,
     ) -> Result<(), VerbsError> {
+        check_region_access(access)?;
         // SAFETY: forwarded from this function's contract.
         let ok = unsafe { self.mem.register_at(stag, base, len, pd, access, base_to) };
         ok.then_some(()).ok_or(VerbsError::InvalidStag)
@@ -344,10 +349,39 @@ impl Rnic {
         Ok(())
     }
 
-    /// The TCP connection under the QP is gone (closed by the peer, reset, or lost).
+    /// The TCP connection under the QP is gone (closed by the peer, reset, or lost), or,
+    /// with `graceful`, the peer closed its half (FIN) and everything before it was read.
+    ///
+    /// A graceful close in RTS follows Verbs section 6.2.2.2: with every SQ WR and every
+    /// Remote RDMA Read done the QP moves to Closing, and from there to Idle as section
+    /// 6.2.5 says (its receives flushed; a message half received can no longer complete,
+    /// so then it goes to Error instead); with work outstanding it moves to Terminate
+    /// (section 6.2.2.3), sending a Terminate, and then to Error. Either way an affiliated
+    /// asynchronous event reports it.
     pub fn connection_lost(&mut self, qp: u32, graceful: bool) {
         let Ok(q) = self.qp_mut(qp) else { return };
         let state = q.state;
+        if graceful && state == QpState::Rts {
+            let done = q.sq.is_empty()
+                && q.inflight.is_empty()
+                && q.conn
+                    .as_ref()
+                    .is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
+            self.events.push_back(AsyncEvent::ConnectionClosed { qp });
+            if done {
+                let q = self.qp_mut(qp).expect("looked up above");
+                q.state = QpState::Closing;
+                q.closing = true;
+                self.try_finish_close(qp);
+                if self.qp_state(qp) == Some(QpState::Closing) {
+                    self.enter_error(qp, None);
+                }
+            } else {
+                // RFC 5040 section 7.2: the stream ends for a reason local to this RNIC.
+                self.terminate(qp, iwarp_wire::terminate::RDMAP_LOCAL_CATASTROPHIC, &[], 0);
+            }
+            return;
+        }
         if graceful && state == QpState::Closing {
             self.try_finish_close(qp);
             if self.qp_state(qp) == Some(QpState::Closing) {
@@ -826,4 +860,17 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::BindMw { .. } => WcOpcode::BindMw,
         SendOp::FastRegister { .. } => WcOpcode::FastRegister,
     }
+}
+
+/// Register MR's rule on rights (Verbs section 7.4.2, figure 18): "The RI MUST NOT allow the
+/// Consumer to assign Remote Write to an MR that has not been assigned Local Write"; the
+/// atomics write too, so Remote Atomic needs Local Write as well. Local Read is always held.
+fn check_region_access(access: Access) -> Result<(), VerbsError> {
+    let writes = Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0;
+    if access.0 & !Access::ALL.0 != 0
+        || (access.0 & writes != 0 && !access.contains(Access::LOCAL_WRITE))
+    {
+        return Err(VerbsError::InvalidAccess);
+    }
+    Ok(())
 }

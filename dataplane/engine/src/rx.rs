@@ -22,7 +22,9 @@ fn tagged_cause(e: AccessError) -> TermCause {
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
         // Not outcomes of an access check; named for completeness.
-        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
+        AccessError::WindowsBound | AccessError::NotInvalid | AccessError::ZeroBased => {
+            t::RDMAP_PROTECTION_UNSPECIFIED
+        }
     }
 }
 
@@ -35,7 +37,9 @@ pub(crate) fn rdmap_cause(e: AccessError) -> TermCause {
         AccessError::Bounds => t::RDMAP_BASE_BOUNDS,
         AccessError::Rights => t::RDMAP_ACCESS_RIGHTS,
         AccessError::Misaligned => t::RDMAP_CATASTROPHIC_LOCAL,
-        AccessError::WindowsBound | AccessError::NotInvalid => t::RDMAP_PROTECTION_UNSPECIFIED,
+        AccessError::WindowsBound | AccessError::NotInvalid | AccessError::ZeroBased => {
+            t::RDMAP_PROTECTION_UNSPECIFIED
+        }
     }
 }
 

@@ -364,6 +364,9 @@ pub enum VerbsError {
     StagInUse,
     /// More completions are on the CQ than the size asked for (Modify CQ).
     CqTooSmall,
+    /// "Invalid Access Rights requested" of Register MR (Verbs section 9.2.6.2): Remote
+    /// Write, or the atomics that write too, without Local Write (section 7.4.2, figure 18).
+    InvalidAccess,
 }
 
 impl fmt::Display for VerbsError {

@@ -145,7 +145,11 @@ fn ord_zero_fails_reads_and_atomics_instead_of_hanging() {
         let mut p = Pair::with(no_ord, ConnParams::new(true, 8, 8, MSS), 64, false);
         let buf = p.buffer(A, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         let rbuf = p.buffer(B, 64, Access::LOCAL_WRITE);
-        let target = p.buffer(B, 8, Access::REMOTE_READ | Access::REMOTE_ATOMIC);
+        let target = p.buffer(
+            B,
+            8,
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        );
         let (stag, to) = p.remote(B, target, 0);
         p.post_recv(B, 10, &[p.sge(B, rbuf, 0, 64)]);
         p.post_send(A, send(1, &[p.sge(A, buf, 0, 16)]));

@@ -406,7 +406,11 @@ fn v2_operations_need_v2() {
 #[test]
 fn atomics_and_read_v2_share_queue_3_in_order() {
     let mut p = Pair::v2(false);
-    let target = p.buffer(B, 64, Access::REMOTE_ATOMIC | Access::REMOTE_READ);
+    let target = p.buffer(
+        B,
+        64,
+        Access::LOCAL_WRITE | Access::REMOTE_ATOMIC | Access::REMOTE_READ,
+    );
     let (stag, addr) = p.remote(B, target, 0);
     let result = p.buffer(A, 8, Access::LOCAL_WRITE);
     let sink = p.buffer(A, 64, Access::LOCAL_WRITE);

@@ -227,7 +227,7 @@ fn register(rnic: &mut Rnic, pd: u32, len: usize, access: Access) -> (u32, u64) 
     let ptr = leak(len);
     let to = ptr.as_ptr() as u64;
     // SAFETY: the buffer is leaked, so it stays valid for the rest of the test.
-    let stag = unsafe { rnic.register_mr(pd, ptr, len, access, to) };
+    let stag = unsafe { rnic.register_mr(pd, ptr, len, access, to) }.expect("valid rights");
     (stag, to)
 }
 
@@ -793,4 +793,123 @@ fn fast_register_refuses_remote_write_without_local_write() {
         };
         assert_eq!(p.one_wc(B).status, want, "{access:?}");
     }
+}
+
+/// Verbs section 7.4.2: "The RI MUST NOT allow the Consumer to assign Remote Write to an MR
+/// that has not been assigned Local Write" (figure 18; the atomics write too). Register MR
+/// fails with "Invalid Access Rights requested" (section 9.2.6.2), under a chosen STag too.
+#[test]
+fn register_mr_refuses_remote_write_or_atomic_without_local_write() {
+    let mut rnic = Rnic::new();
+    let pd = rnic.alloc_pd();
+    let ptr = leak(64);
+    let to = ptr.as_ptr() as u64;
+    for access in [
+        Access::REMOTE_WRITE,
+        Access::REMOTE_ATOMIC,
+        Access::REMOTE_READ | Access::REMOTE_WRITE | Access::BIND,
+    ] {
+        // SAFETY: the buffer is leaked, so it stays valid for the rest of the test.
+        let got = unsafe { rnic.register_mr(pd, ptr, 64, access, to) };
+        assert_eq!(got, Err(VerbsError::InvalidAccess), "{access:?}");
+        // SAFETY: as above.
+        let got = unsafe { rnic.register_mr_at(0x100, pd, ptr, 64, access, to) };
+        assert_eq!(got, Err(VerbsError::InvalidAccess), "{access:?}");
+    }
+    for access in [
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        Access::LOCAL_WRITE | Access::REMOTE_ATOMIC,
+        Access::REMOTE_READ,
+    ] {
+        // SAFETY: as above.
+        let got = unsafe { rnic.register_mr(pd, ptr, 64, access, to) };
+        assert!(got.is_ok(), "{access:?}");
+    }
+}
+
+/// Verbs figure 19 and section 7.10.6.1: "If the Consumer attempts to Bind a MW to a
+/// Zero-based TO MR, the RI MUST return an error", a Completion Error. The bind completes
+/// with a local protection error (figure 23, "SQ Bind errors"), the window stays invalid
+/// and a Write through it lands nowhere; the same bind on a VA-based region succeeds.
+#[test]
+fn a_window_cannot_be_bound_to_a_zero_based_region() {
+    let mut p = Pair::new(false);
+    let mem = Box::leak(vec![0u64; 8].into_boxed_slice());
+    let ptr = NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
+    let pd = p.b.pd;
+    // SAFETY: leaked, valid for the rest of the test.
+    let mr = unsafe {
+        p.b.rnic
+            .register_mr(pd, ptr, 64, Access::LOCAL_WRITE | Access::BIND, 0)
+    }
+    .unwrap();
+    let mw = p.b.rnic.alloc_mw(pd);
+    p.post_send(B, bind(1, mw, mr, 0, 64, Access::REMOTE_WRITE));
+    p.drive();
+    let wc = p.one_wc(B);
+    assert_eq!(
+        (wc.opcode, wc.status),
+        (WcOpcode::BindMw, Status::LocalProtectionError)
+    );
+    assert_eq!(p.b.rnic.qp_state(p.b.qp), Some(QpState::Error));
+
+    let mut p = Pair::new(false);
+    let region = p.buffer(B, 64, Access::LOCAL_WRITE | Access::BIND);
+    let (mr, base) = p.remote(B, region, 0);
+    let mw = p.b.rnic.alloc_mw(p.b.pd);
+    p.post_send(B, bind(1, mw, mr, base, 64, Access::REMOTE_WRITE));
+    p.drive();
+    assert_eq!(p.one_wc(B).status, Status::Success);
+}
+
+/// Verbs section 6.2.2.2: when the peer begins an LLP close without a Terminate (a FIN) and
+/// every SQ WR and Remote RDMA Read is complete, "the QP MUST transition to the Closing
+/// state" with an affiliated asynchronous event, not to Error. With nothing left to do
+/// Closing ends in Idle (section 6.2.5), its posted receives flushed.
+#[test]
+fn a_peer_close_in_rts_with_nothing_outstanding_goes_to_closing_then_idle() {
+    let mut p = Pair::new(false);
+    let src = p.buffer(A, 64, Access::LOCAL_WRITE);
+    let dst = p.buffer(B, 128, Access::LOCAL_WRITE);
+    p.post_recv(B, 1, &[p.sge(B, dst, 0, 64)]);
+    p.post_recv(B, 2, &[p.sge(B, dst, 64, 64)]);
+    p.post_send(A, send(9, &[p.sge(A, src, 0, 64)]));
+    p.drive();
+    assert_eq!(p.one_wc(A).status, Status::Success);
+    assert_eq!(p.one_wc(B).wr_id, 1);
+    p.b.rnic.connection_lost(p.b.qp, true);
+    p.drive();
+    assert_eq!(p.b.rnic.qp_state(p.b.qp), Some(QpState::Idle));
+    assert!(p
+        .b
+        .events
+        .contains(&AsyncEvent::ConnectionClosed { qp: p.b.qp }));
+    assert_eq!(p.sent_cause(B), None, "a graceful close sends no Terminate");
+    let wc = p.one_wc(B);
+    assert_eq!((wc.wr_id, wc.status), (2, Status::WrFlushed));
+}
+
+/// Verbs sections 6.2.2.2 and 6.2.2.3: a FIN from the peer while a Read of this QP is
+/// outstanding moves the QP to Terminate, which sends a Terminate and then ends in Error;
+/// the Read is flushed and an asynchronous event reports the transition.
+#[test]
+fn a_peer_close_in_rts_with_a_read_outstanding_goes_to_terminate() {
+    let mut p = Pair::new(false);
+    let src = p.buffer(B, 64, Access::REMOTE_READ);
+    let sink = p.buffer(A, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let (stag, to) = p.remote(B, src, 0);
+    p.post_send(A, read(1, stag, to, &[p.sge(A, sink, 0, 64)]));
+    let mut wire = vec![0u8; MSS];
+    // The Read Request leaves A, but B's response never comes: B closed.
+    p.a.rnic.poll_transmit(p.a.qp, &mut wire).unwrap();
+    p.a.rnic.connection_lost(p.a.qp, true);
+    assert_eq!(p.a.rnic.qp_state(p.a.qp), Some(QpState::Terminate));
+    assert_eq!(p.sent_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));
+    assert_eq!(p.a.rnic.qp_state(p.a.qp), Some(QpState::Error));
+    assert!(p
+        .a
+        .events
+        .contains(&AsyncEvent::ConnectionClosed { qp: p.a.qp }));
+    let wc = p.one_wc(A);
+    assert_eq!((wc.wr_id, wc.status), (1, Status::WrFlushed));
 }

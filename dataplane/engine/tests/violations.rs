@@ -140,7 +140,7 @@ fn read_out_of_bounds() {
 #[test]
 fn read_without_remote_read_right() {
     violation(
-        Access::REMOTE_WRITE,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
         read,
         t::RDMAP_ACCESS_RIGHTS,
         Status::RemoteAccessError,
@@ -160,7 +160,7 @@ fn read_of_unknown_stag() {
 #[test]
 fn atomic_without_atomic_right() {
     violation(
-        Access::REMOTE_WRITE | Access::REMOTE_READ,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
         fadd,
         t::RDMAP_ACCESS_RIGHTS,
         Status::RemoteAccessError,
@@ -217,7 +217,7 @@ fn stag_of_another_pd() {
     let mem = Box::leak(vec![CANARY; 8].into_boxed_slice());
     let ptr = core::ptr::NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
     // SAFETY: leaked, valid for the rest of the test.
-    let stag = unsafe { p.b.rnic.register_mr(other_pd, ptr, 64, RW, 0) };
+    let stag = unsafe { p.b.rnic.register_mr(other_pd, ptr, 64, RW, 0) }.unwrap();
     let local = p.buffer(A, 8, Access::LOCAL_WRITE);
     p.post_send(A, SendWr::new(3, write(stag, 0), &[p.sge(A, local, 0, 8)]));
     p.drive();
@@ -235,7 +235,7 @@ fn zero_based_region() {
     let ptr = core::ptr::NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
     let pd = p.b.pd;
     // SAFETY: leaked, valid for the rest of the test.
-    let stag = unsafe { p.b.rnic.register_mr(pd, ptr, 64, RW, 0) };
+    let stag = unsafe { p.b.rnic.register_mr(pd, ptr, 64, RW, 0) }.unwrap();
     let local = p.buffer(A, 8, Access::LOCAL_WRITE);
     p.set_u64(A, local, 0, 0xabcd);
     p.post_send(A, SendWr::new(4, write(stag, 16), &[p.sge(A, local, 0, 8)]));

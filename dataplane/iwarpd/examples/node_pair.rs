@@ -270,7 +270,8 @@ impl<P: Port> End<P> {
         let buf = NonNull::new(mem.as_mut_ptr() as *mut u8).expect("non-null");
         let va = buf.as_ptr() as u64;
         // SAFETY: leaked, so valid for the whole run.
-        let stag = unsafe { node.rnic.register_mr(pd, buf, mem_len, Access::ALL, va) };
+        let stag = unsafe { node.rnic.register_mr(pd, buf, mem_len, Access::ALL, va) }
+            .expect("valid rights");
         let rings = rings.then(|| Rings::new(qp, cq));
         End {
             node,

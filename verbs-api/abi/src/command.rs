@@ -398,6 +398,12 @@ pub enum Upcall {
         generation: u64,
         counter: u64,
     },
+    /// The peer closed the stream gracefully while the QP was in RTS (Verbs section
+    /// 6.2.2.2): the QP left RTS for Closing, and for Idle once nothing was left to do; an
+    /// [`Upcall::QpError`] follows when it went on to Error instead.
+    QpClosed {
+        qp: u32,
+    },
 }
 
 /// [`Msg::tag`] of a command slot and of an upcall slot, so a slot on the wrong ring is
@@ -604,6 +610,7 @@ mod tests {
                 generation: 1,
                 counter: 2,
             },
+            QpClosed { qp: 6 },
         ]
     }
 

@@ -23,6 +23,9 @@
 #define WINDOW 8192        /* the window covers [WINDOW, WINDOW + 4096) of the server's region */
 #define FAST 16384         /* the fast-registered STag covers [FAST, FAST + 4096) */
 #define SINK 32768         /* where the client's Reads land */
+/* The regions are VA-based, their first octet addressed as VA: windows bind only to such
+ * regions (Verbs figure 19). */
+#define VA 0x40000000ull
 
 static const char *who = "extensions";
 
@@ -52,9 +55,10 @@ static void open_side(struct side *s, const char *dir) {
     if (!(s->cq = iwv_create_cq(s->ctx, 32))) die("create_cq");
     if (!(s->buf = iwv_alloc_buffer(s->ctx, BUF))) die("alloc_buffer");
     s->mem = iwv_buffer_ptr(s->buf);
-    s->mr = iwv_reg_mr(s->pd, s->buf, 0, BUF,
-                       IWV_ACCESS_LOCAL_WRITE | IWV_ACCESS_REMOTE_READ |
-                           IWV_ACCESS_REMOTE_WRITE | IWV_ACCESS_BIND);
+    s->mr = iwv_reg_mr_va(s->pd, s->buf, 0, BUF,
+                          IWV_ACCESS_LOCAL_WRITE | IWV_ACCESS_REMOTE_READ |
+                              IWV_ACCESS_REMOTE_WRITE | IWV_ACCESS_BIND,
+                          VA);
     if (!s->mr) die("reg_mr");
 }
 
@@ -143,7 +147,7 @@ static int server(const char *dir, uint16_t port) {
      * [FAST, +4096) for remote reads, addressed from 0. */
     iwv_mw *mw = iwv_alloc_mw(s.pd);
     if (!mw) die("alloc_mw");
-    if (iwv_post_bind_mw(s.qp, 1, mw, s.mr, WINDOW, 4096, IWV_ACCESS_REMOTE_WRITE)) die("bind_mw");
+    if (iwv_post_bind_mw(s.qp, 1, mw, s.mr, VA + WINDOW, 4096, IWV_ACCESS_REMOTE_WRITE)) die("bind_mw");
     expect(&s, 1, IWV_WC_BIND_MW);
     iwv_fastreg *fr = iwv_alloc_fastreg_stag(s.pd);
     if (!fr) die("alloc_fastreg_stag");
@@ -206,7 +210,7 @@ static int client(const char *dir, const char *ip, uint16_t port) {
     memcpy(s.mem + OUT, "through the window", 18);
     struct iwv_sge wsge = {s.mr, OUT, 18};
     struct iwv_send_wr w = {.wr_id = 3, .opcode = IWV_WR_RDMA_WRITE, .sg_list = &wsge,
-                            .num_sge = 1, .rkey = stags[0], .remote_addr = WINDOW + 16,
+                            .num_sge = 1, .rkey = stags[0], .remote_addr = VA + WINDOW + 16,
                             .signaled = 1};
     if (iwv_post_send(s.qp, &w)) die("post_send write");
     expect(&s, 3, IWV_WC_RDMA_WRITE);

@@ -191,6 +191,10 @@ void iwv_free_buffer(iwv_buffer *buf);
 
 /* Registers `len` octets at `offset` of `buf` (zero-based: the peer addresses them from 0). */
 iwv_mr *iwv_reg_mr(iwv_pd *pd, iwv_buffer *buf, uint64_t offset, uint64_t len, uint32_t access);
+/* The same, VA-based: the peer addresses the first octet as `va` (non-zero). Memory windows
+ * bind only to VA-based regions (Verbs figure 19). */
+iwv_mr *iwv_reg_mr_va(iwv_pd *pd, iwv_buffer *buf, uint64_t offset, uint64_t len,
+                      uint32_t access, uint64_t va);
 uint32_t iwv_mr_stag(const iwv_mr *mr);
 /* Fails (and keeps the region) while posted work requests still use it, or while memory
  * windows still point into it. */

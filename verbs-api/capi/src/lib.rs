@@ -564,6 +564,25 @@ pub unsafe extern "C" fn iwv_reg_mr(
 }
 
 /// # Safety
+/// `pd` and `buf` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn iwv_reg_mr_va(
+    pd: *mut ProtectionDomain,
+    buf: *mut SharedBuffer,
+    offset: u64,
+    len: u64,
+    access: u32,
+    va: u64,
+) -> *mut MemoryRegion {
+    boxed((|| {
+        // SAFETY: forwarded contract.
+        let (pd, buf) = unsafe { (handle(pd, "pd")?, handle(buf, "buffer")?) };
+        pd.reg_mr_va(buf, offset, len, access, va)
+            .map_err(|e| e.to_string())
+    })())
+}
+
+/// # Safety
 /// `mr` is a live region.
 #[no_mangle]
 pub unsafe extern "C" fn iwv_mr_stag(mr: *const MemoryRegion) -> u32 {

@@ -492,7 +492,8 @@ impl ProtectionDomain {
 
     /// Register Memory Region (Verbs section 7.2.3): `len` octets at `offset` of `buf` with
     /// `access` (`iwarp_abi::wqe::access` bits). Zero-based: tagged offsets run from 0 at
-    /// the region's first octet.
+    /// the region's first octet. Memory windows bind only to VA-based regions
+    /// ([`ProtectionDomain::reg_mr_va`], Verbs figure 19).
     pub fn reg_mr(
         &self,
         buf: &SharedBuffer,
@@ -500,11 +501,38 @@ impl ProtectionDomain {
         len: u64,
         access: u32,
     ) -> Result<MemoryRegion, Error> {
-        // The segment may be larger (hugepage rounding); the region must fit what was asked.
+        self.register(buf, offset, len, access, None)
+    }
+
+    /// [`ProtectionDomain::reg_mr`] with a VA-based tagged offset (Verbs section 7.6.1.1):
+    /// the region's first octet is addressed as `va`, which must be non-zero (a region
+    /// whose tagged offsets start at 0 is zero-based).
+    pub fn reg_mr_va(
+        &self,
+        buf: &SharedBuffer,
+        offset: u64,
+        len: u64,
+        access: u32,
+        va: u64,
+    ) -> Result<MemoryRegion, Error> {
+        self.register(buf, offset, len, access, Some(va))
+    }
+
+    fn register(
+        &self,
+        buf: &SharedBuffer,
+        offset: u64,
+        len: u64,
+        access: u32,
+        va: Option<u64>,
+    ) -> Result<MemoryRegion, Error> {
+        // The segment may be larger (hugepage rounding); the region must fit what was asked;
+        // a VA-based region's tagged offsets must not wrap.
         if len == 0
             || offset
                 .checked_add(len)
                 .is_none_or(|end| end > buf.len() as u64)
+            || va.is_some_and(|va| va == 0 || va.checked_add(len).is_none())
         {
             return Err(Error::InvalidLength {
                 offset,
@@ -513,14 +541,25 @@ impl ProtectionDomain {
             });
         }
         let segment = buf.attached_id(|seg| self.ctx.attach_segment(seg))?;
-        let stag = id(self.ctx.call(&Request::RegMr {
-            pd: self.pd,
-            access,
-            segment,
-            offset,
-            len,
-        })?)?;
-        Ok(MemoryRegion::from_registration(stag, 0, len)
+        let (pd, req) = (self.pd, |req| self.ctx.call(&req));
+        let stag = id(match va {
+            None => req(Request::RegMr {
+                pd,
+                access,
+                segment,
+                offset,
+                len,
+            }),
+            Some(va) => req(Request::RegMrVa {
+                pd,
+                access,
+                segment,
+                offset,
+                len,
+                va,
+            }),
+        }?)?;
+        Ok(MemoryRegion::from_registration(stag, va.unwrap_or(0), len)
             .with_release(Release::new(self.ctx.link(), Request::DeregMr { stag })))
     }
 

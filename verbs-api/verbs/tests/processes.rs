@@ -258,8 +258,11 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
         cb.alloc_buffer(4096).unwrap(),
     );
     let ma = pa.reg_mr(&ba, 0, 4096, access::LOCAL_WRITE).unwrap();
-    let mb = pb.reg_mr(&bb, 0, 4096, access::LOCAL_WRITE).unwrap();
-    // Re-registration gives the region a new STag; the receive below uses it.
+    // VA-based: windows bind only to such regions (Verbs figure 19).
+    const VA: u64 = 0x4000_0000;
+    let mb = pb.reg_mr_va(&bb, 0, 4096, access::LOCAL_WRITE, VA).unwrap();
+    // Re-registration gives the region a new STag, and keeps it VA-based; the receive below
+    // uses it.
     let old = mb.stag();
     let mb = pb
         .rereg_mr(
@@ -321,7 +324,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     let bind = WrOpcode::BindMw {
         mw: mw.stag(),
         mr: mb.stag(),
-        to: 1024,
+        to: VA + 1024,
         len: 512,
         access: access::REMOTE_WRITE,
     };
@@ -335,7 +338,7 @@ fn a_waiter_sleeps_until_woken_and_a_bound_window_takes_a_write() {
     }];
     let write = WrOpcode::RdmaWrite {
         rkey: mw.stag(),
-        remote_addr: 1024 + 8,
+        remote_addr: VA + 1024 + 8,
     };
     qa.post_send(&SendWr::new(2, write, &wsg)).unwrap();
     completed(&qa_cq, 2);
@@ -622,4 +625,82 @@ fn an_idle_daemon_is_woken_by_the_application_that_posts() {
         after >= before + READS / 2,
         "doorbell wake-ups {before} -> {after} over {READS} posts to a sleeping daemon"
     );
+}
+
+/// Verbs section 6.2.2.2: a peer's LLP close without a Terminate (its FIN) while the QP is
+/// in RTS with nothing outstanding moves it to Closing, and from there to Idle (section
+/// 6.2.5), not to Error: the receive still posted comes back flushed, the application
+/// hears Disconnected, and Query QP reports Idle.
+#[test]
+fn a_peer_close_in_rts_leaves_the_qp_idle() {
+    let (_endpoints, ca, cb) = two_endpoints();
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (qa_cq, qb_cq) = (ca.create_cq(16).unwrap(), cb.create_cq(16).unwrap());
+    let qa = pa.create_qp(&QpInitAttr::new(&qa_cq, 8)).unwrap();
+    let qb = pb.create_qp(&QpInitAttr::new(&qb_cq, 8)).unwrap();
+    let (ba, bb) = (
+        ca.alloc_buffer(4096).unwrap(),
+        cb.alloc_buffer(4096).unwrap(),
+    );
+    let ma = pa.reg_mr(&ba, 0, 4096, access::LOCAL_WRITE).unwrap();
+    let mb = pb.reg_mr(&bb, 0, 4096, access::LOCAL_WRITE).unwrap();
+    for (wr_id, offset) in [(1, 0), (2, 2048)] {
+        let sg = [Sg {
+            mr: &mb,
+            offset,
+            len: 2048,
+        }];
+        qb.post_recv(&RecvWr {
+            wr_id,
+            sg_list: &sg,
+        })
+        .unwrap();
+    }
+    cb.listen(7310, &ConnSettings::default()).unwrap();
+    let remote = "10.55.0.2:7310".parse().unwrap();
+    let conn = ca.connect(&qa, remote, &ConnSettings::default()).unwrap();
+    let req = cb.get_request(Duration::from_secs(20)).unwrap();
+    cb.accept_blocking(&req, &qb, &ConnSettings::default(), Duration::from_secs(20))
+        .unwrap();
+    ca.wait_established(conn, Duration::from_secs(20)).unwrap();
+    let sg = [Sg {
+        mr: &ma,
+        offset: 0,
+        len: 5,
+    }];
+    qa.post_send(&SendWr::new(9, WrOpcode::Send, &sg)).unwrap();
+    completed(&qa_cq, 9);
+    let wc = qb_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
+
+    ca.disconnect(conn, false).unwrap();
+    let t = Instant::now();
+    loop {
+        if let Some(Event::Disconnected { .. }) = cb.next_event(Duration::from_secs(1)).unwrap() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no Disconnected event"
+        );
+    }
+    let wc = qb_cq.wait(Duration::from_secs(20)).unwrap().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::WrFlushed), "{wc:?}");
+    // Control hears of the QP's move from the daemon, apart from the Disconnected event.
+    loop {
+        let state = cb.query_qp(&qb).unwrap();
+        if state == iwarp_verbs::QpState::Idle {
+            break;
+        }
+        assert_eq!(
+            state,
+            iwarp_verbs::QpState::Rts,
+            "only RTS may come before Idle"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the QP never reached Idle"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -126,7 +126,8 @@ impl Pair {
         let stag = unsafe {
             side.rnic
                 .register_mr(pd, ptr, len, access, ptr.as_ptr() as u64)
-        };
+        }
+        .expect("the test's rights are valid");
         side.bufs.push(Buf { ptr, len, stag });
         side.bufs.len() - 1
     }

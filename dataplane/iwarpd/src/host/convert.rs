@@ -281,9 +281,10 @@ pub fn event(
         AsyncEvent::ConnectionClosed { qp } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::ConnectionClosed);
             r.qp = qp_num(qp);
-            // Control learns of the close from the TCP side (TcpClosed); the QP's state
-            // change is what the application needs.
-            up = Upcall::QpError { qp: r.qp };
+            // Control learns of the close from the TCP side (TcpClosed) and tells the
+            // application; this records the QP's move out of RTS (to Idle, or on to Error,
+            // which a QpError reports after it).
+            up = Upcall::QpClosed { qp: r.qp };
         }
         AsyncEvent::SrqLimitReached { srq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::SrqLimit);

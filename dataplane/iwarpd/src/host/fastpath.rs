@@ -323,7 +323,8 @@ impl HostSrq {
 pub enum RegisterError {
     /// offset + len runs past the segment's data area.
     OutOfBounds,
-    /// Access bits outside the defined set.
+    /// Access bits outside the defined set, or remote rights that write without Local
+    /// Write (Verbs figure 18).
     BadAccess,
     /// The STag is 0 or its index is taken.
     StagInUse,
@@ -380,7 +381,10 @@ pub fn register_segment(
             r.base_to,
         )
     }
-    .map_err(|_| RegisterError::StagInUse)?;
+    .map_err(|e| match e {
+        VerbsError::InvalidAccess => RegisterError::BadAccess,
+        _ => RegisterError::StagInUse,
+    })?;
     Ok(HostMr {
         engine_stag: r.stag,
         _seg: seg.clone(),

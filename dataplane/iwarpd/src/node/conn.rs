@@ -34,8 +34,9 @@ impl<P: Port> Node<P> {
             self.track_peer(i);
         }
         // The peer closed its half (FIN) and the engine has read everything before it (a
-        // Terminate, the last messages): a graceful disconnect by the peer. A QP with the
-        // stream in RTS or Closing goes to Error (flushing what it cannot finish) and ends its
+        // Terminate, the last messages): a graceful disconnect by the peer. The engine moves
+        // a QP in RTS to Closing and Idle, or with work outstanding to Terminate and Error
+        // (Verbs section 6.2.2.2), and one in Closing on to Idle or Error; the QP ends its
         // own half after its last FPDU. A relay connection still in
         // setup has nothing more coming: it ends now, and the control plane hears of it (as
         // the setup's failure) instead of waiting for a timeout.

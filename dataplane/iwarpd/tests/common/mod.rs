@@ -86,7 +86,8 @@ impl<P: Port> End<P> {
             self.node
                 .rnic
                 .register_mr(self.pd, ptr, len, access, ptr.as_ptr() as u64)
-        };
+        }
+        .expect("the test's rights are valid");
         Mem { ptr, len, stag }
     }
     /// Posts RDMA Write `id` of `src` (this end's memory) to the peer's `dst` at `dst_off`.
