@@ -224,7 +224,8 @@ fn overlapping_registrations_share_adopted_pages() {
     poke(p(3 * 4096 + 20), b"written while shared");
     drop(outer);
     drop(inner);
-    // Pages 0..3 are given back, 3..5 still adopted: all of it reads as before.
+    // Pages 0..3 are given back, 3..5 still adopted: every octet keeps the value written
+    // to it.
     assert_eq!(peek(p(3 * 4096 + 20), 20), b"written while shared");
     drop(partial);
     let mut want = pattern(1 << 20, 0x66);

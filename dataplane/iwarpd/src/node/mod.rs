@@ -726,8 +726,8 @@ impl<P: Port> Node<P> {
 mod tests {
     use super::*;
 
-    /// The node's own state per connection beyond the socket buffers (issue 4: at most
-    /// 4 KiB per connection beyond TCP buffers and rings): a slot of smoltcp's socket set
+    /// The node's own state per connection beyond the socket buffers stays within 4 KiB
+    /// (TCP buffers and rings aside): a slot of smoltcp's socket set
     /// (which holds the TCP socket with its assembler and timers) plus our `Conn`.
     #[test]
     fn per_connection_state_fits_4_kib() {

@@ -155,8 +155,8 @@ impl<P: Port> Node<P> {
                 None => (0, Direct::Nothing),
             }
         });
-        // A socket that cannot send: the FPDU is built aside and lost as before (the
-        // connection is ending).
+        // A socket that cannot send: the FPDU is built aside and dropped (the connection is
+        // ending).
         sent.unwrap_or(Direct::NoRoom)
     }
 }
