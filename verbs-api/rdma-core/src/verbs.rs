@@ -913,41 +913,14 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let fail = |at: *mut ibv_recv_wr, e: c_int| {
-        if !bad.is_null() {
-            // SAFETY: the caller's out-parameter.
-            unsafe { *bad = at };
-        }
-        e
-    };
     if qp.is_null() {
-        return fail(wr, libc::EINVAL);
+        // SAFETY: forwarded from the caller.
+        return unsafe { recv_failed(bad, wr, libc::EINVAL) };
     }
     // SAFETY: a QP of ibv_create_qp.
     let q = unsafe { &*qp.cast::<Qp>() };
-    // SAFETY: the QP's context is ours.
-    let Some(c) = (unsafe { ctx_of(q.ibv.context) }) else {
-        return fail(wr, libc::EINVAL);
-    };
-    let regions = c.regions_read();
-    let mut w = wr;
-    while !w.is_null() {
-        // SAFETY: the application's list, NULL-terminated.
-        let r = unsafe { &*w };
-        // SAFETY: the caller's SGEs.
-        let Some(sgs) = (unsafe { sg_list(&regions, r.sg_list, r.num_sge) }) else {
-            return fail(w, libc::EINVAL);
-        };
-        let recv = RecvWr {
-            wr_id: r.wr_id,
-            sg_list: &sgs,
-        };
-        if q.qp.post_recv(&recv).is_err() {
-            return fail(w, libc::ENOMEM);
-        }
-        w = r.next;
-    }
-    0
+    // SAFETY: forwarded from the caller; the QP's context is ours.
+    unsafe { post_recv_list(q.ibv.context, wr, bad, |r| q.qp.post_recv(r)) }
 }
 
 /// `ops.post_srq_recv`.
@@ -956,21 +929,44 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let fail = |at: *mut ibv_recv_wr, e: c_int| {
-        if !bad.is_null() {
-            // SAFETY: the caller's out-parameter.
-            unsafe { *bad = at };
-        }
-        e
-    };
     if srq.is_null() {
-        return fail(wr, libc::EINVAL);
+        // SAFETY: forwarded from the caller.
+        return unsafe { recv_failed(bad, wr, libc::EINVAL) };
     }
     // SAFETY: an S-RQ of ibv_create_srq.
     let s = unsafe { &*srq.cast::<Srq>() };
-    // SAFETY: its context is ours.
-    let Some(c) = (unsafe { ctx_of(s.ibv.context) }) else {
-        return fail(wr, libc::EINVAL);
+    // SAFETY: forwarded from the caller; the S-RQ's context is ours.
+    unsafe { post_recv_list(s.ibv.context, wr, bad, |r| s.srq.post_recv(r)) }
+}
+
+/// Names `at` as the failed receive in `*bad` (when given) and returns `e`.
+///
+/// # Safety
+/// `bad` is null or the caller's writable out-parameter.
+unsafe fn recv_failed(bad: *mut *mut ibv_recv_wr, at: *mut ibv_recv_wr, e: c_int) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's out-parameter.
+        unsafe { *bad = at };
+    }
+    e
+}
+
+/// Posts the application's receive list through `post` (a QP's RQ or an S-RQ), stopping at
+/// the first that fails, which `*bad` names.
+///
+/// # Safety
+/// `context` is an `ibv_context` of this library, `wr` a NULL-terminated list of the
+/// application's receive WRs, `bad` null or writable.
+unsafe fn post_recv_list(
+    context: *mut ibv_context,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl Fn(&RecvWr<'_>) -> Result<(), iwarp_verbs::Error>,
+) -> c_int {
+    // SAFETY: forwarded.
+    let Some(c) = (unsafe { ctx_of(context) }) else {
+        // SAFETY: forwarded.
+        return unsafe { recv_failed(bad, wr, libc::EINVAL) };
     };
     let regions = c.regions_read();
     let mut w = wr;
@@ -979,14 +975,16 @@ unsafe extern "C" fn post_srq_recv(
         let r = unsafe { &*w };
         // SAFETY: the caller's SGEs.
         let Some(sgs) = (unsafe { sg_list(&regions, r.sg_list, r.num_sge) }) else {
-            return fail(w, libc::EINVAL);
+            // SAFETY: forwarded.
+            return unsafe { recv_failed(bad, w, libc::EINVAL) };
         };
         let recv = RecvWr {
             wr_id: r.wr_id,
             sg_list: &sgs,
         };
-        if s.srq.post_recv(&recv).is_err() {
-            return fail(w, libc::ENOMEM);
+        if post(&recv).is_err() {
+            // SAFETY: forwarded.
+            return unsafe { recv_failed(bad, w, libc::ENOMEM) };
         }
         w = r.next;
     }
