@@ -123,6 +123,18 @@ fn post_or_fail<W: Copy>(
     }
 }
 
+/// A receive entry of an RQ or S-RQ ring as the engine takes it, with the status it fails
+/// with when it cannot be decoded (it still completes, in its turn).
+fn recv_entry(w: &RecvWqe) -> (RecvWr, Option<Status>) {
+    match convert::recv_wr(w) {
+        Ok(wr) => (wr, None),
+        Err(()) => (
+            RecvWr::new(w.wr_id, &[]),
+            Some(Status::LocalQpOperationError),
+        ),
+    }
+}
+
 impl HostQp {
     pub fn new(
         qp_num: u32,
@@ -190,13 +202,7 @@ impl HostQp {
                 Some(stashed) => stashed,
                 None => {
                     let Some(w) = rq.pop() else { break };
-                    match convert::recv_wr(&w) {
-                        Ok(wr) => (wr, None),
-                        Err(()) => (
-                            RecvWr::new(w.wr_id, &[]),
-                            Some(Status::LocalQpOperationError),
-                        ),
-                    }
+                    recv_entry(&w)
                 }
             };
             let r = post_or_fail(
@@ -293,13 +299,7 @@ impl HostSrq {
                 Some(stashed) => stashed,
                 None => {
                     let Some(w) = self.ring.pop() else { break };
-                    match convert::recv_wr(&w) {
-                        Ok(wr) => (wr, None),
-                        Err(()) => (
-                            RecvWr::new(w.wr_id, &[]),
-                            Some(Status::LocalQpOperationError),
-                        ),
-                    }
+                    recv_entry(&w)
                 }
             };
             let r = post_or_fail(
