@@ -21,6 +21,10 @@
 //! files that carry the shrink seal, so nothing the application does afterwards can take the
 //! mapped pages away. The memory goes back to the system when the creator and every mapper
 //! have let go, so a crashed application leaves no file behind.
+//! [`Segment::create_sealed_sparse`] seals the size the same way but allocates only the
+//! pages its creator asks for ([`Segment::allocate`]) before handing them over: the seals
+//! are about the file's size, and a hole inside it reads as zeros rather than faulting, so
+//! an arena as long as an address-space window costs only the pages in use.
 //!
 //! Every segment starts with a [`SegmentHeader`] (magic, ABI version, kind, size, creator
 //! pid); the user's data starts at [`DATA_OFFSET`], page-aligned. A named segment is created
@@ -54,6 +58,15 @@ const PROC_DIR: &str = "/proc";
 pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// How much of a sealed segment has memory behind it from its creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allocation {
+    /// Every page.
+    Whole,
+    /// The header page only ([`Segment::create_sealed_sparse`]).
+    Sparse,
+}
 
 /// Whether to use hugepages (the `shm.hugepages` configuration key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,11 +239,12 @@ fn truncate(fd: BorrowedFd<'_>, len: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// Allocates every page of the first `len` octets now, so that a full tmpfs or an empty
+/// Allocates every page of `len` octets at `offset` now, so that a full tmpfs or an empty
 /// hugepage pool is an error here rather than a SIGBUS at the first touch of a page.
-fn allocate(fd: BorrowedFd<'_>, len: usize) -> Result<(), Error> {
+fn allocate(fd: BorrowedFd<'_>, offset: usize, len: usize) -> Result<(), Error> {
     // SAFETY: fallocate on an open fd, result checked.
-    if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+    if unsafe { libc::fallocate(fd.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) } != 0
+    {
         return Err(io::Error::last_os_error().into());
     }
     Ok(())
@@ -335,21 +349,20 @@ impl Segment {
             )
             .into());
         }
-        if policy != HugePolicy::Off {
-            match Self::huge_dir(data_len, policy)? {
-                Some(dir) => match Self::create_at(&dir, name, kind, data_len, true) {
-                    Ok(s) => return Ok(s),
-                    Err(e) if policy == HugePolicy::Required => return Err(e),
-                    Err(e) => warn_fallback(&format!("hugetlbfs {}: {e}", dir.display())),
-                },
-                None => warn_fallback(if hugetlbfs_mount().is_some() {
-                    "too few free pages"
-                } else {
-                    "no hugetlbfs mounted"
-                }),
-            }
-        }
-        Self::create_at(Path::new(SHM_DIR), name, kind, data_len, false)
+        Self::huge_or_small(
+            policy,
+            data_len,
+            |need| match hugetlbfs_mount() {
+                Some(dir) if free_hugepages() >= need => Ok(dir),
+                Some(_) => Err("too few free pages"),
+                None => Err("no hugetlbfs mounted"),
+            },
+            "hugetlbfs",
+            |dir| match dir {
+                Some(dir) => Self::create_at(&dir, name, kind, data_len, true),
+                None => Self::create_at(Path::new(SHM_DIR), name, kind, data_len, false),
+            },
+        )
     }
 
     /// Creates segment `name` in directory `dir` (ordinary pages unless `dir` is a hugetlbfs
@@ -405,59 +418,13 @@ impl Segment {
     ) -> Result<Segment, Error> {
         check_name(name)?;
         let c = CString::new(name).map_err(|_| Error::InvalidName)?;
-        let try_huge =
-            policy != HugePolicy::Off && free_hugepages() >= sizes(data_len, true) / HUGEPAGE;
-        if policy == HugePolicy::Required && !try_huge {
-            return Err(Self::unavailable(data_len));
-        }
-        for huge in [true, false] {
-            if huge && !try_huge {
-                continue;
-            }
-            let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
-            // SAFETY: valid C string; fd checked and then owned.
-            let raw = unsafe { libc::memfd_create(c.as_ptr(), flags) };
-            if raw < 0 {
-                let e = io::Error::last_os_error();
-                if huge && policy == HugePolicy::Auto {
-                    warn_fallback(&format!("memfd_create(MFD_HUGETLB): {e}"));
-                    continue;
-                }
-                return Err(e.into());
-            }
-            // SAFETY: fresh descriptor we own.
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-            let len = sizes(data_len, huge);
-            let mapped = truncate(fd.as_fd(), len).and_then(|_| map_fd(fd.as_fd(), len));
-            match mapped {
-                Ok(ptr) => {
-                    let seg = Segment {
-                        ptr,
-                        len,
-                        fd,
-                        path: None,
-                        named: false,
-                        remove_on_drop: false,
-                        backing: if huge {
-                            Backing::HugePages
-                        } else {
-                            Backing::Shm
-                        },
-                        kind,
-                    };
-                    seg.write_header();
-                    return Ok(seg);
-                }
-                Err(e) if huge && policy == HugePolicy::Auto => {
-                    warn_fallback(&format!("hugetlb memfd: {e}"));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if policy == HugePolicy::Auto {
-            warn_fallback("no free hugepages");
-        }
-        Err(Self::unavailable(data_len))
+        Self::huge_or_small(
+            policy,
+            data_len,
+            Self::hugetlb_memfd_room,
+            "hugetlb memfd",
+            |h| Self::memfd(&c, kind, data_len, h.is_some(), None),
+        )
     }
 
     /// Creates a sealed segment (see the module docs) with room for at least `data_len`
@@ -471,30 +438,97 @@ impl Segment {
     ) -> Result<Segment, Error> {
         check_name(name)?;
         let c = CString::new(name).map_err(|_| Error::InvalidName)?;
-        let huge_ok =
-            policy != HugePolicy::Off && free_hugepages() >= sizes(data_len, true) / HUGEPAGE;
-        if huge_ok {
-            match Self::sealed_memfd(&c, kind, data_len, true) {
-                Ok(s) => return Ok(s),
-                Err(e) if policy == HugePolicy::Required => return Err(e),
-                Err(e) => warn_fallback(&format!("sealed hugetlb memfd: {e}")),
-            }
-        } else if policy == HugePolicy::Required {
-            return Err(Self::unavailable(data_len));
-        } else if policy == HugePolicy::Auto {
-            warn_fallback("too few free hugepages");
-        }
-        Self::sealed_memfd(&c, kind, data_len, false)
+        let seal = Some(Allocation::Whole);
+        Self::huge_or_small(
+            policy,
+            data_len,
+            Self::hugetlb_memfd_room,
+            "sealed hugetlb memfd",
+            |h| Self::memfd(&c, kind, data_len, h.is_some(), seal),
+        )
     }
 
-    fn sealed_memfd(
+    /// Creates a sealed segment of ordinary pages, as [`Segment::create_sealed`], of which
+    /// only the header page is allocated: the creator backs each range with
+    /// [`Segment::allocate`] before another process may touch it. Its size is sealed all
+    /// the same, so no mapper can be cut short; the holes cost no memory.
+    pub fn create_sealed_sparse(
+        name: &str,
+        kind: SegmentKind,
+        data_len: usize,
+    ) -> Result<Segment, Error> {
+        check_name(name)?;
+        let c = CString::new(name).map_err(|_| Error::InvalidName)?;
+        Self::memfd(&c, kind, data_len, false, Some(Allocation::Sparse))
+    }
+
+    /// Allocates the pages of `len` octets at `offset` of the data area now (a full
+    /// [`SHM_DIR`] is this error, not a SIGBUS in whichever process touches them first).
+    pub fn allocate(&self, offset: usize, len: usize) -> Result<(), Error> {
+        let end = offset.checked_add(len).filter(|e| *e <= self.data_len());
+        if end.is_none() {
+            return Err(Error::Layout);
+        }
+        allocate(self.fd.as_fd(), DATA_OFFSET + offset, len).map_err(|e| match e {
+            Error::Io(io) => Error::Io(io::Error::new(
+                io.kind(),
+                format!("allocating {len} octets of shared memory in {SHM_DIR}: {io}"),
+            )),
+            e => e,
+        })
+    }
+
+    /// The hugepage-or-fallback choice of every creator: `make(Some(place))` when `policy`
+    /// allows hugepages and `room` (given the number of hugepages needed) finds a place for
+    /// them, else `make(None)` (ordinary pages), also after `make(Some)` fails under
+    /// [`HugePolicy::Auto`]. The first fallback in a process logs why.
+    fn huge_or_small<P>(
+        policy: HugePolicy,
+        data_len: usize,
+        room: impl FnOnce(usize) -> Result<P, &'static str>,
+        what: &str,
+        make: impl Fn(Option<P>) -> Result<Segment, Error>,
+    ) -> Result<Segment, Error> {
+        if policy == HugePolicy::Off {
+            return make(None);
+        }
+        match room(sizes(data_len, true) / HUGEPAGE) {
+            Ok(place) => match make(Some(place)) {
+                Ok(s) => return Ok(s),
+                Err(e) if policy == HugePolicy::Required => return Err(e),
+                Err(e) => warn_fallback(&format!("{what}: {e}")),
+            },
+            Err(_) if policy == HugePolicy::Required => return Err(Self::unavailable(data_len)),
+            Err(why) => warn_fallback(why),
+        }
+        make(None)
+    }
+
+    /// Whether `need` free hugepages exist for a hugetlb memfd (which needs no mount).
+    fn hugetlb_memfd_room(need: usize) -> Result<(), &'static str> {
+        if free_hugepages() >= need {
+            Ok(())
+        } else {
+            Err("too few free hugepages")
+        }
+    }
+
+    /// A memfd segment of `data_len` octets; `seal` None leaves it unsealed, unnamed and
+    /// sparse, Some seals its size and names it by `/proc/<pid>/fd/<fd>`.
+    fn memfd(
         name: &CString,
         kind: SegmentKind,
         data_len: usize,
         huge: bool,
+        seal: Option<Allocation>,
     ) -> Result<Segment, Error> {
-        let flags =
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | if huge { libc::MFD_HUGETLB } else { 0 };
+        let flags = libc::MFD_CLOEXEC
+            | if seal.is_some() {
+                libc::MFD_ALLOW_SEALING
+            } else {
+                0
+            }
+            | if huge { libc::MFD_HUGETLB } else { 0 };
         // SAFETY: valid C string; fd checked and then owned.
         let raw = unsafe { libc::memfd_create(name.as_ptr(), flags) };
         if raw < 0 {
@@ -504,19 +538,28 @@ impl Segment {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let len = sizes(data_len, huge);
         truncate(fd.as_fd(), len)?;
-        allocate(fd.as_fd(), len)?;
-        add_seals(fd.as_fd(), SEALS)?;
+        match seal {
+            Some(Allocation::Whole) => allocate(fd.as_fd(), 0, len)?,
+            // The header, written below.
+            Some(Allocation::Sparse) => allocate(fd.as_fd(), 0, DATA_OFFSET)?,
+            None => {}
+        }
+        if seal.is_some() {
+            add_seals(fd.as_fd(), SEALS)?;
+        }
         let ptr = map_fd(fd.as_fd(), len)?;
-        let path = PathBuf::from(format!(
-            "{PROC_DIR}/{}/fd/{}",
-            std::process::id(),
-            fd.as_raw_fd()
-        ));
+        let path = seal.map(|_| {
+            PathBuf::from(format!(
+                "{PROC_DIR}/{}/fd/{}",
+                std::process::id(),
+                fd.as_raw_fd()
+            ))
+        });
         let seg = Segment {
             ptr,
             len,
             fd,
-            path: Some(path),
+            path,
             named: false,
             remove_on_drop: false,
             backing: if huge {
@@ -549,16 +592,6 @@ impl Segment {
             mounted: hugetlbfs_mount().is_some(),
             free_pages: free_hugepages(),
             needed_pages: sizes(data_len, true) / HUGEPAGE,
-        }
-    }
-
-    /// The hugetlbfs directory to use, None to fall back, or the error under `Required`.
-    fn huge_dir(data_len: usize, policy: HugePolicy) -> Result<Option<PathBuf>, Error> {
-        let need = sizes(data_len, true) / HUGEPAGE;
-        match hugetlbfs_mount() {
-            Some(dir) if free_hugepages() >= need => Ok(Some(dir)),
-            _ if policy == HugePolicy::Required => Err(Self::unavailable(data_len)),
-            _ => Ok(None),
         }
     }
 
@@ -902,6 +935,26 @@ mod tests {
             Segment::open_sealed(Path::new("/dev/null"), None),
             Err(Error::NotSealed)
         ));
+    }
+
+    #[test]
+    fn a_sparse_sealed_segment_has_memory_only_where_allocated() {
+        use std::os::unix::fs::MetadataExt;
+        let s = Segment::create_sealed_sparse("iwarp-test-sparse", SegmentKind::Memory, 16 << 20)
+            .unwrap();
+        assert_eq!(seals(s.as_fd()).unwrap(), SEALS);
+        let blocks = || std::fs::metadata(s.path().unwrap()).unwrap().blocks() * 512;
+        assert_eq!(blocks(), DATA_OFFSET as u64, "the header only");
+        s.allocate(8 << 20, 3 * PAGE).unwrap();
+        assert_eq!(blocks(), (DATA_OFFSET + 3 * PAGE) as u64);
+        assert!(matches!(
+            s.allocate(s.data_len() - PAGE, 2 * PAGE),
+            Err(Error::Layout)
+        ));
+        assert!(
+            truncate(s.as_fd(), PAGE).is_err(),
+            "sealed against shrinking"
+        );
     }
 
     #[test]

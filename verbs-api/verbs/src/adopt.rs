@@ -7,7 +7,7 @@
 //!
 //! Segments are *arenas* anchored at a mapping of the process (the `/proc/self/maps` entry
 //! holding the first registered octet): a sparse segment as long as that mapping plus room
-//! for it to grow, where the page at address `a` is at offset `a - base`. Registrations in
+//! for it to grow, with memory behind the adopted pages only, where the page at address `a` is at offset `a - base`. Registrations in
 //! one arena therefore share a segment however they overlap (small heap buffers next to each
 //! other, a buffer inside a structure registered twice), and each page is adopted once and
 //! counted; when its count drops to zero it becomes private anonymous memory again with its
@@ -23,7 +23,7 @@ use crate::link::{lock, Release};
 use crate::mr::MemoryRegion;
 use crate::shm::segment_name;
 use iwarp_abi::app::{Reply, Request};
-use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind, PAGE};
+use iwarp_abi::segment::{Segment, SegmentKind, PAGE};
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex};
@@ -92,13 +92,10 @@ fn mapping_of(a: usize) -> Option<(usize, usize, bool, bool)> {
 impl Arena {
     fn new(owner: usize, base: usize, len: usize) -> Result<Arena, Error> {
         // Sealed, as everything the daemon maps: the application cannot shrink it under the
-        // daemon. The whole window is allocated up front (growth room included).
-        let seg = Segment::create_sealed(
-            &segment_name("adopt"),
-            SegmentKind::Memory,
-            len,
-            HugePolicy::Off,
-        )?;
+        // daemon. Sparse: a page has memory only while adopted (`take` allocates it before
+        // the daemon can reach it, `give_back` punches it out), so the window of a large
+        // mapping and the heap's growth room cost nothing until registered.
+        let seg = Segment::create_sealed_sparse(&segment_name("adopt"), SegmentKind::Memory, len)?;
         Ok(Arena {
             owner,
             base,
@@ -138,6 +135,12 @@ impl Arena {
                 run += PAGE;
             }
             let n = run - a;
+            // Memory for the segment's copy first: a full /dev/shm fails the registration
+            // here, not the daemon with a SIGBUS later.
+            if let Err(e) = self.seg.allocate(a - self.base, n) {
+                self.give_back(start, a);
+                return Err(e.into());
+            }
             // SAFETY: the caller vouches for the source pages; the segment's copy of them lies
             // inside its data area.
             unsafe { core::ptr::copy_nonoverlapping(a as *const u8, self.copy_of(a), n) };
