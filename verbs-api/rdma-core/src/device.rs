@@ -314,6 +314,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
+    crate::ex::fill_context(v);
     v.context.device = dev;
     v.context.cmd_fd = -1;
     v.context.async_fd = async_fd;

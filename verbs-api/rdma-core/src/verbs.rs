@@ -51,12 +51,16 @@ pub(crate) struct Mw {
     mw: MemoryWindow,
 }
 
+/// `ibv_cq_ex` begins with the members of `ibv_cq`, so one struct serves both kinds
+/// (`ibv_cq_ex_to_cq` is a cast).
 #[repr(C)]
 pub(crate) struct Cq {
-    ibv: ibv_cq,
-    cq: Arc<CompletionQueue>,
+    pub(crate) ibv: ibv_cq_ex,
+    pub(crate) cq: Arc<CompletionQueue>,
     /// Delivers this CQ's notifications to its completion channel, if it has one.
     watcher: Option<Watcher>,
+    /// The completion `ibv_start_poll` and `ibv_next_poll` last read.
+    pub(crate) ex: crate::ex::CqPoll,
 }
 
 #[repr(C)]
@@ -65,19 +69,23 @@ pub(crate) struct Srq {
     srq: Arc<SharedReceiveQueue>,
 }
 
+/// Every QP is an `ibv_qp_ex` (whose head is the `ibv_qp`), so `ibv_qp_to_qp_ex` works on
+/// any of them.
 #[repr(C)]
 pub(crate) struct Qp {
-    ibv: ibv_qp,
+    pub(crate) ibv: ibv_qp_ex,
     pub(crate) qp: QueuePair,
     max_inline: u32,
-    sig_all: bool,
+    pub(crate) sig_all: bool,
+    /// The work requests of the `ibv_wr_*` API since `ibv_wr_start`.
+    pub(crate) ex: crate::ex::WrState,
 }
 
 /// The `ibv_context` an object's context pointer names, as ours.
 ///
 /// # Safety
 /// `ctx` must be a live context of this library.
-unsafe fn ctx_of<'a>(ctx: *mut ibv_context) -> Option<&'a mut Ctx> {
+pub(crate) unsafe fn ctx_of<'a>(ctx: *mut ibv_context) -> Option<&'a mut Ctx> {
     // SAFETY: forwarded.
     unsafe { Ctx::from_ibv(ctx) }
 }
@@ -102,7 +110,7 @@ fn forget(c: &Ctx, kind: Object, num: u32) {
 const IBV_ACCESS_OPTIONAL_RANGE: u32 = ((1 << 24) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1);
 
 /// `IBV_ACCESS_*` to the Verbs access rights of `iwarp_abi::wqe::access`.
-fn access_of(ibv: u32) -> Result<u32, c_int> {
+pub(crate) fn access_of(ibv: u32) -> Result<u32, c_int> {
     let known = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
@@ -262,7 +270,7 @@ pub(crate) unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 }
 
 /// Registered regions by lkey, as the context keeps them.
-type Regions = HashMap<u32, usize>;
+pub(crate) type Regions = HashMap<u32, usize>;
 
 /// The region whose lkey an SGE names, while the caller holds the table's read lock.
 fn region(regions: &Regions, lkey: u32) -> Option<&Mr> {
@@ -291,7 +299,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
     }
     match c.rnic.create_cq(cqe as u32) {
         Ok(cq) => {
-            let ibv = ibv_cq {
+            let ibv = ibv_cq_ex {
                 context: ctx,
                 channel,
                 cq_context,
@@ -305,6 +313,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 ibv,
                 cq,
                 watcher: None,
+                ex: Default::default(),
             }));
             if let (false, Some(n)) = (channel.is_null(), notify) {
                 // SAFETY: just made; the watcher gets its final address.
@@ -593,25 +602,30 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
         Ok(qp) => {
             cap.max_send_sge = max_sge;
             cap.max_recv_sge = max_sge;
-            let ibv = ibv_qp {
-                context: p.ibv.context,
-                qp_context: a.qp_context,
-                pd,
-                send_cq: a.send_cq,
-                recv_cq: a.recv_cq,
-                srq: a.srq,
-                handle: qp.qp_num(),
-                qp_num: qp.qp_num(),
-                state: IBV_QPS_RESET,
-                qp_type: a.qp_type,
+            let mut ibv = ibv_qp_ex {
+                qp_base: ibv_qp {
+                    context: p.ibv.context,
+                    qp_context: a.qp_context,
+                    pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq,
+                    handle: qp.qp_num(),
+                    qp_num: qp.qp_num(),
+                    state: IBV_QPS_RESET,
+                    qp_type: a.qp_type,
+                    ..Default::default()
+                },
                 ..Default::default()
             };
+            crate::ex::fill_qp_ex(&mut ibv);
             let num = qp.qp_num();
             let p = leak(Box::new(Qp {
                 ibv,
                 qp,
                 max_inline: cap.max_inline_data,
                 sig_all: a.sq_sig_all != 0,
+                ex: Default::default(),
             }));
             register(c, Object::Qp, num, p as usize);
             p.cast()
@@ -627,8 +641,8 @@ pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: a QP of ibv_create_qp, destroyed once.
     let q = unsafe { unleak(qp.cast::<Qp>()) };
     // SAFETY: its context is ours.
-    if let Some(c) = unsafe { ctx_of(q.ibv.context) } {
-        forget(c, Object::Qp, q.ibv.qp_num);
+    if let Some(c) = unsafe { ctx_of(q.ibv.qp_base.context) } {
+        forget(c, Object::Qp, q.ibv.qp_base.qp_num);
     }
     drop(q);
     0
@@ -651,11 +665,11 @@ pub(crate) unsafe extern "C" fn ibv_modify_qp(
     }
     match a.qp_state {
         s if s == IBV_QPS_RESET || s == IBV_QPS_INIT => {
-            q.ibv.state = s;
+            q.ibv.qp_base.state = s;
             0
         }
         s if s == IBV_QPS_RTR || s == IBV_QPS_RTS => {
-            if q.ibv.state == IBV_QPS_RTS {
+            if q.ibv.qp_base.state == IBV_QPS_RTS {
                 0
             } else {
                 libc::EINVAL
@@ -663,12 +677,12 @@ pub(crate) unsafe extern "C" fn ibv_modify_qp(
         }
         s if s == IBV_QPS_ERR => {
             // SAFETY: the QP's context is ours.
-            let Some(c) = (unsafe { ctx_of(q.ibv.context) }) else {
+            let Some(c) = (unsafe { ctx_of(q.ibv.qp_base.context) }) else {
                 return libc::EINVAL;
             };
             match c.rnic.modify_qp(&q.qp, QpState::Error) {
                 Ok(_) => {
-                    q.ibv.state = s;
+                    q.ibv.qp_base.state = s;
                     0
                 }
                 Err(_) => libc::EINVAL,
@@ -690,18 +704,18 @@ pub(crate) unsafe extern "C" fn ibv_query_qp(
     // SAFETY: a QP of ibv_create_qp.
     let q = unsafe { &mut *qp.cast::<Qp>() };
     // SAFETY: the QP's context is ours.
-    let Some(c) = (unsafe { ctx_of(q.ibv.context) }) else {
+    let Some(c) = (unsafe { ctx_of(q.ibv.qp_base.context) }) else {
         return libc::EINVAL;
     };
     let state = match c.rnic.query_qp(&q.qp) {
-        Ok(QpState::Idle) => q.ibv.state,
+        Ok(QpState::Idle) => q.ibv.qp_base.state,
         Ok(QpState::Rts) => IBV_QPS_RTS,
         Ok(QpState::Closing) => IBV_QPS_SQD,
         Ok(QpState::Terminate) => IBV_QPS_SQE,
         Ok(QpState::Error) => IBV_QPS_ERR,
         Err(_) => return libc::EIO,
     };
-    q.ibv.state = state;
+    q.ibv.qp_base.state = state;
     // SAFETY: the caller's attributes.
     unsafe {
         *attr = ibv_qp_attr {
@@ -717,11 +731,11 @@ pub(crate) unsafe extern "C" fn ibv_query_qp(
         };
         if !init.is_null() {
             *init = ibv_qp_init_attr {
-                qp_context: q.ibv.qp_context,
-                send_cq: q.ibv.send_cq,
-                recv_cq: q.ibv.recv_cq,
-                srq: q.ibv.srq,
-                qp_type: q.ibv.qp_type,
+                qp_context: q.ibv.qp_base.qp_context,
+                send_cq: q.ibv.qp_base.send_cq,
+                recv_cq: q.ibv.qp_base.recv_cq,
+                srq: q.ibv.qp_base.srq,
+                qp_type: q.ibv.qp_base.qp_type,
                 sq_sig_all: q.sig_all as c_int,
                 ..Default::default()
             };
@@ -752,7 +766,11 @@ pub(crate) fn set_rts(qp: *mut ibv_qp) {
 ///
 /// # Safety
 /// `sg` must hold `n` SGEs.
-unsafe fn sg_list<'a>(regions: &'a Regions, sg: *const ibv_sge, n: c_int) -> Option<Vec<Sg<'a>>> {
+pub(crate) unsafe fn sg_list<'a>(
+    regions: &'a Regions,
+    sg: *const ibv_sge,
+    n: c_int,
+) -> Option<Vec<Sg<'a>>> {
     let mut v = Vec::with_capacity(n.max(0) as usize);
     for i in 0..n.max(0) as usize {
         // SAFETY: the caller's list.
@@ -824,7 +842,7 @@ unsafe fn opcode(w: &ibv_send_wr) -> Option<WrOpcode> {
                     mr: (*mr).lkey,
                     to: b.bind_info.addr,
                     len: b.bind_info.length,
-                    access: access_of(b.bind_info.mw_access_flags).ok()?,
+                    access: crate::ex::window_access(b.bind_info.mw_access_flags)?,
                 }
             }
             _ => return None,
@@ -851,7 +869,7 @@ unsafe extern "C" fn post_send(
     // SAFETY: a QP of ibv_create_qp.
     let q = unsafe { &*qp.cast::<Qp>() };
     // SAFETY: the QP's context is ours.
-    let Some(c) = (unsafe { ctx_of(q.ibv.context) }) else {
+    let Some(c) = (unsafe { ctx_of(q.ibv.qp_base.context) }) else {
         return fail(wr, libc::EINVAL);
     };
     let regions = c.regions_read();
@@ -920,7 +938,7 @@ unsafe extern "C" fn post_recv(
     // SAFETY: a QP of ibv_create_qp.
     let q = unsafe { &*qp.cast::<Qp>() };
     // SAFETY: forwarded from the caller; the QP's context is ours.
-    unsafe { post_recv_list(q.ibv.context, wr, bad, |r| q.qp.post_recv(r)) }
+    unsafe { post_recv_list(q.ibv.qp_base.context, wr, bad, |r| q.qp.post_recv(r)) }
 }
 
 /// `ops.post_srq_recv`.
@@ -1038,7 +1056,7 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
     if b.bind_info.mr.is_null() {
         return libc::EINVAL;
     }
-    let Ok(acc) = access_of(b.bind_info.mw_access_flags) else {
+    let Some(acc) = crate::ex::window_access(b.bind_info.mw_access_flags) else {
         return libc::EINVAL;
     };
     let op = WrOpcode::BindMw {

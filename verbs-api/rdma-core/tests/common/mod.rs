@@ -63,3 +63,21 @@ pub fn pair() -> Pair {
         _procs: procs,
     }
 }
+
+/// `tests/c/<name>.c`, compiled against rdma-core's headers into `dir` and linked with our
+/// libraries.
+pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", lib_dir().display()))
+        .arg("-l:libibverbs.so.1")
+        .arg("-l:librdmacm.so.1")
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc {src}");
+    exe
+}
