@@ -401,8 +401,9 @@ impl QueuePair {
             }
             w.set_inline(data)?;
         }
-        if wr.signaled {
-            w.flags |= send_flags::SIGNALED;
+        // SendWqe::new marks every WQE signaled; an unsignaled one completes only in error.
+        if !wr.signaled {
+            w.flags &= !send_flags::SIGNALED;
         }
         if wr.solicited {
             w.flags |= send_flags::SOLICITED;
