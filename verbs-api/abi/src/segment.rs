@@ -462,8 +462,9 @@ impl Segment {
         Self::memfd(&c, kind, data_len, false, Some(Allocation::Sparse))
     }
 
-    /// Allocates the pages of `len` octets at `offset` of the data area now (a full
-    /// [`SHM_DIR`] is this error, not a SIGBUS in whichever process touches them first).
+    /// Allocates the pages of `len` octets at `offset` of the data area now: no memory for
+    /// them (a full tmpfs, a memory cgroup at its limit) is this error, not a SIGBUS in
+    /// whichever process touches them first.
     pub fn allocate(&self, offset: usize, len: usize) -> Result<(), Error> {
         let end = offset.checked_add(len).filter(|e| *e <= self.data_len());
         if end.is_none() {
@@ -472,7 +473,7 @@ impl Segment {
         allocate(self.fd.as_fd(), DATA_OFFSET + offset, len).map_err(|e| match e {
             Error::Io(io) => Error::Io(io::Error::new(
                 io.kind(),
-                format!("allocating {len} octets of shared memory in {SHM_DIR}: {io}"),
+                format!("allocating {len} octets of shared memory: {io}"),
             )),
             e => e,
         })

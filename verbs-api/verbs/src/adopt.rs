@@ -135,7 +135,7 @@ impl Arena {
                 run += PAGE;
             }
             let n = run - a;
-            // Memory for the segment's copy first: a full /dev/shm fails the registration
+            // Memory for the segment's copy first: no memory to back it fails the registration
             // here, not the daemon with a SIGBUS later.
             if let Err(e) = self.seg.allocate(a - self.base, n) {
                 self.give_back(start, a);
