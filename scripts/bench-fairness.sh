@@ -7,8 +7,11 @@
 # testkit/src/bottleneck.rs (`iwarp-bottleneck`): two bridges, tbf at RATE_MBIT toward the
 # receiver, iperf3 in namespaces on either side. For SECS seconds each:
 #   (a) one of our RDMA Write streams (iwarp-bench bandwidth, 1 MiB Writes, 4 in flight)
-#       against one kernel CUBIC flow (iperf3 -C cubic);
-#   (b) two of our streams (two iwarp-bench processes on the same endpoints).
+#       against one kernel CUBIC flow (iperf3 -C cubic): ours counted at the receiving
+#       daemon (its stats file's stream_bytes_rx, on the file's clock) over the kernel flow's
+#       run, the kernel flow by iperf3's receiver;
+#   (b) two of our streams (two iwarp-bench processes on the same endpoints, listening on
+#       ports of their own), each counted by its iwarp-bench.
 # Prints each flow's goodput, Jain's fairness index and the link's utilisation (goodputs over
 # the shaped rate, which counts Ethernet headers too: about 96 % is the most goodput can
 # reach), then our sender's congestion counters. The sender's stats file is sampled every
@@ -75,23 +78,57 @@ done
 # a (iwarp-bench's initiator, the sender) and the kernel client on the sending bridge.
 "$bin/iwarp-bottleneck" up "$p" "$rate" "${p}A" "${p}B" $ipc $ips
 
-# Samples the sender's stats file (one line per core) every second until killed.
+# Samples the sender's stats file every second until killed: its core line's window and
+# resend counters, and each connection's line (cwnd, srtt, rto, resends).
 trace() {
     local t0=$SECONDS
     while sleep 1; do
-        sed -n 's/.*\(cwnd=[0-9]* bytes_in_flight=[0-9]* retransmits=[0-9]* fast_retransmits=[0-9]* rtos=[0-9]* ecn_marks=[0-9]* spurious_retransmits=[0-9]*\).*/\1/p' \
-            "$run/a/stats" 2>/dev/null | sed "s/^/t=$((SECONDS - t0)) /"
+        sed -n -e 's/.*\(cwnd=[0-9]* bytes_in_flight=[0-9]* retransmits=[0-9]* fast_retransmits=[0-9]* rtos=[0-9]* ecn_marks=[0-9]* spurious_retransmits=[0-9]*\).*/\1/p' \
+            -e 's/^conn /  conn /p' "$run/a/stats" 2>/dev/null | sed "s/^/t=$((SECONDS - t0)) /"
     done
 }
+# Prints "<mtime> <stream_bytes_rx>" of the receiver's stats file at each rewrite (every
+# second) until killed: the octets our flows delivered, on the file's own clock.
+received() {
+    local last="" m v
+    while :; do
+        m=$(stat -c %.9Y "$run/b/stats" 2>/dev/null || true)
+        if [ -n "$m" ] && [ "$m" != "$last" ]; then
+            v=$(grep -o 'stream_bytes_rx=[0-9]*' "$run/b/stats" | head -1 | cut -d= -f2)
+            echo "$m $v"
+            last=$m
+        fi
+        sleep 0.05
+    done
+}
+# Our goodput (Mbit/s) between wall-clock times $2 and $3 from the samples in $1: the
+# first and last rewrites inside the interval.
+ours_between() {
+    awk -v t0="$2" -v t1="$3" '$1 >= t0 && $1 <= t1 && $2 != "" {
+        if (!n++) { a = $1; ca = $2 } b = $1; cb = $2 }
+        END { if (n < 2) print 0; else printf "%.1f\n", (cb - ca) * 8 / (b - a) / 1e6 }' "$1"
+}
 counters() {
-    grep -o 'retransmits=[0-9]*\|fast_retransmits=[0-9]*\|rtos=[0-9]*\|spurious_retransmits=[0-9]*\|drops=[0-9]*' \
-        "$run/a/stats" | tr '\n' ' '
+    grep -o '^core.*' "$run/a/stats" | grep -o ' retransmits=[0-9]*\| fast_retransmits=[0-9]*\| rtos=[0-9]*\| spurious_retransmits=[0-9]*\| drops=[0-9]*' \
+        | tr -d '\n'
+}
+# Waits until our flow's octets arrive at the receiver.
+flowing() {
+    local i c0 c
+    c0=$(grep -o 'stream_bytes_rx=[0-9]*' "$run/b/stats" 2>/dev/null | head -1 | cut -d= -f2)
+    for i in $(seq 1 600); do
+        sleep 0.1
+        c=$(grep -o 'stream_bytes_rx=[0-9]*' "$run/b/stats" 2>/dev/null | head -1 | cut -d= -f2)
+        [ -n "$c" ] && [ "$c" != "${c0:-}" ] && return 0
+    done
+    echo "bench-fairness: our flow never started" >&2
+    exit 1
 }
 
-bench() {
+bench() { # json, duration (s), port
     "$bin/iwarp-bench" --daemons running --runtime-dir "$run/a" --runtime-dir "$run/b" \
         --endpoint-ip $ipa,$ipb --mode bandwidth --ops write --sizes 1M --window 4 \
-        --duration "${secs}s" --warmup 2 --baselines none --quiet --json "$1"
+        --duration "${2}s" --warmup 2 --baselines none --quiet --json "$1" --cm-port "$3"
 }
 ours_mbit() { jq '.measurements[0] | .throughput.bytes * 8 / .seconds / 1e6' "$1"; }
 report() { # case, rates (Mbit/s) ...
@@ -100,7 +137,7 @@ report() { # case, rates (Mbit/s) ...
     echo "$@" | awk -v c="$c" -v rate="$rate" -v cc="$cc" '{
         s = 0; q = 0
         for (i = 1; i <= NF; i++) { s += $i; q += $i * $i }
-        printf "%s %s: flows", c, cc
+        printf "%s: flows", c
         for (i = 1; i <= NF; i++) printf " %.1f", $i
         printf " Mbit/s, Jain %.3f, utilisation %.1f %% of %d Mbit/s\n", s * s / (NF * q), s / rate * 100, rate
     }'
@@ -119,39 +156,57 @@ capture_stop() {
 }
 
 echo "bench-fairness: $cc against kernel $kcc, $secs s through $rate Mbit/s; load: $(uptime)"
-# (a) ours against one kernel flow.
+received > "$out/received.txt" &
+rx=$!
+pids+=($rx)
+
+# (a) ours against one kernel flow: ours starts first (it runs past the kernel flow's end),
+# the kernel flow runs $secs s once ours flows; ours is counted at the receiver over the
+# kernel flow's run, the kernel flow by iperf3's receiver.
 ip netns exec "${p}s" iperf3 -s -1 >/dev/null 2>&1 &
 srv=$!
-sleep 0.3
 capture a
 before=$(counters)
 trace > "$out/cwnd-a.txt" &
 tr=$!
-bench "$out/a.json" &
+bench "$out/a.json" $((secs + 30)) 18515 > "$out/a-bench.log" 2>&1 &
 bp=$!
+flowing
+sleep 1
+t0=$(date +%s.%N)
 ip netns exec "${p}c" iperf3 -c $ips -C "$kcc" -t "$secs" -J > "$out/iperf3-a.json"
-wait $bp
+t1=$(date +%s.%N)
+kill -INT $bp 2>/dev/null || true
+wait $bp 2>/dev/null || true
 kill $tr; wait $tr 2>/dev/null || true
 wait $srv 2>/dev/null || true
 capture_stop
 kernel=$(jq '.end.sum_received.bits_per_second / 1e6' "$out/iperf3-a.json")
 kretx=$(jq '.end.sum_sent.retransmits' "$out/iperf3-a.json")
-report "(a) ours vs kernel" "$(ours_mbit "$out/a.json")" "$kernel"
-echo "    kernel resends $kretx; our sender before: $before"
-echo "    our sender after:  $(counters)"
+report "(a) ours ($cc) vs kernel ($kcc)" "$(ours_between "$out/received.txt" "$t0" "$t1")" "$kernel"
+echo "    kernel resends $kretx; our sender before:$before"
+echo "    our sender after: $(counters)"
 
-# (b) two of ours.
+# (b) two of ours, started together, each measured by its iwarp-bench over $secs s (their
+# windows differ by the connection set-up); the sum also at the receiver.
+sleep 2
 capture b
 before=$(counters)
 trace > "$out/cwnd-b.txt" &
 tr=$!
-bench "$out/b1.json" &
+t0=$(date +%s.%N)
+bench "$out/b1.json" "$secs" 18515 > "$out/b1-bench.log" 2>&1 &
 b1=$!
-bench "$out/b2.json"
-wait $b1
+# A run fails when a message of its window is still missing seconds after its end (a flow
+# stalled in retransmission backoff): said, and its figure left out.
+ok=1
+bench "$out/b2.json" "$secs" 18600 > "$out/b2-bench.log" 2>&1 || { echo "    flow 2: $(cat "$out/b2-bench.log")"; ok=0; }
+wait $b1 || { echo "    flow 1: $(cat "$out/b1-bench.log")"; ok=0; }
+t1=$(date +%s.%N)
 kill $tr; wait $tr 2>/dev/null || true
 capture_stop
-report "(b) ours vs ours" "$(ours_mbit "$out/b1.json")" "$(ours_mbit "$out/b2.json")"
-echo "    our sender before: $before"
-echo "    our sender after:  $(counters)"
+[ $ok = 1 ] && report "(b) ours vs ours ($cc)" "$(ours_mbit "$out/b1.json")" "$(ours_mbit "$out/b2.json")"
+echo "    at the receiver, both: $(ours_between "$out/received.txt" "$t0" "$t1") Mbit/s from set-up to end; seconds measured: $(jq .measurements[0].seconds "$out/b1.json") $(jq .measurements[0].seconds "$out/b2.json")"
+echo "    our sender before:$before"
+echo "    our sender after: $(counters)"
 echo "bench-fairness: traces and reports in $out; load: $(uptime)"
