@@ -13,9 +13,10 @@ ci=0
 # Wireshark's iWARP dissectors, iproute2/nftables for the namespace and loss tests, ethtool for the
 # veth test (the kernel's checksum offload), gcc for the C ABI example, iperf3 for the kernel TCP
 # flow of the fairness test; rdma-core's headers (bindgen for the drop-in libibverbs/librdmacm)
-# and the unmodified rdma-core, perftest and rdmacm programs the drop-in libraries are tested with.
+# and the unmodified rdma-core, perftest and rdmacm programs the drop-in libraries are tested with;
+# jq for the benchmark scripts to read iwarp-bench's and iperf3's JSON.
 pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool
-    iperf3 libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils)
+    iperf3 libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils jq)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -179,6 +179,11 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub endpoint_ip: Vec<std::net::Ipv4Addr>,
 
+    /// The TCP port the second endpoint listens on (one more per further worker). Two runs
+    /// on the same running endpoints at once need ports of their own.
+    #[arg(long, default_value_t = 18515)]
+    pub cm_port: u16,
+
     /// The iwarpd executable (default: next to this executable, then $PATH).
     #[arg(long)]
     pub iwarpd: Option<PathBuf>,
@@ -233,6 +238,11 @@ fn default_mtu() -> u16 {
     1500
 }
 
+/// perftest's default port.
+fn default_cm_port() -> u16 {
+    18515
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointPlan {
     pub port: PortArg,
@@ -252,6 +262,9 @@ pub struct EndpointPlan {
     /// Spawned daemons' `port.mtu`.
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// The port the second endpoint's first context listens on.
+    #[serde(default = "default_cm_port")]
+    pub cm_port: u16,
 }
 
 /// Where results go.
@@ -500,6 +513,7 @@ impl Plan {
                 daemon_config: args.daemon_config.clone(),
                 stage_timing: args.stages,
                 mtu: args.mtu,
+                cm_port: args.cm_port,
             },
             output: OutputPlan {
                 json: args.json.clone(),

@@ -459,6 +459,7 @@ mod tests {
             daemon_config: None,
             stage_timing: false,
             mtu: 1500,
+            cm_port: 18515,
         }
     }
 

@@ -31,6 +31,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         daemon_config: None,
         stage_timing: false,
         mtu: 1500,
+        cm_port: 18515,
     }
 }
 

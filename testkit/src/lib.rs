@@ -4,6 +4,7 @@
 //! A dev-dependency only; nothing here ships. For tests of `iwarp-control` alone,
 //! [`fake_daemon`] plays `iwarpd` on the command ring.
 
+pub mod bottleneck;
 pub mod siw;
 
 use iwarp_abi::command::{reply_status, CloseReason, Command, Upcall};
@@ -347,6 +348,17 @@ fn tshark(pcap: &Path, analysis: bool, extra: &[&str]) -> Option<String> {
 pub fn tshark_fields(pcap: &Path, filter: &str, field: &str) -> Option<Vec<String>> {
     let out = tshark(pcap, false, &["-Y", filter, "-T", "fields", "-e", field])?;
     Some(out.lines().map(str::to_string).collect())
+}
+
+/// The numbers of the frames matching `filter` with TCP sequence analysis on, so that
+/// `tcp.analysis.retransmission` and its kin are set; None where tshark is not installed.
+pub fn tshark_analysed(pcap: &Path, filter: &str) -> Option<BTreeSet<u64>> {
+    let out = tshark(
+        pcap,
+        true,
+        &["-Y", filter, "-T", "fields", "-e", "frame.number"],
+    )?;
+    Some(out.lines().filter_map(|l| l.trim().parse().ok()).collect())
 }
 
 /// The numbers of the frames matching `filter`.

@@ -30,6 +30,8 @@
 //! gives each node its own thread pinned to its own core (`--cores`), each polling only its
 //! node, busy: two daemons' frame paths, without the applications and their rings.
 //!
+//! `--congestion cubic|newreno|dctcp|none` (both modes) sets both nodes' `tcp.congestion`.
+//!
 //! `--mtu N` (both modes) runs the link at that MTU, TCP's segments and FPDUs following it
 //! as the daemon's defaults do; memif gets a buffer per frame. Above 1500: jumbo frames.
 //!
@@ -118,6 +120,9 @@ struct Placement {
     /// follow it as the daemon's defaults do. Above 1500: jumbo frames.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=9216))]
     mtu: u16,
+    /// Both nodes' `tcp.congestion`: cubic, newreno, dctcp or none.
+    #[arg(long, default_value = "cubic")]
+    congestion: iwarp_config::Congestion,
 }
 
 impl Placement {
@@ -130,6 +135,7 @@ impl Placement {
     fn config(&self) -> iwarp_config::Config {
         let mut c = iwarp_config::Config::default();
         c.port.mtu = usize::from(self.mtu);
+        c.tcp.congestion = self.congestion;
         c
     }
 

@@ -16,6 +16,7 @@ mod common;
 
 use common::{pair_tcp, sh, End};
 use iwarp_engine::{Access, Status};
+use iwarp_testkit::bottleneck::{iperf3_received_bps, jain, Bottleneck, Spec};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::port::tap::TapPort;
 use std::process::{Command, Stdio};
@@ -23,56 +24,6 @@ use std::time::{Duration, Instant};
 
 const RATE_MBIT: f64 = 200.0;
 const SECS: u64 = 6;
-
-/// The namespaces, veths, bridges and the shaper; removed when dropped.
-struct Bottleneck;
-
-impl Bottleneck {
-    fn new() -> Bottleneck {
-        Bottleneck::clean();
-        let script = "set -e
-            ip netns add iwfc && ip netns add iwfs
-            ip link add iwfbr0 type bridge && ip link add iwfbr1 type bridge
-            ip link add iwfup0 type veth peer name iwfup1
-            ip link add iwfc0 type veth peer name iwfc1
-            ip link add iwfs0 type veth peer name iwfs1
-            ip link set iwfc0 netns iwfc && ip link set iwfs0 netns iwfs
-            ip netns exec iwfc ip addr add 10.88.0.20/24 dev iwfc0
-            ip netns exec iwfs ip addr add 10.88.0.21/24 dev iwfs0
-            ip netns exec iwfc ip link set iwfc0 up && ip netns exec iwfs ip link set iwfs0 up
-            ip netns exec iwfc ip link set lo up && ip netns exec iwfs ip link set lo up
-            for l in iwfB iwfc1 iwfup0; do ip link set $l master iwfbr0 && ip link set $l up; done
-            for l in iwfA iwfs1 iwfup1; do ip link set $l master iwfbr1 && ip link set $l up; done
-            ip link set iwfbr0 up && ip link set iwfbr1 up
-            tc qdisc add dev iwfup0 root tbf rate 200mbit burst 64kb latency 10ms";
-        assert!(sh(script), "building the bottleneck");
-        Bottleneck
-    }
-
-    fn clean() {
-        let _ = sh(
-            "ip netns del iwfc 2>/dev/null; ip netns del iwfs 2>/dev/null; \
-             ip link del iwfup0 2>/dev/null; ip link del iwfbr0 2>/dev/null; \
-             ip link del iwfbr1 2>/dev/null",
-        );
-    }
-}
-
-impl Drop for Bottleneck {
-    fn drop(&mut self) {
-        Bottleneck::clean();
-    }
-}
-
-/// The kernel flow's received rate (bit/s) from iperf3's JSON report.
-fn received_bps(json: &str) -> Option<f64> {
-    let at = json.find("\"sum_received\"")?;
-    let rest = &json[at..];
-    let at = rest.find("\"bits_per_second\":")? + "\"bits_per_second\":".len();
-    let rest = rest[at..].trim_start();
-    let end = rest.find([',', '\n', '}'])?;
-    rest[..end].trim().parse().ok()
-}
 
 /// B RDMA-Writes 1 MiB chunks into A for `secs`; returns the rate (bit/s) A received at in
 /// that time, and checks the chunk's bytes.
@@ -126,7 +77,15 @@ fn an_rdma_stream_and_a_kernel_cubic_stream_share_a_bottleneck() {
     }
     let ta = TapPort::open("iwfA", [2, 0, 0, 0, 8, 0x0a], 1500).expect("TAP");
     let tb = TapPort::open("iwfB", [2, 0, 0, 0, 8, 0x0b], 1500).unwrap();
-    let _net = Bottleneck::new();
+    let _net = Bottleneck::build(&Spec {
+        prefix: "iwf".into(),
+        senders: vec!["iwfB".into()],
+        receivers: vec!["iwfA".into()],
+        rate_mbit: RATE_MBIT as u32,
+        client_ip: "10.88.0.20".parse().unwrap(),
+        server_ip: "10.88.0.21".parse().unwrap(),
+    })
+    .expect("building the bottleneck");
     // A congested link may hold a flow's resends back for seconds; the test is about
     // sharing, not dead-peer detection.
     let tcp = iwarpd::node::TcpSettings {
@@ -161,10 +120,10 @@ fn an_rdma_stream_and_a_kernel_cubic_stream_share_a_bottleneck() {
     let ours = write_for(&mut a, &mut b, SECS);
     let out = client.wait_with_output().expect("iperf3 ran");
     let json = String::from_utf8_lossy(&out.stdout);
-    let kernel = received_bps(&json).unwrap_or_else(|| panic!("iperf3 report: {json}"));
+    let kernel = iperf3_received_bps(&json).unwrap_or_else(|| panic!("iperf3 report: {json}"));
     let link = RATE_MBIT * 1e6;
     let tcp = b.node.conn_tcp(b.conn).unwrap();
-    let jain = (ours + kernel).powi(2) / (2.0 * (ours * ours + kernel * kernel));
+    let jain = jain(&[ours, kernel]);
     println!(
         "{SECS} s through {RATE_MBIT} Mbit/s: ours {:.1} Mbit/s (alone {:.1}), kernel CUBIC \
          {:.1} Mbit/s, Jain {jain:.3}, utilisation {:.0} %; sender {tcp:?}",

@@ -16,8 +16,6 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The TCP port `b` listens on (perftest's default).
-const PORT: u16 = 18515;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
@@ -29,15 +27,17 @@ pub struct Contexts {
     a: Vec<Context>,
     b: Vec<Context>,
     b_ip: std::net::Ipv4Addr,
-    /// Whether `b`'s k-th context listens (on PORT + k) yet.
+    /// The port `b`'s first context listens on.
+    port: u16,
+    /// Whether `b`'s k-th context listens (on `port` + k) yet.
     listening: Vec<AtomicBool>,
     next: AtomicUsize,
 }
 
 impl Contexts {
     /// Opens a context on each of the `workers` workers of each endpoint (through its control
-    /// socket).
-    pub fn open(endpoints: &Endpoints, workers: usize) -> Result<Contexts> {
+    /// socket); `b`'s k-th listens on `port` + k.
+    pub fn open(endpoints: &Endpoints, workers: usize, port: u16) -> Result<Contexts> {
         let a = per_worker(&endpoints.a.runtime_dir, workers, "a")?;
         let b = per_worker(&endpoints.b.runtime_dir, workers, "b")?;
         Ok(Contexts {
@@ -45,6 +45,7 @@ impl Contexts {
             a,
             b,
             b_ip: endpoints.b.ip,
+            port,
             next: AtomicUsize::new(0),
         })
     }
@@ -60,7 +61,7 @@ impl Contexts {
         let k = self.next.fetch_add(1, Ordering::Relaxed) % self.a.len();
         let (ca, cb) = (&self.a[k], &self.b[k]);
         // Listeners belong to one application: each of b's contexts listens on its own port.
-        let port = PORT + k as u16;
+        let port = self.port + k as u16;
         if !self.listening[k].swap(true, Ordering::Relaxed) {
             cb.listen(port, &settings)
                 .map_err(|e| err("listen on b", e))?;
