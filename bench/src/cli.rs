@@ -212,6 +212,22 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub peer_exe: Option<PathBuf>,
 
+    /// QP-count sweep: run bandwidth mode once per count (e.g. 1,16,256,1024), each with its
+    /// own endpoints, and print message rate per count against the 16-QP figure.
+    #[arg(long, value_delimiter = ',')]
+    pub qp_sweep: Option<Vec<usize>>,
+
+    /// Many applications: start one pair of endpoints, then this many `iwarp-bench`
+    /// processes at once, each with its own QP streaming through them (bandwidth mode); print
+    /// each one's throughput, the median, min/max ratio and the total. Lists run one after
+    /// another (16,64,256).
+    #[arg(long, value_delimiter = ',')]
+    pub apps: Option<Vec<usize>>,
+
+    /// The first TCP port the second endpoint's contexts listen on (default 18515).
+    #[arg(long)]
+    pub listen_port: Option<u16>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,
@@ -252,6 +268,14 @@ pub struct EndpointPlan {
     /// Spawned daemons' `port.mtu`.
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// Connections the run opens: spawned daemons' QP, CQ and PD limits are raised to hold
+    /// them where the defaults would not.
+    #[serde(default)]
+    pub qps: usize,
+    /// The first TCP port `b`'s contexts listen on (18515, perftest's, unless given): each
+    /// application of a `--apps` run listens on its own.
+    #[serde(default)]
+    pub listen_port: Option<u16>,
 }
 
 /// Where results go.
@@ -288,8 +312,9 @@ pub struct Plan {
 
 /// The largest window the harness accepts (deeper than any queue the stack allows).
 pub const MAX_WINDOW: usize = 1 << 16;
-/// The most connections one run opens.
-pub const MAX_QPS: usize = 1024;
+/// The most connections one run opens (spawned daemons get limits to match, see
+/// `daemons.rs`; the machine's memory and descriptors are the real bound).
+pub const MAX_QPS: usize = 16_384;
 pub const DEFAULT_ITERATIONS: u64 = 10_000;
 
 /// The cores this process may run on, as core_affinity sees them.
@@ -500,6 +525,8 @@ impl Plan {
                 daemon_config: args.daemon_config.clone(),
                 stage_timing: args.stages,
                 mtu: args.mtu,
+                qps: args.qps,
+                listen_port: args.listen_port,
             },
             output: OutputPlan {
                 json: args.json.clone(),

@@ -237,6 +237,15 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
         HugepagesArg::Off => "off",
     };
     let _ = writeln!(t, "hugepages = \"{huge}\"");
+    let defaults = iwarp_config::Config::default().limits;
+    // Each connection of the harness takes a QP, two CQs and a PD on each side.
+    let need = u32::try_from(plan.qps).unwrap_or(u32::MAX).saturating_add(16);
+    if need > defaults.max_qp || need > defaults.max_pd || 2 * need > defaults.max_cq {
+        let _ = writeln!(t, "\n[limits]");
+        let _ = writeln!(t, "max_qp = {}", need.max(defaults.max_qp));
+        let _ = writeln!(t, "max_pd = {}", need.max(defaults.max_pd));
+        let _ = writeln!(t, "max_cq = {}", (2 * need).max(defaults.max_cq));
+    }
     t
 }
 
@@ -459,6 +468,8 @@ mod tests {
             daemon_config: None,
             stage_timing: false,
             mtu: 1500,
+            qps: 1,
+            listen_port: None,
         }
     }
 

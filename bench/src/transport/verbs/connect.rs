@@ -32,6 +32,8 @@ pub struct Contexts {
     /// Whether `b`'s k-th context listens (on PORT + k) yet.
     listening: Vec<AtomicBool>,
     next: AtomicUsize,
+    /// The port b's first context listens on.
+    port: u16,
 }
 
 impl Contexts {
@@ -46,7 +48,15 @@ impl Contexts {
             b,
             b_ip: endpoints.b.ip,
             next: AtomicUsize::new(0),
+            port: PORT,
         })
+    }
+
+    /// b's contexts listen from `port` on (default [`PORT`]): applications sharing the
+    /// endpoints each listen on their own.
+    pub fn listening_from(mut self, port: Option<u16>) -> Contexts {
+        self.port = port.unwrap_or(PORT);
+        self
     }
 
     /// Creates and connects one pair of QPs with `depth`-deep queues and `buf_len`-octet
@@ -60,7 +70,7 @@ impl Contexts {
         let k = self.next.fetch_add(1, Ordering::Relaxed) % self.a.len();
         let (ca, cb) = (&self.a[k], &self.b[k]);
         // Listeners belong to one application: each of b's contexts listens on its own port.
-        let port = PORT + k as u16;
+        let port = self.port + k as u16;
         if !self.listening[k].swap(true, Ordering::Relaxed) {
             cb.listen(port, &settings)
                 .map_err(|e| err("listen on b", e))?;

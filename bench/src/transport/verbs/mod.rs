@@ -895,7 +895,8 @@ pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<B
         // Any reading before the first application is an idle one: no wait for a rewrite.
         .filter_map(|(n, d)| DaemonMemory::read(d, n, "idle", None))
         .collect();
-    let contexts = connect::Contexts::open(&endpoints, endpoint.daemon_workers)?;
+    let contexts = connect::Contexts::open(&endpoints, endpoint.daemon_workers)?
+        .listening_from(endpoint.listen_port);
     // Room for the window plus the ping-pong's re-posted receives.
     let depth = (window + 16).next_power_of_two().max(64);
     Ok(Box::new(VerbsTransport {
