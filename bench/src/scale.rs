@@ -111,13 +111,21 @@ fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> R
     let mut procs = Vec::with_capacity(n);
     for i in 0..n {
         let mut c = Command::new(&exe);
-        c.args(["--mode", "bandwidth", "--qps", "1", "--quiet", "--json", "-"])
-            .args(["--duration", &duration])
-            .args(["--warmup", &args.warmup.to_string()])
-            .args(["--window", &args.window.to_string()])
-            .args(["--sizes", &args.sizes.join(",")])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        c.args([
+            "--mode",
+            "bandwidth",
+            "--qps",
+            "1",
+            "--quiet",
+            "--json",
+            "-",
+        ])
+        .args(["--duration", &duration])
+        .args(["--warmup", &args.warmup.to_string()])
+        .args(["--window", &args.window.to_string()])
+        .args(["--sizes", &args.sizes.join(",")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         match kind {
             Kind::Verbs => {
                 let ops: Vec<String> = args

@@ -31,6 +31,8 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         daemon_config: None,
         stage_timing: false,
         mtu: 1500,
+        qps: 1,
+        listen_port: None,
     }
 }
 
