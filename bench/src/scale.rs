@@ -51,7 +51,21 @@ pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String
     for &k in counts {
         let plan = Plan::resolve(&run_args(args, k), cores)?;
         let t = Instant::now();
-        let report = bench::run(&plan, Vec::new())?;
+        // A count that fails is reported and the sweep goes on: how far it reaches is
+        // part of the answer.
+        let report = match bench::run(&plan, Vec::new()) {
+            Ok(r) => r,
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                let line = format!(
+                    "{k} QPs: failed after {:.1} s: {e}",
+                    t.elapsed().as_secs_f64()
+                );
+                eprintln!("{line}");
+                let _ = writeln!(out, "{line}");
+                continue;
+            }
+        };
         for m in &report.measurements {
             let Some(th) = &m.throughput else { continue };
             rows.push(Row {
@@ -61,7 +75,9 @@ pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String
                 gbit_per_s: th.gbit_per_s,
             });
         }
-        let _ = writeln!(out, "{k} QPs: run took {:.1} s", t.elapsed().as_secs_f64());
+        let line = format!("{k} QPs: run took {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!("{line}");
+        let _ = writeln!(out, "{line}");
         for d in &report.daemon_memory {
             let _ = writeln!(out, "  {}", d.describe());
         }

@@ -52,7 +52,7 @@ impl Contexts {
         })
     }
 
-    /// b's contexts listen from `port` on (default [`PORT`]): applications sharing the
+    /// b's contexts listen from `port` on (default 18515): applications sharing the
     /// endpoints each listen on their own.
     pub fn listening_from(mut self, port: Option<u16>) -> Contexts {
         self.port = port.unwrap_or(PORT);
