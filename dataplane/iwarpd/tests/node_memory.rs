@@ -1,4 +1,4 @@
-//! What an idle connection costs a node: its heap (counted by this test's allocator), with
+//! What an idle connection costs a node: its heap (counted by this test's allocator, per thread), with
 //! the daemon's default 1 MiB TCP rings, which live in mappings of their own; and those rings
 //! given back once the connection idles, with the stream intact afterwards.
 
@@ -10,33 +10,45 @@ use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, TcpSettings};
 use iwarpd::port::unix::UnixPort;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-/// Heap octets allocated and not yet freed, by the whole test process.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
+thread_local! {
+    /// Heap octets allocated and not yet freed by this thread (tests run on threads of their
+    /// own, side by side): the nodes of a test live on its thread.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // A thread being torn down has no counter any more: nothing of ours runs there.
+    let _ = LIVE.try_with(|l| l.set(l.get() + delta));
+}
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
 
 struct Counting;
 
 // SAFETY: every call goes to the system allocator unchanged; only a counter is kept beside.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        count(l.size() as isize);
         // SAFETY: the caller's layout, passed on.
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        count(l.size() as isize);
         // SAFETY: as `alloc`.
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        count(-(l.size() as isize));
         // SAFETY: `p` came from `alloc` with layout `l`.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        count(new as isize - l.size() as isize);
         // SAFETY: `p` came from `alloc` with layout `l`.
         unsafe { System.realloc(p, l, new) }
     }
@@ -45,13 +57,18 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Connections measured.
+/// Connections measured (`IWARP_NODE_MEMORY_CONNS` for a larger run by hand).
 const N: usize = 200;
 /// Setups started at once (see `storm.rs`).
 const WAVE: usize = 50;
 
 /// Opens connections `range`, [`WAVE`] at a time, each with a QP of 16-deep queues.
-fn open(a: &mut End<UnixPort>, b: &mut End<UnixPort>, range: std::ops::Range<usize>) {
+fn open(
+    a: &mut End<UnixPort>,
+    b: &mut End<UnixPort>,
+    range: std::ops::Range<usize>,
+) -> Vec<(usize, usize)> {
+    let mut all = Vec::new();
     let caps = QpCaps {
         sq_depth: 16,
         rq_depth: 16,
@@ -78,7 +95,20 @@ fn open(a: &mut End<UnixPort>, b: &mut End<UnixPort>, range: std::ops::Range<usi
             a.node.poll();
             b.node.poll();
         }
+        all.extend(wave);
     }
+    all
+}
+
+/// Resident memory of this process, octets.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(0, |k| k << 10)
 }
 
 #[test]
@@ -98,14 +128,47 @@ fn an_idle_connection_costs_the_node_under_16_kib_of_heap_with_1_mib_rings() {
     );
     // The first wave grows the tables (socket set, connection list) past their first sizes.
     open(&mut a, &mut b, 0..WAVE);
-    let before = LIVE.load(Ordering::Relaxed);
-    open(&mut a, &mut b, WAVE..WAVE + N);
-    let per = (LIVE.load(Ordering::Relaxed) - before) / (2 * N) as isize;
-    println!("heap per idle connection and its QP (one node): {per} B");
+    let n = std::env::var("IWARP_NODE_MEMORY_CONNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(N);
+    let (before, rss_before, t) = (live(), rss(), Instant::now());
+    let conns = open(&mut a, &mut b, WAVE..WAVE + n);
+    let per = (live() - before) / (2 * n) as isize;
+    println!(
+        "{n} connections opened in {:.1} s; heap per idle connection and its QP (one node): \
+         {per} B; resident memory of both nodes {} -> {} KiB",
+        t.elapsed().as_secs_f64(),
+        rss_before >> 10,
+        rss() >> 10
+    );
+    // Held idle for a while by hand (`IWARP_NODE_MEMORY_HOLD_S`): every one still up.
+    if let Some(hold) = std::env::var("IWARP_NODE_MEMORY_HOLD_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let end = Instant::now() + Duration::from_secs(hold);
+        while Instant::now() < end {
+            a.node.poll();
+            b.node.poll();
+        }
+        let up = conns
+            .iter()
+            .filter(|&&(ca, cb)| {
+                a.node.state(ca) == Some(&ConnState::Rts)
+                    && b.node.state(cb) == Some(&ConnState::Rts)
+            })
+            .count();
+        println!(
+            "held {hold} s: {up} of {n} up; resident memory {} KiB",
+            rss() >> 10
+        );
+        assert_eq!(up, n);
+    }
     assert!(per < 16 << 10, "{per} B of heap per connection");
     // Each connection's socket (and each listener's) has its rings mapped.
-    assert!(a.node.mapped_sockets() >= WAVE + N);
-    assert!(b.node.mapped_sockets() >= WAVE + N);
+    assert!(a.node.mapped_sockets() >= WAVE + n);
+    assert!(b.node.mapped_sockets() >= WAVE + n);
 }
 
 #[test]
