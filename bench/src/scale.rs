@@ -68,9 +68,12 @@ pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String
         };
         for m in &report.measurements {
             let Some(th) = &m.throughput else { continue };
+            let what = format!("{} {} {}B", m.transport.name(), m.op, m.size);
+            // As it comes, so that a sweep cut short still shows what it measured.
+            eprintln!("{k} QPs: {what}: {:.4} Mmsg/s", th.mmsg_per_s);
             rows.push(Row {
                 qps: k,
-                what: format!("{} {} {}B", m.transport.name(), m.op, m.size),
+                what,
                 mmsg_per_s: th.mmsg_per_s,
                 gbit_per_s: th.gbit_per_s,
             });
