@@ -665,6 +665,7 @@ mod tests {
         refused(&["--sizes", "2G"], "larger than");
         refused(&["--sizes", "12x"], "12x");
         refused(&["--qps", "0"], "--qps 0");
+        refused(&["--qps", "20000"], "--qps 20000");
         refused(&["--threads", "2"], "at least one QP");
         refused(
             &["--ops", "none", "--baselines", "none"],
@@ -700,6 +701,9 @@ mod tests {
 
     #[test]
     fn cores_split_into_initiators_then_responders() {
+        // Ten thousand connections are a run of their own (spawned daemons' limits follow).
+        let p = plan(&["--qps", "10000"]).unwrap();
+        assert_eq!((p.qps, p.endpoint.qps), (10_000, 10_000));
         let p = plan(&["--threads", "2", "--qps", "4", "--cores", "3,2,1"]).unwrap();
         assert_eq!(p.initiator_cores, vec![Some(3), Some(2)]);
         assert_eq!(p.responder_cores, vec![Some(1)]);
