@@ -217,6 +217,18 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub peer_exe: Option<PathBuf>,
 
+    /// QP-count sweep: run bandwidth mode once per count (e.g. 1,16,256,1024), each with its
+    /// own endpoints, and print message rate per count against the 16-QP figure.
+    #[arg(long, value_delimiter = ',')]
+    pub qp_sweep: Option<Vec<usize>>,
+
+    /// Many applications: start one pair of endpoints, then this many `iwarp-bench`
+    /// processes at once, each with its own QP streaming through them (bandwidth mode); print
+    /// each one's throughput, the median, min/max ratio and the total. Lists run one after
+    /// another (16,64,256).
+    #[arg(long, value_delimiter = ',')]
+    pub apps: Option<Vec<usize>>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,
@@ -265,6 +277,10 @@ pub struct EndpointPlan {
     /// The port the second endpoint's first context listens on.
     #[serde(default = "default_cm_port")]
     pub cm_port: u16,
+    /// Connections the run opens: spawned daemons' QP, CQ and PD limits are raised to hold
+    /// them where the defaults would not.
+    #[serde(default)]
+    pub qps: usize,
 }
 
 /// Where results go.
@@ -301,8 +317,9 @@ pub struct Plan {
 
 /// The largest window the harness accepts (deeper than any queue the stack allows).
 pub const MAX_WINDOW: usize = 1 << 16;
-/// The most connections one run opens.
-pub const MAX_QPS: usize = 1024;
+/// The most connections one run opens (spawned daemons get limits to match, see
+/// `daemons.rs`; the machine's memory and descriptors are the real bound).
+pub const MAX_QPS: usize = 16_384;
 pub const DEFAULT_ITERATIONS: u64 = 10_000;
 
 /// The cores this process may run on, as core_affinity sees them.
@@ -514,6 +531,7 @@ impl Plan {
                 stage_timing: args.stages,
                 mtu: args.mtu,
                 cm_port: args.cm_port,
+                qps: args.qps,
             },
             output: OutputPlan {
                 json: args.json.clone(),
@@ -652,6 +670,7 @@ mod tests {
         refused(&["--sizes", "2G"], "larger than");
         refused(&["--sizes", "12x"], "12x");
         refused(&["--qps", "0"], "--qps 0");
+        refused(&["--qps", "20000"], "--qps 20000");
         refused(&["--threads", "2"], "at least one QP");
         refused(
             &["--ops", "none", "--baselines", "none"],
@@ -687,6 +706,9 @@ mod tests {
 
     #[test]
     fn cores_split_into_initiators_then_responders() {
+        // Ten thousand connections are a run of their own (spawned daemons' limits follow).
+        let p = plan(&["--qps", "10000"]).unwrap();
+        assert_eq!((p.qps, p.endpoint.qps), (10_000, 10_000));
         let p = plan(&["--threads", "2", "--qps", "4", "--cores", "3,2,1"]).unwrap();
         assert_eq!(p.initiator_cores, vec![Some(3), Some(2)]);
         assert_eq!(p.responder_cores, vec![Some(1)]);

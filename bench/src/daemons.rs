@@ -237,6 +237,17 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
         HugepagesArg::Off => "off",
     };
     let _ = writeln!(t, "hugepages = \"{huge}\"");
+    let defaults = iwarp_config::Config::default().limits;
+    // Each connection of the harness takes a QP, two CQs and a PD on each side.
+    let need = u32::try_from(plan.qps)
+        .unwrap_or(u32::MAX)
+        .saturating_add(16);
+    if need > defaults.max_qp || need > defaults.max_pd || 2 * need > defaults.max_cq {
+        let _ = writeln!(t, "\n[limits]");
+        let _ = writeln!(t, "max_qp = {}", need.max(defaults.max_qp));
+        let _ = writeln!(t, "max_pd = {}", need.max(defaults.max_pd));
+        let _ = writeln!(t, "max_cq = {}", (2 * need).max(defaults.max_cq));
+    }
     t
 }
 
@@ -460,7 +471,26 @@ mod tests {
             stage_timing: false,
             mtu: 1500,
             cm_port: 18515,
+            qps: 1,
         }
+    }
+
+    #[test]
+    fn a_run_with_more_connections_than_the_default_limits_raises_them() {
+        let base = Path::new("/tmp/x");
+        let small = config_text(&plan(PortArg::Unix), base, 0, "ea");
+        assert!(!small.contains("[limits]"), "{small}");
+        let big = EndpointPlan {
+            qps: 10_000,
+            // Cores this machine may not have are another test's matter.
+            daemon_cores: vec![],
+            ..plan(PortArg::Unix)
+        };
+        let c = iwarp_config::Config::parse(&config_text(&big, base, 0, "ea"))
+            .expect("a valid configuration");
+        assert!(c.limits.max_qp >= 10_000);
+        assert!(c.limits.max_pd >= 10_000);
+        assert!(c.limits.max_cq >= 20_000);
     }
 
     #[test]

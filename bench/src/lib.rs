@@ -22,6 +22,7 @@ pub mod error;
 pub mod output;
 pub mod report;
 pub mod runner;
+pub mod scale;
 pub mod stages;
 pub mod transport;
 pub mod workload;

@@ -16,6 +16,25 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.qp_sweep.is_some() || args.apps.is_some() {
+        iwarp_bench::runner::install_interrupt();
+        let cores = machine_cores();
+        let result = match (&args.qp_sweep, &args.apps) {
+            (Some(counts), _) => iwarp_bench::scale::qp_sweep(&args, counts, &cores),
+            (None, Some(counts)) => iwarp_bench::scale::apps(&args, counts, &cores),
+            (None, None) => unreachable!("checked above"),
+        };
+        return match result {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("iwarp-bench: {e}");
+                ExitCode::from(if e.is_usage() { 2 } else { 1 })
+            }
+        };
+    }
     let plan = match Plan::resolve(&args, &machine_cores()) {
         Ok(p) => p,
         Err(e) => {

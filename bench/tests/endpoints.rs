@@ -32,6 +32,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         stage_timing: false,
         mtu: 1500,
         cm_port: 18515,
+        qps: 1,
     }
 }
 

@@ -87,6 +87,10 @@ struct Flow {
     /// Segments received from the peer: the node watches it move to tell a live peer from
     /// a dead one (see [`PeerTcp::heard`]).
     heard: u64,
+    /// The end of the furthest octet (or FIN) the peer sent, and the acknowledgement
+    /// number of our latest segment: see [`PeerTcp::received_in_order`].
+    peer_end: Option<TcpSeqNumber>,
+    our_ack: Option<TcpSeqNumber>,
 }
 
 /// A SYN we sent: when it may go again, and the wait after that.
@@ -147,6 +151,12 @@ impl PeerTcp {
         let key = FlowKey::new(tcp.dst_port(), ip.src_addr().octets(), tcp.src_port());
         if let Some(flow) = self.flows.get_mut(&key) {
             flow.heard = flow.heard.wrapping_add(1);
+            if !tcp.syn() && !tcp.rst() {
+                let end = tcp.seq_number() + tcp.payload().len() + usize::from(tcp.fin());
+                if flow.peer_end.is_none_or(|e| end > e) {
+                    flow.peer_end = Some(end);
+                }
+            }
         }
         if tcp.syn() {
             self.syn(key, &tcp);
@@ -221,7 +231,13 @@ impl PeerTcp {
             return self.syn_admits(key, tcp.seq_number().0 as u32, now);
         }
         let len = tcp.payload().len() + usize::from(tcp.fin());
-        match self.flows.get_mut(&key).and_then(|f| f.sender.as_mut()) {
+        let flow = self.flows.get_mut(&key);
+        match flow.and_then(|f| {
+            if tcp.ack() && f.our_ack.is_none_or(|a| tcp.ack_number() > a) {
+                f.our_ack = Some(tcp.ack_number());
+            }
+            f.sender.as_mut()
+        }) {
             Some(sender) => sender.on_send(tcp.seq_number().0 as u32, len, now) == Verdict::Send,
             None => true,
         }
@@ -280,6 +296,8 @@ impl PeerTcp {
             sender: None,
             last_ack: Vec::new(),
             heard: 0,
+            peer_end: None,
+            our_ack: None,
         };
         if let Some(slot) = self.syns.iter_mut().find(|(k, _)| *k == key) {
             slot.1 = flow;
@@ -317,6 +335,16 @@ impl PeerTcp {
     /// (wrapping); none for a connection not tracked.
     pub fn heard(&self, key: FlowKey) -> Option<u64> {
         self.flows.get(&key).map(|f| f.heard)
+    }
+
+    /// Whether every octet the peer sent so far (as far as this device saw) has been
+    /// acknowledged by our latest segment: then nothing waits out of order in the
+    /// connection's receive ring. False for a connection not tracked.
+    pub fn received_in_order(&self, key: FlowKey) -> bool {
+        self.flows.get(&key).is_some_and(|f| match f.peer_end {
+            None => true,
+            Some(end) => f.our_ack.is_some_and(|a| a >= end),
+        })
     }
 
     pub fn sender(&self, key: FlowKey) -> Option<&Sender> {

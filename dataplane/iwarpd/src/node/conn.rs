@@ -197,7 +197,9 @@ impl<P: Port> Node<P> {
             _ => false,
         };
         if done || since.elapsed() >= RECLAIM_AFTER {
-            self.sockets.remove(c.handle);
+            let handle = c.handle;
+            self.remove_socket(handle);
+            let c = &mut self.conns[i];
             c.socket_gone = true;
             c.inbuf = Vec::new();
             if let Some(key) = c.flow.take() {

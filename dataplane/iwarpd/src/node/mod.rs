@@ -306,6 +306,9 @@ pub struct Node<P: Port> {
     pub rnic: Rnic,
     iface: Interface,
     sockets: SocketSet<'static>,
+    /// The sockets' rings: declared after `sockets`, so dropped after the sockets that hold
+    /// them.
+    mem: sockmem::SocketMem,
     dev: PortDevice<P>,
     clock: DilatedClock,
     /// The current poll turn's start, in smoltcp's time: what every egress in the turn runs
@@ -350,6 +353,7 @@ pub mod cc;
 mod conn;
 mod mpa_setup;
 mod relay;
+mod sockmem;
 mod stream;
 
 impl<P: Port> Node<P> {
@@ -381,6 +385,7 @@ impl<P: Port> Node<P> {
             rnic: Rnic::new(),
             iface,
             sockets: SocketSet::new(Vec::new()),
+            mem: sockmem::SocketMem::default(),
             dev,
             turn_now: clock.now(),
             clock,
@@ -406,10 +411,8 @@ impl<P: Port> Node<P> {
     }
 
     fn socket(&mut self) -> SocketHandle {
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; self.tcp.rx_buffer]),
-            tcp::SocketBuffer::new(vec![0; self.tcp.tx_buffer]),
-        );
+        let (rx, tx, rings) = sockmem::buffers(self.tcp.rx_buffer, self.tcp.tx_buffer);
+        let mut s = tcp::Socket::new(rx, tx);
         // RDMA latency: no Nagle; the ACK of a lone small segment held a few microseconds
         // (`TcpSettings::ack_delay`) for the answer to carry it.
         s.set_nagle_enabled(false);
@@ -425,7 +428,7 @@ impl<P: Port> Node<P> {
         // itself judges silence (`Node::check_peers`), in time its own loop was running.
         s.set_timeout(Some(self.clock.real_to_virtual(self.tcp.user_timeout)));
         s.set_keep_alive(Some(self.clock.real_to_virtual(self.tcp.user_timeout / 4)));
-        self.sockets.add(s)
+        self.add_socket(s, rings)
     }
 
     /// This node is worker `index` (below 128) of a daemon: the ids it gives incoming
@@ -636,6 +639,7 @@ impl<P: Port> Node<P> {
         if drained && self.live >= self.next_liveness {
             self.next_liveness = self.live + self.tcp.user_timeout / 16;
             self.check_peers();
+            self.trim_idle();
         }
         // A stream's segments are acknowledged now, and the ACK sent, before the engine works
         // through them: a turn may take in everything the sender has in flight, and an ACK

@@ -18,9 +18,9 @@ impl<P: Port> Node<P> {
         for _ in 0..backlog.clamp(1, 16) {
             let h = self.socket();
             if let Err(e) = self.sockets.get_mut::<tcp::Socket>(h).listen(port) {
-                self.sockets.remove(h);
+                self.remove_socket(h);
                 for h in sockets {
-                    self.sockets.remove(h);
+                    self.remove_socket(h);
                 }
                 self.dev.port.release_tcp_port(port);
                 return Err(format!("listen on {port}: {e}"));
@@ -37,7 +37,7 @@ impl<P: Port> Node<P> {
             return false;
         };
         for h in self.listeners.swap_remove(i).sockets {
-            self.sockets.remove(h);
+            self.remove_socket(h);
         }
         // Connections accepted there keep their frames coming here until they are gone.
         self.release_if_unused(port);
@@ -69,7 +69,7 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(h)
             .connect(cx, ep, self.next_ephemeral)
         {
-            self.sockets.remove(h);
+            self.remove_socket(h);
             return Err(format!("connect to {remote}: {e}"));
         }
         self.conns.push(Conn::new(conn, h, None, true, None));

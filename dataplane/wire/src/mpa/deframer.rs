@@ -4,8 +4,9 @@
 //! siw's receive states (header, data, trailer). Feed it whatever arrived; it calls back
 //! once per complete FPDU with the ULPDU (markers removed, CRC checked when negotiated). When
 //! an FPDU lies whole in one input chunk and no marker falls inside it, the ULPDU handed out
-//! is a slice of the input: no copy. Otherwise its octets are gathered in a buffer allocated
-//! once, at construction, for the largest FPDU this receiver accepts.
+//! is a slice of the input: no copy. Otherwise its octets are gathered in a buffer that grows
+//! to the largest FPDU gathered so far (a segment's worth from an aligned sender), not to the
+//! largest one it accepts: an idle stream costs no reassembly space up front.
 //!
 //! Any split of the same stream gives the same ULPDUs (tested with random splits).
 
@@ -21,7 +22,7 @@ pub struct Deframer {
     /// Stream position (markers included) of the next input octet.
     pos: u64,
     /// Logical octets (markers excluded) of the FPDU being gathered: length, ULPDU, pad, CRC.
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     have: usize,
     /// Running CRC over the raw octets of this FPDU (markers included), without its CRC field.
     crc: u32,
@@ -46,7 +47,7 @@ impl Deframer {
             params,
             max_ulpdu,
             pos,
-            buf: vec![0u8; HEADER_LEN + max_ulpdu + 3 + CRC_LEN].into_boxed_slice(),
+            buf: Vec::new(),
             have: 0,
             crc: 0,
             fpdu_start: pos,
@@ -135,7 +136,14 @@ impl Deframer {
             _ => n,
         };
         self.crc = crc::append(self.crc, &chunk[..covered]);
-        self.buf[self.have..self.have + n].copy_from_slice(chunk);
+        // Grown to the FPDU's length once known (checked against `max_ulpdu` as its header
+        // completes), to the header's before.
+        let end = self.have + n;
+        if self.buf.len() < end {
+            self.buf
+                .resize(self.needed().unwrap_or(HEADER_LEN).max(end), 0);
+        }
+        self.buf[self.have..end].copy_from_slice(chunk);
         self.have += n;
         self.pos += n as u64;
         if self.have == HEADER_LEN {

@@ -1,0 +1,244 @@
+//! Scale measurements built from the harness's own runs: a QP-count sweep (`--qp-sweep`:
+//! bandwidth mode once per count, each on fresh endpoints, with the kernel TCP baseline on
+//! as many sockets) and many applications (`--apps`: one pair of endpoints, then that many
+//! `iwarp-bench` processes at once, each streaming on a QP of its own; then as many
+//! processes each on a TCP connection of its own).
+
+use crate::bench;
+use crate::cli::{Args, BaselineArg, OpArg, Plan};
+use crate::daemons::Endpoints;
+use crate::error::{BenchError, Result};
+use crate::workload::Mode;
+use clap::ValueEnum;
+use std::fmt::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The port of the first application's listener in an `--apps` run; each takes the next.
+const APPS_PORT: u16 = 20_000;
+
+/// One line of a sweep: a transport at a QP count.
+struct Row {
+    qps: usize,
+    what: String,
+    mmsg_per_s: f64,
+    gbit_per_s: f64,
+}
+
+fn err(m: impl std::fmt::Display) -> BenchError {
+    BenchError::transport("scale", m)
+}
+
+/// `args` for one run of the sweep: bandwidth mode, `qps` connections, no output of its own.
+fn run_args(args: &Args, qps: usize) -> Args {
+    let mut a = args.clone();
+    a.qp_sweep = None;
+    a.apps = None;
+    a.qps = qps;
+    a.mode = vec![Mode::Bandwidth];
+    a.quiet = true;
+    a.json = None;
+    a.hdr_log = None;
+    a.plot_dir = None;
+    a
+}
+
+/// Runs the sweep and returns its table: message rate per transport and QP count, and each
+/// verbs figure against the verbs figure at 16 QPs where the sweep has one.
+pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String> {
+    let mut rows = Vec::new();
+    let mut out = String::new();
+    for &k in counts {
+        let plan = Plan::resolve(&run_args(args, k), cores)?;
+        let t = Instant::now();
+        // A count that fails is reported and the sweep goes on: how far it reaches is
+        // part of the answer.
+        let report = match bench::run(&plan, Vec::new()) {
+            Ok(r) => r,
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                let line = format!(
+                    "{k} QPs: failed after {:.1} s: {e}",
+                    t.elapsed().as_secs_f64()
+                );
+                eprintln!("{line}");
+                let _ = writeln!(out, "{line}");
+                continue;
+            }
+        };
+        for m in &report.measurements {
+            let Some(th) = &m.throughput else { continue };
+            let what = format!("{} {} {}B", m.transport.name(), m.op, m.size);
+            // As it comes, so that a sweep cut short still shows what it measured.
+            eprintln!("{k} QPs: {what}: {:.4} Mmsg/s", th.mmsg_per_s);
+            rows.push(Row {
+                qps: k,
+                what,
+                mmsg_per_s: th.mmsg_per_s,
+                gbit_per_s: th.gbit_per_s,
+            });
+        }
+        let line = format!("{k} QPs: run took {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!("{line}");
+        let _ = writeln!(out, "{line}");
+        for d in &report.daemon_memory {
+            let _ = writeln!(out, "  {}", d.describe());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{:>7}  {:<28} {:>10} {:>9} {:>8}",
+        "QPs", "transport op size", "Mmsg/s", "Gbit/s", "vs 16"
+    );
+    for r in &rows {
+        let at16 = rows
+            .iter()
+            .find(|o| o.qps == 16 && o.what == r.what)
+            .map(|o| r.mmsg_per_s / o.mmsg_per_s);
+        let _ = writeln!(
+            out,
+            "{:>7}  {:<28} {:>10.4} {:>9.3} {:>8}",
+            r.qps,
+            r.what,
+            r.mmsg_per_s,
+            r.gbit_per_s,
+            at16.map_or("-".into(), |x| format!("{x:.2}"))
+        );
+    }
+    Ok(out)
+}
+
+/// The command-line name of a value of a clap enum.
+fn name<T: ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map_or_else(String::new, |p| p.get_name().to_string())
+}
+
+/// What the children of an `--apps` run measure: iWARP on the shared endpoints, or the
+/// kernel TCP baseline on a connection of their own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Verbs,
+    Tcp,
+}
+
+/// Starts `n` `iwarp-bench` processes at once and returns each one's throughput (Gbit/s)
+/// over everything it measured, in the order they were started.
+fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> Result<Vec<f64>> {
+    let exe = std::env::current_exe().map_err(|e| BenchError::io("finding this executable", e))?;
+    let duration = args.duration.clone().unwrap_or_else(|| "5s".into());
+    let mut procs = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut c = Command::new(&exe);
+        c.args([
+            "--mode",
+            "bandwidth",
+            "--qps",
+            "1",
+            "--quiet",
+            "--json",
+            "-",
+        ])
+        .args(["--duration", &duration])
+        .args(["--warmup", &args.warmup.to_string()])
+        .args(["--window", &args.window.to_string()])
+        .args(["--sizes", &args.sizes.join(",")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        match kind {
+            Kind::Verbs => {
+                let ops: Vec<String> = args
+                    .ops
+                    .iter()
+                    .filter(|o| **o != OpArg::None)
+                    .map(name)
+                    .collect();
+                c.args(["--ops", &ops.join(","), "--baselines", "none"])
+                    .args(["--daemons", "running"])
+                    .arg("--runtime-dir")
+                    .arg(dirs[0])
+                    .arg("--runtime-dir")
+                    .arg(dirs[1])
+                    .args(["--cm-port", &(APPS_PORT + i as u16).to_string()]);
+            }
+            Kind::Tcp => {
+                c.args(["--ops", "none", "--baselines", &name(&BaselineArg::Tcp)]);
+            }
+        }
+        procs.push(
+            c.spawn()
+                .map_err(|e| BenchError::io("starting an application", e))?,
+        );
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut failed = Vec::new();
+    for (i, p) in procs.into_iter().enumerate() {
+        let o = p
+            .wait_with_output()
+            .map_err(|e| BenchError::io("waiting for an application", e))?;
+        if !o.status.success() {
+            failed.push(format!(
+                "application {i}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .map_err(|e| err(format!("application {i}'s JSON: {e}")))?;
+        let gbit: f64 = v["measurements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["throughput"]["gbit_per_s"].as_f64())
+            .sum();
+        out.push(gbit);
+    }
+    if !failed.is_empty() {
+        return Err(err(format!(
+            "{} of {n} applications failed; first: {}",
+            failed.len(),
+            failed[0]
+        )));
+    }
+    Ok(out)
+}
+
+/// Median, min/max ratio and total of per-application throughputs, one line.
+fn summary(what: &str, n: usize, mut v: Vec<f64>) -> String {
+    v.sort_by(f64::total_cmp);
+    let total: f64 = v.iter().sum();
+    let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+    let (min, max) = (
+        v.first().copied().unwrap_or(0.0),
+        v.last().copied().unwrap_or(0.0),
+    );
+    format!(
+        "{n:>4} applications, {what:<5}: total {total:.3} Gbit/s, per application median \
+         {median:.4} min {min:.4} max {max:.4} Gbit/s, min/max {:.2}",
+        if max > 0.0 { min / max } else { 0.0 }
+    )
+}
+
+/// Runs each count of `--apps` on fresh endpoints, then the TCP baseline with as many
+/// processes; returns the lines to print.
+pub fn apps(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String> {
+    let mut out = String::new();
+    for &n in counts {
+        let plan = Plan::resolve(&run_args(args, n), cores)?;
+        let endpoints = Endpoints::start(&plan.endpoint)?;
+        let dirs = endpoints.runtime_dirs();
+        let verbs = children(args, n, dirs, Kind::Verbs);
+        endpoints.stop()?;
+        let _ = writeln!(out, "{}", summary("iwarp", n, verbs?));
+        if args.baselines.contains(&BaselineArg::Tcp) {
+            let tcp = children(args, n, dirs_none(), Kind::Tcp)?;
+            let _ = writeln!(out, "{}", summary("tcp", n, tcp));
+        }
+    }
+    Ok(out)
+}
+
+/// The TCP children use no endpoints.
+fn dirs_none() -> [&'static std::path::Path; 2] {
+    [std::path::Path::new(""), std::path::Path::new("")]
+}
