@@ -422,7 +422,7 @@ impl Port for UnixPort {
                 // Closing the descriptor takes it out of the epoll set.
                 rx.inbound.swap_remove(i - 1);
                 visited += 1;
-                if rx.inbound.len() + 1 <= i {
+                if rx.inbound.len() < i {
                     i = 0;
                 }
                 continue;
