@@ -133,7 +133,7 @@ impl ConnManager {
     /// At most `n` connections at once (`limits.max_qp`: each needs a QP): past it, a
     /// Connect fails at once with a reason naming the limit, and an incoming connection's
     /// MPA Request is answered with a reject whose private data is [`LIMIT_REJECT`] (reset
-    /// at once when [`MAX_REFUSING`] refusals are already under way).
+    /// at once when 64 refusals are already under way).
     pub fn with_max_conns(mut self, n: usize) -> ConnManager {
         self.max_conns = n;
         self
