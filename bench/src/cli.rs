@@ -229,6 +229,14 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub apps: Option<Vec<usize>>,
 
+    /// Measure connection setup instead: open this many connections from one endpoint to
+    /// the other through the connection manager (QPs created beforehand) and report
+    /// connections per second, with the kernel's TCP doing as many connects on loopback;
+    /// --daemon-workers spreads them over the workers. The other measurement flags are
+    /// ignored.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub setup_rate: Option<u32>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,

@@ -8,7 +8,8 @@
 //! - [`cli`]: the command line and its checks ([`cli::Plan::resolve`] refuses nonsense).
 //! - [`transport`]: the [`transport::PingPong`] / [`transport::Stream`] traits and the
 //!   transports: [`transport::tcp`], [`transport::shm`], [`transport::verbs`].
-//! - [`runner`]: the latency, closed-loop and open-loop measurement loops.
+//! - [`runner`]: the latency, closed-loop and open-loop measurement loops; [`setup_rate`]:
+//!   connections per second through the connection manager.
 //! - [`bench`](mod@bench): runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
 //!   log, SVG plots; [`stages`]: the per-stage breakdown.
 //!
@@ -23,6 +24,7 @@ pub mod output;
 pub mod report;
 pub mod runner;
 pub mod scale;
+pub mod setup_rate;
 pub mod stages;
 pub mod transport;
 pub mod workload;

@@ -42,6 +42,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(n) = args.setup_rate {
+        return match iwarp_bench::setup_rate::run(&plan, n as usize) {
+            Ok(r) => {
+                print!("{}", r.describe());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("iwarp-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let command: Vec<String> = std::env::args().collect();
     iwarp_bench::runner::install_interrupt();
     let mut report = match bench::run(&plan, command) {

@@ -64,6 +64,9 @@ struct Conn {
     held: Option<(u64, Vec<Action>)>,
     /// When TCP came up, which is when an initiator sent its MPA Request.
     tcp_up_at: Option<u64>,
+    /// An incoming connection past the limit: its Request is answered with a reject
+    /// naming the limit, and its application hears nothing of it.
+    refusing: bool,
 }
 
 impl Conn {
@@ -78,6 +81,16 @@ impl Conn {
 /// The longest an initiator holds its move to RTS for a peer that was slow to reply (see
 /// [`ConnManager::with_rts_delay`]).
 pub const MAX_RTS_HOLD_MS: u64 = 100;
+
+/// The private data of the MPA reject an incoming connection past `limits.max_qp` gets: MPA
+/// has no reason code (RFC 5044 section 7.1.2), so the reason is text the initiator's
+/// application is shown.
+pub const LIMIT_REJECT: &[u8] = b"connection limit reached at the peer (limits.max_qp)";
+
+/// Incoming connections past the limit that may wait for their Request at once, to be
+/// refused with [`LIMIT_REJECT`]; beyond them an incoming connection is reset at once, so a
+/// flood costs no more than this many sockets.
+const MAX_REFUSING: usize = 64;
 
 /// All connections of one RNIC.
 #[derive(Debug)]
@@ -118,8 +131,9 @@ impl ConnManager {
     }
 
     /// At most `n` connections at once (`limits.max_qp`: each needs a QP): past it, a
-    /// Connect fails at once with a reason naming the limit, and an incoming connection is
-    /// reset before it costs more than its socket.
+    /// Connect fails at once with a reason naming the limit, and an incoming connection's
+    /// MPA Request is answered with a reject whose private data is [`LIMIT_REJECT`] (reset
+    /// at once when 64 refusals are already under way).
     pub fn with_max_conns(mut self, n: usize) -> ConnManager {
         self.max_conns = n;
         self
@@ -196,6 +210,7 @@ impl ConnManager {
                 established: false,
                 held: None,
                 tcp_up_at: None,
+                refusing: false,
             },
         );
         (
@@ -314,8 +329,11 @@ impl ConnManager {
                 local_port,
                 peer,
             } => match self.listeners.get(&local_port) {
-                Some(_) if self.at_limit() => out.push(Action::Daemon(Command::TcpAbort { conn })),
+                Some(_) if self.conns.len() >= self.max_conns.saturating_add(MAX_REFUSING) => {
+                    out.push(Action::Daemon(Command::TcpAbort { conn }))
+                }
                 Some((app, s)) => {
+                    let refusing = self.at_limit();
                     self.conns.insert(
                         conn,
                         Conn {
@@ -325,6 +343,7 @@ impl ConnManager {
                             established: false,
                             held: None,
                             tcp_up_at: None,
+                            refusing,
                         },
                     );
                     // Remember the peer for the request event.
@@ -408,6 +427,47 @@ impl ConnManager {
         self.peers.insert(conn, (port, peer));
     }
 
+    /// A connection refused for the limit: its Request is rejected with [`LIMIT_REJECT`]
+    /// and the connection closed after the reject; whatever else ends it (a timeout, a
+    /// bad frame, the peer closing) only closes it. No application hears of it.
+    fn drain_refusal(
+        &mut self,
+        conn: u32,
+        events: Vec<cm::Event>,
+        state: cm::State,
+        out: &mut Vec<Action>,
+    ) {
+        let done = state == cm::State::Rejected;
+        for ev in events {
+            match ev {
+                cm::Event::Transmit(bytes) => out.extend(
+                    Chunk::split(&bytes)
+                        .map(|bytes| Action::Daemon(Command::TcpSend { conn, bytes })),
+                ),
+                cm::Event::Request(_) => {
+                    self.peers.remove(&conn);
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.cm.reject(LIMIT_REJECT);
+                    }
+                    // Sends the reject, then closes.
+                    self.drain(conn, out);
+                    return;
+                }
+                cm::Event::Failed(_) => {
+                    out.push(Action::Daemon(Command::TcpAbort { conn }));
+                    self.peers.remove(&conn);
+                    self.conns.remove(&conn);
+                    return;
+                }
+                cm::Event::Established { .. } | cm::Event::Rejected { .. } => {}
+            }
+        }
+        if done {
+            out.push(Action::Daemon(Command::TcpClose { conn }));
+            self.conns.remove(&conn);
+        }
+    }
+
     fn drain(&mut self, conn: u32, out: &mut Vec<Action>) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -416,7 +476,12 @@ impl ConnManager {
         let qp = c.qp.unwrap_or(u32::MAX);
         let role = c.cm.role();
         let state = c.cm.state();
+        let refusing = c.refusing;
         let events: Vec<cm::Event> = std::iter::from_fn(|| c.cm.poll_event()).collect();
+        if refusing {
+            self.drain_refusal(conn, events, state, out);
+            return;
+        }
         let mut remove = false;
         for ev in events {
             match ev {
@@ -665,7 +730,8 @@ mod tests {
     }
 
     #[test]
-    fn past_the_connection_limit_a_connect_fails_naming_it_and_an_incoming_one_is_reset() {
+    fn past_the_connection_limit_a_connect_fails_naming_it_and_an_incoming_one_is_rejected_naming_it(
+    ) {
         let mut n = Net::new();
         n.cms[0] = ConnManager::new(1000, 1460).with_max_conns(2);
         n.cms[1] = ConnManager::new(1000, 1460).with_max_conns(1);
@@ -682,10 +748,26 @@ mod tests {
             .filter(|(_, _, e)| matches!(e, Event::ConnectRequest(_)))
             .count();
         assert_eq!(requests, 1);
-        assert_eq!(
-            failures_on(&n, 0),
-            vec![Failure::TcpClosed(CloseReason::Reset).to_string()]
+        // RFC 5044 section 7.1.2: the responder answers the Request with a Reply whose Rej
+        // bit is set; its private data names the limit (MPA carries no reason code).
+        let rejected: Vec<_> = n
+            .app_events
+            .iter()
+            .filter_map(|(s, _, e)| match e {
+                Event::Rejected { private_data, .. } if *s == 0 => Some(private_data.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected, vec![LIMIT_REJECT.to_vec()]);
+        assert!(failures_on(&n, 0).is_empty(), "{:?}", failures_on(&n, 0));
+        // Side 1's application heard only of the connection it can take, and the refused
+        // one is gone from side 1.
+        let on_1: Vec<_> = n.app_events.iter().filter(|(s, _, _)| *s == 1).collect();
+        assert!(
+            matches!(on_1[..], [(_, _, Event::ConnectRequest(_))]),
+            "{on_1:?}"
         );
+        assert_eq!(n.cms[1].conns.len(), 1);
         // Side 0 holds one connection in setup; with a limit of one more, a third is open
         // and a fourth fails before any TCP is started.
         let (_, acts) = n.cms[0].connect(A, 7, remote(), ConnSettings::default(), 0);

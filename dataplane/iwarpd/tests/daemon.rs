@@ -121,7 +121,7 @@ fn runs_serves_and_stops_cleanly() {
         .collect();
     assert_eq!(
         left.len(),
-        1,
-        "only our own port's socket remains: {left:?}"
+        2,
+        "only our own port's sockets (datagram and listener) remain: {left:?}"
     );
 }

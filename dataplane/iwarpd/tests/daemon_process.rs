@@ -188,8 +188,8 @@ fn the_daemon_answers_counts_and_shuts_down_cleanly() {
         .collect();
     assert_eq!(
         left.len(),
-        1,
-        "only the probe's socket may remain: {left:?}"
+        2,
+        "only the probe's sockets (datagram and listener) may remain: {left:?}"
     );
     // The capture holds the ARP exchange: a pcap header and at least two records.
     let cap = std::fs::read(&pcap).unwrap();

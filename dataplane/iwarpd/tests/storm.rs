@@ -1,7 +1,7 @@
 //! Many established, idle connections between two nodes on the embedded Unix-socket
 //! Ethernet stay up while a burst of new setups loads both poll loops, and while both loops
 //! stall for longer than the user timeout: a peer is declared dead for its own silence,
-//! never for ours.
+//! never for ours. A thousand setups started at once all complete.
 
 mod common;
 
@@ -12,14 +12,18 @@ use iwarpd::node::{ConnState, TcpSettings};
 use iwarpd::port::unix::UnixPort;
 use std::time::{Duration, Instant};
 
+/// Held by each test for its whole run: the tests poll hundreds of connections in one
+/// thread each and would otherwise share the machine's cores with each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Connections opened first and then left idle.
 const IDLE: usize = 400;
 /// Connections opened in a burst while the first ones idle.
 const BURST: usize = 200;
-/// Setups started at once. Both nodes poll in one thread here, and a few hundred SYNs and
-/// MPA Requests at once overflow the Unix socket's queue; recovering from that within the
-/// user timeout is a matter of its own.
-const WAVE: usize = 50;
 
 /// A QP with small queues, so hundreds fit in a test's memory.
 fn qp(end: &mut End<UnixPort>) -> u32 {
@@ -53,19 +57,15 @@ fn open(a: &mut End<UnixPort>, b: &mut End<UnixPort>, range: std::ops::Range<usi
         .collect()
 }
 
-/// Opens connections `range` [`WAVE`] at a time, each wave up before the next starts.
-fn open_waves(
+/// Opens connections `range`, all at once, and waits until every one is up.
+fn open_all(
     a: &mut End<UnixPort>,
     b: &mut End<UnixPort>,
     range: std::ops::Range<usize>,
 ) -> Vec<Pair> {
-    let mut all = Vec::new();
-    for start in range.clone().step_by(WAVE) {
-        let wave = open(a, b, start..(start + WAVE).min(range.end));
-        wait_rts(a, b, &wave);
-        all.extend(wave);
-    }
-    all
+    let conns = open(a, b, range);
+    wait_rts(a, b, &conns);
+    conns
 }
 
 fn all_rts(a: &End<UnixPort>, b: &End<UnixPort>, conns: &[Pair]) -> bool {
@@ -128,6 +128,7 @@ fn check_all_up(a: &End<UnixPort>, b: &End<UnixPort>, conns: &[Pair], when: &str
 
 #[test]
 fn idle_connections_survive_a_setup_burst_and_a_stalled_loop() {
+    let _alone = alone();
     let dir = segment_dir("iwarp-storm");
     // The daemon's default user timeout (2 s) and keep-alive (a quarter of it); small
     // buffers so that hundreds of connections fit in a test's memory.
@@ -146,11 +147,11 @@ fn idle_connections_survive_a_setup_burst_and_a_stalled_loop() {
         B_IP,
         tcp,
     );
-    let idle = open_waves(&mut a, &mut b, 0..IDLE);
+    let idle = open_all(&mut a, &mut b, 0..IDLE);
 
     // A burst of setups while the first connections idle, then more than a user timeout
     // of idling with both loops running.
-    let burst = open_waves(&mut a, &mut b, IDLE..IDLE + BURST);
+    let burst = open_all(&mut a, &mut b, IDLE..IDLE + BURST);
     poll_for(&mut a, &mut b, tcp.user_timeout * 2);
     let every: Vec<_> = idle.iter().chain(&burst).copied().collect();
     check_all_up(&a, &b, &every, "after the burst");
@@ -162,8 +163,37 @@ fn idle_connections_survive_a_setup_burst_and_a_stalled_loop() {
     check_all_up(&a, &b, &every, "after the stall");
 }
 
+/// Setups started in one burst, each with its own listener.
+const AT_ONCE: usize = 1000;
+
+#[test]
+fn a_thousand_setups_started_at_once_all_succeed() {
+    let _alone = alone();
+    let dir = segment_dir("iwarp-storm-once");
+    let tcp = TcpSettings {
+        rx_buffer: 16 << 10,
+        tx_buffer: 16 << 10,
+        ..TcpSettings::default()
+    };
+    let mut a = End::with_tcp(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 6, 0x0a], 1500).unwrap(),
+        A_IP,
+        tcp,
+    );
+    let mut b = End::with_tcp(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 6, 0x0b], 1500).unwrap(),
+        B_IP,
+        tcp,
+    );
+    // Each setup's timeout counts from its own first segment, and the last of them waits
+    // behind all the others in both poll loops.
+    let conns = open_all(&mut a, &mut b, 0..AT_ONCE);
+    check_all_up(&a, &b, &conns, "after the burst");
+}
+
 #[test]
 fn a_silent_peer_is_still_given_up() {
+    let _alone = alone();
     let dir = segment_dir("iwarp-storm-dead");
     let tcp = TcpSettings {
         user_timeout: Duration::from_millis(500),

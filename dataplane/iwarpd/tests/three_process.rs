@@ -564,6 +564,70 @@ fn a_rejected_connection_carries_its_private_data() {
     }
 }
 
+/// A passive side at its `limits.max_qp` answers a further connection's MPA Request with a
+/// reject whose private data names the limit (RFC 5044 section 7.1.2: a Reply with the Rej
+/// bit set; MPA has no reason code), and the active side's application is shown it, not a
+/// bare reset.
+#[test]
+fn a_passive_side_at_its_qp_limit_rejects_naming_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    // B's control takes one connection at most.
+    let rt = dir.path().join("b");
+    let daemon = testkit::start_daemon(dir.path(), "b", 2, 99, &[]);
+    let cfg = dir.path().join("b-control.toml");
+    std::fs::write(&cfg, "[limits]\nmax_qp = 1\n").unwrap();
+    let _ = std::fs::remove_file(rt.join("control.sock"));
+    let control = Proc(
+        std::process::Command::new(testkit::binary("iwarp-control"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--runtime-dir")
+            .arg(&rt)
+            .spawn()
+            .expect("spawn iwarp-control"),
+    );
+    testkit::wait_for(&rt.join("control.sock"));
+    let sock = UnixStream::connect(rt.join("control.sock")).unwrap();
+    let mut b = Endpoint {
+        runtime: rt,
+        _daemon: daemon,
+        control,
+        sock,
+        inbuf: Vec::new(),
+        events: Vec::new(),
+    };
+    assert!(matches!(
+        b.call(&Request::Listen {
+            port: 7010,
+            settings: ConnSettings::default()
+        }),
+        Reply::Done
+    ));
+    let (first, second) = (resources(&mut a, "lim1"), resources(&mut a, "lim2"));
+    a.id(&Request::Connect {
+        qp: first.qp_num,
+        remote: "10.99.0.2:7010".parse().unwrap(),
+        settings: ConnSettings::default(),
+    });
+    // The first request waits for B's application: B holds its one connection.
+    let Event::ConnectRequest(_) = b.event() else {
+        panic!("no connect request")
+    };
+    let refused = a.id(&Request::Connect {
+        qp: second.qp_num,
+        remote: "10.99.0.2:7010".parse().unwrap(),
+        settings: ConnSettings::default(),
+    });
+    match a.event() {
+        Event::Rejected { conn, private_data } => {
+            assert_eq!(conn, refused);
+            assert_eq!(private_data, iwarp_control::conn_manager::LIMIT_REJECT);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn an_application_that_goes_away_ends_its_peers_connection_with_flushed_work() {
     let mut p = pair(7003, ConnSettings::default(), ConnSettings::default());

@@ -137,6 +137,12 @@ const ORPHAN_LINGER: std::time::Duration = std::time::Duration::from_secs(10);
 /// ten a second where smoltcp on the dilated clock would send a thousand.
 const ARP_REPEAT: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The least time a TCP handshake may take, counted per connection from its first segment.
+/// A burst of setups queues behind itself (a thousand SYNs, then their MPA frames, through
+/// a poll loop that takes a burst of frames per turn), so the last of them may wait seconds
+/// for a loop that is alive and working; the control plane's MPA setup has as long.
+pub const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct Listener {
     port: u16,
     sockets: Vec<SocketHandle>,
@@ -422,11 +428,13 @@ impl<P: Port> Node<P> {
         // edge, which breaks FPDU alignment. We bound what is in flight ourselves instead
         // (`TcpSettings::max_inflight`, whole segments), and smoltcp sends what we queue.
         s.set_congestion_control(tcp::CongestionControl::None);
-        // smoltcp's timeout counts from the last segment received, so an idle connection
-        // needs keep-alives (a quarter of the timeout) to stay up while its peer lives. The
-        // timeout guards only the setup: once the peer's segments are tracked, the node
+        // smoltcp's timeout counts from the connection's own first segment, then from the
+        // last segment received, so an idle connection needs keep-alives (a quarter of the
+        // user timeout) to stay up while its peer lives. The timeout guards only the setup
+        // ([`SETUP_TIMEOUT`] at least): once the peer's segments are tracked, the node
         // itself judges silence (`Node::check_peers`), in time its own loop was running.
-        s.set_timeout(Some(self.clock.real_to_virtual(self.tcp.user_timeout)));
+        let setup = self.tcp.user_timeout.max(SETUP_TIMEOUT);
+        s.set_timeout(Some(self.clock.real_to_virtual(setup)));
         s.set_keep_alive(Some(self.clock.real_to_virtual(self.tcp.user_timeout / 4)));
         self.add_socket(s, rings)
     }
