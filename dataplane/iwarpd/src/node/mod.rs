@@ -54,6 +54,8 @@ pub struct TcpSettings {
     /// How long a peer may hold the ACK of a lone segment (Linux: 40 ms and more): a lone
     /// segment is not resent before its RTT plus this (`tcp.peer_ack_delay_us`).
     pub peer_ack_delay: std::time::Duration,
+    /// Whether connections negotiate ECN (RFC 3168; `tcp.ecn`).
+    pub ecn: bool,
 }
 
 /// The daemon's defaults (those of an empty configuration file).
@@ -82,6 +84,7 @@ impl TcpSettings {
                 iwarp_config::Congestion::None => cc::Algorithm::None,
             },
             peer_ack_delay: std::time::Duration::from_micros(cfg.tcp.peer_ack_delay_us),
+            ecn: cfg.ecn(),
         }
     }
 }
@@ -358,6 +361,11 @@ impl<P: Port> Node<P> {
         let arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
         let mut dev = PortDevice::new(port, arp, tcp.mss);
         dev.peers.set_dilation(clock.factor());
+        dev.peers.set_ecn(match (tcp.ecn, tcp.congestion) {
+            (false, _) => cc::ecn::Mode::Off,
+            (true, cc::Algorithm::Dctcp) => cc::ecn::Mode::Dctcp,
+            (true, _) => cc::ecn::Mode::Classic,
+        });
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([

@@ -13,6 +13,7 @@
 
 mod cubic;
 mod dctcp;
+pub mod ecn;
 mod rtt;
 pub mod sender;
 

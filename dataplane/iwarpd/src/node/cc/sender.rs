@@ -171,6 +171,9 @@ pub struct Sender {
     /// answered once per window of data (RFC 3168 section 6.1.2).
     dctcp_end: Seq,
     ecn_until: Option<Seq>,
+    /// The window was reduced for an ECN-Echo: the next new data segment carries CWR (RFC
+    /// 3168 section 6.1.2).
+    cwr_due: bool,
     pub counters: SendCounters,
 }
 
@@ -207,6 +210,7 @@ impl Sender {
             episode: None,
             dctcp_end: 0,
             ecn_until: None,
+            cwr_due: false,
             counters: SendCounters::default(),
         }
     }
@@ -427,6 +431,7 @@ impl Sender {
         if a.ece && self.ecn_until.is_none_or(|u| before_eq(u, a.ack)) {
             self.cc.on_ecn(self.in_flight(), now);
             self.ecn_until = Some(self.nxt);
+            self.cwr_due = true;
         }
     }
 
@@ -597,6 +602,18 @@ impl Sender {
                 self.recover = None;
             }
         }
+    }
+
+    /// Whether a segment from `seq` on is a first transmission (data never sent before),
+    /// which alone may be ECN-capable (RFC 3168 section 6.1.5).
+    pub fn is_new(&self, seq: Seq) -> bool {
+        !self.started || before_eq(self.nxt, seq)
+    }
+
+    /// Whether this new data segment must carry CWR: the first after a reduction for an
+    /// ECN-Echo (RFC 3168 section 6.1.2). Asking clears it.
+    pub fn take_cwr(&mut self) -> bool {
+        std::mem::take(&mut self.cwr_due)
     }
 
     /// A received data segment was marked CE (RFC 3168 section 5).
@@ -961,6 +978,37 @@ mod tests {
         s.on_ack(&ece(2000), ms(1));
         assert_eq!(s.cwnd(), after, "same window of data");
         assert_eq!(s.counters.ecn_marks, 2);
+    }
+
+    #[test]
+    fn after_an_ecn_reduction_one_new_segment_carries_cwr_and_resends_are_not_new() {
+        // RFC 3168 section 6.1.2 (CWR on the first new data after the reduction) and
+        // section 6.1.5 (no ECT on a retransmission).
+        let mut s = sender(Algorithm::Cubic);
+        assert!(s.is_new(0), "nothing sent yet");
+        send(&mut s, 0, 4, ms(0));
+        assert!(!s.take_cwr());
+        assert!(!s.is_new(1000) && s.is_new(4000));
+        s.on_ack(
+            &AckInfo {
+                ece: true,
+                ..ack(1000)
+            },
+            ms(1),
+        );
+        assert!(s.take_cwr());
+        assert!(!s.take_cwr(), "once");
+        s.on_ack(
+            &AckInfo {
+                ece: true,
+                ..ack(2000)
+            },
+            ms(1),
+        );
+        assert!(
+            !s.take_cwr(),
+            "same window of data: no second reduction, no CWR"
+        );
     }
 
     #[test]
