@@ -37,9 +37,11 @@
 use crate::node::cc::ecn::{self, Echo, Mode, Offsets};
 use crate::node::cc::sender::{AckInfo, SendCounters, Sender, Verdict};
 use rustc_hash::FxHashMap;
+use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::time::Instant;
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpOption, TcpPacket, TcpSeqNumber,
+    EthernetFrame, EthernetProtocol, EthernetRepr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl,
+    TcpOption, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use std::time::Duration;
 
@@ -92,6 +94,11 @@ struct Flow {
     ecn: bool,
     /// The CE marks of the peer's data, echoed on our segments.
     echo: Echo,
+    /// The end of the peer's in-order data seen, the acknowledgement number and window of
+    /// our latest segment: for DCTCP's ACK of the data before a change of CE state.
+    rcv_nxt: Option<u32>,
+    acked: Option<u32>,
+    our_window: u16,
     /// The peer's latest segment as a pure ACK (headers only, sequence number past its
     /// data): what [`PeerTcp::duplicate_acks`] repeats.
     last_ack: Vec<u8>,
@@ -125,6 +132,9 @@ pub struct PeerTcp {
     pub syns_held: u64,
     /// Whether connections negotiate ECN, and how CE marks are echoed.
     ecn: Mode,
+    /// Frames made here to go out before anything smoltcp sends next (DCTCP's ACKs on a
+    /// change of CE state); the device sends them.
+    pub outbox: Vec<Vec<u8>>,
 }
 
 /// What `admits` reads of a frame smoltcp sends: Ethernet + IPv4 + TCP, or none.
@@ -134,6 +144,8 @@ struct Outgoing {
     seq: u32,
     syn: bool,
     ack: bool,
+    ack_number: u32,
+    window: u16,
     rst: bool,
     payload: usize,
     fin: bool,
@@ -159,11 +171,18 @@ impl Outgoing {
             seq: tcp.seq_number().0 as u32,
             syn: tcp.syn(),
             ack: tcp.ack(),
+            ack_number: tcp.ack_number().0 as u32,
+            window: tcp.window_len(),
             rst: tcp.rst(),
             payload: tcp.payload().len(),
             fin: tcp.fin(),
         })
     }
+}
+
+/// Whether sequence number `a` comes after `b` (modulo 2^32, RFC 9293 section 3.4).
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// The real time of smoltcp's `now` on a clock dilated `dilation` times.
@@ -227,7 +246,36 @@ impl PeerTcp {
                 }
                 let ce = ip.ecn() == ecn::CE;
                 if flow.ecn && !tcp.payload().is_empty() {
+                    let seq = tcp.seq_number().0 as u32;
+                    // RFC 8257 section 3.2: when the CE state changes, the data received
+                    // before (not yet acknowledged) is acknowledged at once with the old
+                    // state, so that each ACK's ECE speaks for all the data it covers.
+                    if self.ecn == Mode::Dctcp
+                        && ce != flow.echo.ece()
+                        && flow.rcv_nxt == Some(seq)
+                        && flow.acked.is_some_and(|a| a != seq)
+                    {
+                        let our_seq = flow.sender.as_ref().and_then(|s| s.nxt());
+                        let our_seq = our_seq.unwrap_or(ack.0 as u32);
+                        self.outbox.push(pure_ack(
+                            frame,
+                            our_seq,
+                            seq,
+                            flow.our_window,
+                            flow.echo.ece(),
+                        ));
+                        flow.acked = Some(seq);
+                    }
                     flow.echo.on_data(self.ecn, ce, tcp.cwr());
+                    // In-order data moves it (our ACKs move it past what arrived out of
+                    // order, see `admits`).
+                    let end = seq.wrapping_add(tcp.payload().len() as u32);
+                    if flow
+                        .rcv_nxt
+                        .is_some_and(|r| !after(seq, r) && after(end, r))
+                    {
+                        flow.rcv_nxt = Some(end);
+                    }
                 }
                 if let Some(sender) = &mut flow.sender {
                     let now = real(now, self.dilation);
@@ -295,6 +343,13 @@ impl PeerTcp {
         let Some(flow) = self.flows.get_mut(&o.key) else {
             return true;
         };
+        if o.ack {
+            flow.acked = Some(o.ack_number);
+            flow.our_window = o.window;
+            if flow.rcv_nxt.is_some_and(|r| after(o.ack_number, r)) {
+                flow.rcv_nxt = Some(o.ack_number);
+            }
+        }
         let mut new = false;
         if let Some(sender) = &mut flow.sender {
             new = sender.is_new(o.seq);
@@ -374,6 +429,10 @@ impl PeerTcp {
         let flow = Flow {
             ecn,
             echo: Echo::default(),
+            // The peer's data starts after its SYN.
+            rcv_nxt: Some(tcp.seq_number().0.wrapping_add(1) as u32),
+            acked: None,
+            our_window: 0,
             scale,
             mss,
             ack: tcp.ack().then(|| tcp.ack_number()),
@@ -512,6 +571,55 @@ fn sack_blocks(tcp: &TcpPacket<&[u8]>) -> [Option<(u32, u32)>; 4] {
     out
 }
 
+/// A pure ACK answering `frame` (a peer's segment): addresses and ports swapped, our
+/// sequence number `seq`, acknowledging `ack`, advertising `window` (the field, scaled as
+/// our last segment's), with ECE when `ece`; no options.
+fn pure_ack(frame: &[u8], seq: u32, ack: u32, window: u16, ece: bool) -> Vec<u8> {
+    let eth = EthernetFrame::new_unchecked(frame);
+    let ip = Ipv4Packet::new_unchecked(eth.payload());
+    let tcp = TcpPacket::new_unchecked(ip.payload());
+    let repr = TcpRepr {
+        src_port: tcp.dst_port(),
+        dst_port: tcp.src_port(),
+        control: TcpControl::None,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: Some(TcpSeqNumber(ack as i32)),
+        window_len: window,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let (src, dst) = (ip.dst_addr(), ip.src_addr());
+    let ip_repr = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: repr.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0; 14 + ip_repr.buffer_len() + repr.buffer_len()];
+    let mut out = EthernetFrame::new_unchecked(&mut buf[..]);
+    EthernetRepr {
+        src_addr: eth.dst_addr(),
+        dst_addr: eth.src_addr(),
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut out);
+    let caps = ChecksumCapabilities::default();
+    let mut packet = Ipv4Packet::new_unchecked(out.payload_mut());
+    ip_repr.emit(&mut packet, &caps);
+    let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+    repr.emit(&mut seg, &src.into(), &dst.into(), &caps);
+    if ece {
+        let at = Offsets { ip: 14, tcp: 34 };
+        ecn::set_tcp_flags(&mut buf, at, ecn::ECE);
+    }
+    buf
+}
+
 /// Keeps `frame` (a peer's segment carrying `payload` octets) in `keep` as a pure ACK: its
 /// headers, the IP length shortened and checksummed again, its sequence number moved past
 /// the data. smoltcp takes a copy of it as a duplicate ACK (it does not check TCP checksums:
@@ -546,10 +654,7 @@ fn keep_as_pure_ack(keep: &mut Vec<u8>, frame: &[u8], payload: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{
-        EthernetAddress, EthernetRepr, IpAddress, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
-    };
+    use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
     const PEER: [u8; 4] = [10, 0, 0, 2];
     const US: [u8; 4] = [10, 0, 0, 1];
@@ -1118,6 +1223,64 @@ mod tests {
         assert!(ece(&mut w, 1001, ecn::CE));
         assert!(!ece(&mut w, 1101, ecn::ECT0), "no CWR needed");
         assert!(ece(&mut w, 1201, ecn::CE));
+    }
+
+    #[test]
+    fn a_dctcp_receiver_acknowledges_at_once_what_came_before_a_change_of_ce_state() {
+        // RFC 8257 section 3.2: on a change of CE state, an immediate ACK for the data
+        // received before it, with the old state's ECE.
+        let mut w = ecn_flow(Mode::Dctcp);
+        let data = [1u8; 100];
+        let t = Instant::ZERO;
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1001), &[], 0, 0);
+        assert!(w.admits(&mut ack, t));
+        let peer = |seq: u32, field: u8| {
+            ecn_segment(true, TcpControl::None, seq, Some(1), &data, 0, field)
+        };
+        w.observe(&peer(1001, ecn::ECT0), t);
+        w.observe(&peer(1101, ecn::ECT0), t);
+        assert!(w.outbox.is_empty(), "no change of state");
+        w.observe(&peer(1201, ecn::CE), t);
+        let acks = std::mem::take(&mut w.outbox);
+        assert_eq!(acks.len(), 1);
+        let read = |f: &[u8]| {
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!((tcp.src_port(), tcp.dst_port()), (7174, 5000));
+            assert!(tcp.payload().is_empty() && tcp.ack());
+            (tcp.ack_number().0 as u32, tcp.window_len())
+        };
+        assert_eq!(
+            ecn_of(&acks[0]),
+            (ecn::NOT_ECT, false, false),
+            "unmarked before"
+        );
+        assert_eq!(read(&acks[0]), (1201, 1000), "up to the marked segment");
+        w.observe(&peer(1301, ecn::CE), t);
+        assert!(w.outbox.is_empty(), "still marked");
+        w.observe(&peer(1401, ecn::ECT0), t);
+        let acks = std::mem::take(&mut w.outbox);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(
+            ecn_of(&acks[0]),
+            (ecn::NOT_ECT, true, false),
+            "marked before"
+        );
+        assert_eq!(read(&acks[0]).0, 1401);
+        // Out of order (1501 lost): smoltcp answers that at once itself.
+        w.observe(&peer(1601, ecn::CE), t);
+        assert!(w.outbox.is_empty());
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1501), &[], 0, 0);
+        w.admits(&mut ack, t);
+        // The hole filled, unmarked: everything before it was acknowledged already.
+        w.observe(&peer(1501, ecn::ECT0), t);
+        assert!(w.outbox.is_empty());
+        // smoltcp acknowledges both; in order again from there.
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1701), &[], 0, 0);
+        w.admits(&mut ack, t);
+        w.observe(&peer(1701, ecn::ECT0), t);
+        w.observe(&peer(1801, ecn::CE), t);
+        assert_eq!(w.outbox.len(), 1, "in step with smoltcp's ACKs again");
     }
 
     #[test]

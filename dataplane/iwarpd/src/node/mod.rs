@@ -303,6 +303,8 @@ pub struct ConnTcp {
     pub srtt: Option<std::time::Duration>,
     pub rto: std::time::Duration,
     pub counters: cc::sender::SendCounters,
+    /// Both ends agreed to ECN (RFC 3168 section 6.1.1).
+    pub ecn: bool,
 }
 
 pub struct Node<P: Port> {
@@ -484,8 +486,10 @@ impl<P: Port> Node<P> {
 
     /// Connection `conn`'s sending side, once established and tracked.
     pub fn conn_tcp(&self, conn: usize) -> Option<ConnTcp> {
-        let s = self.dev.peers.sender(self.conns.get(conn)?.flow?)?;
+        let key = self.conns.get(conn)?.flow?;
+        let s = self.dev.peers.sender(key)?;
         Some(ConnTcp {
+            ecn: self.dev.peers.ecn(key),
             cwnd: s.cwnd(),
             bytes_in_flight: s.in_flight(),
             srtt: s.rtt.srtt(),

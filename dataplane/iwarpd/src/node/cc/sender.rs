@@ -641,6 +641,11 @@ impl Sender {
     pub fn una(&self) -> Seq {
         self.una
     }
+
+    /// The sequence number after the highest we sent; none before anything was sent.
+    pub fn nxt(&self) -> Option<Seq> {
+        self.started.then_some(self.nxt)
+    }
 }
 
 #[cfg(test)]
