@@ -35,6 +35,7 @@
 //! slots and nothing more.
 
 use crate::node::cc::ecn::{self, Echo, Mode, Offsets};
+use crate::node::cc::resend::ResendCopies;
 use crate::node::cc::sender::{AckInfo, SendCounters, Sender, Verdict};
 use rustc_hash::FxHashMap;
 use smoltcp::phy::ChecksumCapabilities;
@@ -99,6 +100,10 @@ struct Flow {
     rcv_nxt: Option<u32>,
     acked: Option<u32>,
     our_window: u16,
+    /// The peer's SYN permitted SACK (RFC 2018): its blocks will show the holes.
+    sack: bool,
+    /// Our data segments in flight, for resending the holes from below smoltcp.
+    copies: ResendCopies,
     /// The peer's latest segment as a pure ACK (headers only, sequence number past its
     /// data): what [`PeerTcp::duplicate_acks`] repeats.
     last_ack: Vec<u8>,
@@ -135,6 +140,8 @@ pub struct PeerTcp {
     /// Frames made here to go out before anything smoltcp sends next (DCTCP's ACKs on a
     /// change of CE state); the device sends them.
     pub outbox: Vec<Vec<u8>>,
+    /// The holes a sender finds lost, reused.
+    holes: Vec<(u32, u32)>,
 }
 
 /// What `admits` reads of a frame smoltcp sends: Ethernet + IPv4 + TCP, or none.
@@ -300,6 +307,18 @@ impl PeerTcp {
                         },
                         now,
                     );
+                    // RFC 6675 section 5: every hole the peer's SACK blocks show lost is
+                    // resent now from our copy, not one per round trip.
+                    flow.copies.acked(sender.una());
+                    if flow.sack {
+                        sender.lost_holes(now, &mut self.holes);
+                        for &(start, end) in &self.holes {
+                            if let Some(copy) = flow.copies.get(start, end) {
+                                self.outbox.push(copy.to_vec());
+                                sender.resent_below(start, end, now);
+                            }
+                        }
+                    }
                     // Only a sender with data out may need it (a receiver of bulk data
                     // would copy every segment's headers for nothing).
                     if !tcp.fin() && (had_flight || sender.in_flight() > 0) {
@@ -357,6 +376,11 @@ impl PeerTcp {
             if sender.on_send(o.seq, len, now) == Verdict::Hold {
                 return false;
             }
+            if new && flow.sack && len > 0 {
+                // As smoltcp made it: a resend carries neither ECT nor CWR.
+                flow.copies
+                    .keep(o.seq, o.seq.wrapping_add(len as u32), frame);
+            }
         }
         if flow.ecn {
             let mut flags = 0;
@@ -406,7 +430,7 @@ impl PeerTcp {
     }
 
     fn syn(&mut self, key: FlowKey, tcp: &TcpPacket<&[u8]>) {
-        let (mut scale, mut mss) = (0, DEFAULT_MSS);
+        let (mut scale, mut mss, mut sack) = (0, DEFAULT_MSS, false);
         let mut options = tcp.options();
         while !options.is_empty() {
             let Ok((rest, option)) = TcpOption::parse(options) else {
@@ -417,6 +441,7 @@ impl PeerTcp {
                 // RFC 7323 section 2.3: a shift above 14 is taken as 14.
                 TcpOption::WindowScale(s) => scale = s.min(14),
                 TcpOption::MaxSegmentSize(m) => mss = m,
+                TcpOption::SackPermitted => sack = true,
                 _ => {}
             }
             options = rest;
@@ -433,6 +458,8 @@ impl PeerTcp {
             rcv_nxt: Some(tcp.seq_number().0.wrapping_add(1) as u32),
             acked: None,
             our_window: 0,
+            sack,
+            copies: ResendCopies::default(),
             scale,
             mss,
             ack: tcp.ack().then(|| tcp.ack_number()),

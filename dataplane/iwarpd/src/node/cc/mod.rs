@@ -14,6 +14,7 @@
 mod cubic;
 mod dctcp;
 pub mod ecn;
+pub mod resend;
 mod rtt;
 pub mod sender;
 

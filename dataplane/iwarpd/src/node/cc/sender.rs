@@ -289,9 +289,17 @@ impl Sender {
         }
         let at_una = seq == self.una;
         let nudged = self.nudged.take().filter(|_| at_una);
+        if at_una && self.fast_due && self.resent_within_rtt(seq, end, now) {
+            // The duplicate ACKs' resend went already, from our copy (see `lost_holes`).
+            self.fast_due = false;
+        }
         if self.go_back.is_some_and(|g| before(seq, g)) {
             // Part of a timeout's resend already let through.
-        } else if at_una && (self.fast_due || nudged == Some(false)) && nudged != Some(true) {
+        } else if at_una
+            && (self.fast_due || nudged == Some(false))
+            && nudged != Some(true)
+            && !self.resent_within_rtt(seq, end, now)
+        {
             // smoltcp's fast retransmit: on its third duplicate ACK (which ours mirror) or
             // on our nudge.
             self.fast_due = false;
@@ -342,10 +350,40 @@ impl Sender {
         if above < 3 * self.mss {
             return false;
         }
+        !self.resent_within_rtt(start, end, now)
+    }
+
+    /// Whether part of `[start, end)` was resent less than an RTT ago (that copy may still
+    /// be on its way).
+    fn resent_within_rtt(&self, start: Seq, end: Seq, now: Duration) -> bool {
         let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
-        !self.sent.iter().any(|s| {
+        self.sent.iter().any(|s| {
             before(s.start, end) && before(start, s.end) && s.resent && since(now, s.last) < srtt
         })
+    }
+
+    /// RFC 6675 section 5 (NextSeg rule 1), all at once: the segments in flight the peer's
+    /// SACK blocks show lost ([`Sender::is_lost_hole`]: three segments' worth held above,
+    /// not resent within the last RTT), into `out`. smoltcp resends only the first
+    /// unacknowledged one (its fast retransmit) until its own timer runs out; the caller
+    /// resends these itself and reports each with [`Sender::resent_below`].
+    pub fn lost_holes(&self, now: Duration, out: &mut Vec<(Seq, Seq)>) {
+        out.clear();
+        if !self.in_recovery() || self.sacked.is_empty() {
+            return;
+        }
+        for s in &self.sent {
+            if !self.fully_sacked(s.start, s.end) && self.is_lost_hole(s.start, s.end, now) {
+                out.push((s.start, s.end));
+            }
+        }
+    }
+
+    /// A segment of [`Sender::lost_holes`] was resent from below smoltcp at `now`.
+    pub fn resent_below(&mut self, start: Seq, end: Seq, now: Duration) {
+        self.counters.retransmits += 1;
+        self.counters.fast_retransmits += 1;
+        self.mark_resent(start, end, now);
     }
 
     /// Our timer expired and a resend goes out: RFC 6298 section 5.5-5.6 and RFC 5681's
@@ -483,7 +521,10 @@ impl Sender {
                 // where the peer holds data above it (no need to wait for three duplicates
                 // or the timer).
                 if !self.sacked.is_empty() {
-                    self.nudge = Some(false);
+                    let end = self.sent.front().map_or(a.ack, |s| s.end);
+                    if !self.resent_within_rtt(a.ack, end, now) {
+                        self.nudge = Some(false);
+                    }
                 }
             }
             Some(_) => {
@@ -810,6 +851,63 @@ mod tests {
     }
 
     #[test]
+    fn every_hole_the_sack_blocks_show_lost_is_listed_at_once_and_resent_once_a_round() {
+        // RFC 6675 section 5: in recovery, each segment IsLost finds is resent, all of them
+        // in the first round trip; not again within an RTT.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        // Segments 2, 6 and 11 lost: three holes apart, the rest held by the peer.
+        let held = [(3000, 6000), (7000, 11_000), (12_000, 22_000)];
+        let mut out = Vec::new();
+        s.lost_holes(ms(25), &mut out);
+        assert!(out.is_empty(), "not in recovery");
+        for _ in 0..3 {
+            s.on_ack(
+                &AckInfo {
+                    sack: &held,
+                    ..ack(2000)
+                },
+                ms(30),
+            );
+        }
+        s.lost_holes(ms(30), &mut out);
+        assert_eq!(out, [(2000, 3000), (6000, 7000), (11_000, 12_000)]);
+        for &(a, b) in &out {
+            s.resent_below(a, b, ms(30));
+        }
+        let mut again = Vec::new();
+        s.lost_holes(ms(31), &mut again);
+        assert!(again.is_empty(), "resent within the RTT");
+        assert_eq!(
+            s.on_send(2000, MSS, ms(31)),
+            Verdict::Hold,
+            "smoltcp's fast retransmit of the first hole: already resent"
+        );
+        assert_eq!(
+            (
+                s.counters.retransmits,
+                s.counters.fast_retransmits,
+                s.counters.rtos
+            ),
+            (3, 3, 0)
+        );
+        // The first hole filled: a partial ACK, and no nudge for the next, already resent.
+        s.on_ack(
+            &AckInfo {
+                sack: &held[1..],
+                ..ack(6000)
+            },
+            ms(40),
+        );
+        assert_eq!(s.wants_nudge(ms(40)), None);
+        // An RTT on with no word of them: listed again.
+        s.lost_holes(ms(45), &mut again);
+        assert_eq!(again, [(6000, 7000), (11_000, 12_000)]);
+    }
+
+    #[test]
     fn resends_of_sacked_data_are_held_after_a_timeout() {
         let mut s = sender(Algorithm::NewReno);
         send(&mut s, 0, 5, ms(0));
@@ -949,9 +1047,11 @@ mod tests {
             },
             ms(40),
         );
-        // That was the third duplicate: smoltcp resends by itself, and it goes.
-        assert_eq!(s.on_send(2000, MSS, ms(40)), Verdict::Send);
-        assert_eq!(s.counters.fast_retransmits, 2);
+        // That was the third duplicate: smoltcp resends by itself, but our copy went 7 ms
+        // ago, less than an RTT: it may still be on its way (RFC 6675 resends a segment
+        // once per recovery round), so this one is held.
+        assert_eq!(s.on_send(2000, MSS, ms(40)), Verdict::Hold);
+        assert_eq!(s.counters.fast_retransmits, 1);
         assert_eq!(s.wants_nudge(ms(45)), None, "within the RTT");
         s.on_ack(
             &AckInfo {
