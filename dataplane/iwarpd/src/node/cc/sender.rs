@@ -372,8 +372,19 @@ impl Sender {
         if !self.in_recovery() || self.sacked.is_empty() {
             return;
         }
+        // IsLost of each segment, its own resend time checked directly (segments in flight
+        // do not overlap): a few SACK ranges per segment, not the whole window again.
+        let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
         for s in &self.sent {
-            if !self.fully_sacked(s.start, s.end) && self.is_lost_hole(s.start, s.end, now) {
+            if s.resent && since(now, s.last) < srtt || self.fully_sacked(s.start, s.end) {
+                continue;
+            }
+            let above: usize = self
+                .sacked
+                .iter()
+                .map(|&(l, r)| dist(if before(l, s.end) { s.end } else { l }, r))
+                .sum();
+            if above >= 3 * self.mss {
                 out.push((s.start, s.end));
             }
         }
