@@ -363,7 +363,7 @@ impl Sender {
     }
 
     /// RFC 6675 section 5 (NextSeg rule 1), all at once: the segments in flight the peer's
-    /// SACK blocks show lost ([`Sender::is_lost_hole`]: three segments' worth held above,
+    /// SACK blocks show lost (RFC 6675 section 4's IsLost: three segments' worth held above,
     /// not resent within the last RTT), into `out`. smoltcp resends only the first
     /// unacknowledged one (its fast retransmit) until its own timer runs out; the caller
     /// resends these itself and reports each with [`Sender::resent_below`].
