@@ -1310,6 +1310,94 @@ mod tests {
         assert_eq!(w.outbox.len(), 1, "in step with smoltcp's ACKs again");
     }
 
+    /// A segment from the peer without data: a SYN permitting SACK, or an ACK with SACK
+    /// blocks.
+    fn peer_sack(control: TcpControl, ack: u32, sack: [Option<(u32, u32)>; 3]) -> Vec<u8> {
+        let tcp = TcpRepr {
+            src_port: 5000,
+            dst_port: 7174,
+            control,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: Some(TcpSeqNumber(ack as i32)),
+            window_len: 1000,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: control == TcpControl::Syn,
+            sack_ranges: sack,
+            timestamp: None,
+            payload: &[],
+        };
+        let ip = Ipv4Repr {
+            src_addr: Ipv4Address::from(PEER),
+            dst_addr: Ipv4Address::from(US),
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+        let caps = ChecksumCapabilities::default();
+        ip.emit(&mut packet, &caps);
+        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+        tcp.emit(
+            &mut seg,
+            &IpAddress::Ipv4(Ipv4Address::from(PEER)),
+            &IpAddress::Ipv4(Ipv4Address::from(US)),
+            &caps,
+        );
+        buf
+    }
+
+    #[test]
+    fn every_hole_goes_again_at_once_from_the_copy_of_its_first_transmission() {
+        // RFC 6675 section 5: the holes the SACK blocks show lost are all resent in the
+        // first round trip of recovery; smoltcp's own resend of the first one is held.
+        let mut w = PeerTcp::default();
+        w.observe(&peer_sack(TcpControl::Syn, 1, [None; 3]), Instant::ZERO);
+        assert!(w.adopt(key()));
+        w.set_sender(key(), ecn_sender());
+        let t = |ms| Instant::from_millis(ms);
+        // A first segment acknowledged after 10 ms: the RTT.
+        let mut first = ecn_segment(false, TcpControl::None, 1, Some(1001), &[9; 1000], 0, 0);
+        assert!(w.admits(&mut first, t(0)));
+        w.observe(&peer_sack(TcpControl::None, 1001, [None; 3]), t(10));
+        let mut sent = Vec::new();
+        for i in 1..11u32 {
+            let data = [i as u8; 1000];
+            let mut f = ecn_segment(
+                false,
+                TcpControl::None,
+                1 + i * 1000,
+                Some(1001),
+                &data,
+                0,
+                0,
+            );
+            assert!(w.admits(&mut f, t(10)));
+            sent.push(f);
+        }
+        // Two of the ten lost; the peer holds the rest and says so three times (RFC 5681
+        // section 2's duplicate ACKs: same window, no data).
+        let sack = [Some((2001, 5001)), Some((6001, 11_001)), None];
+        for _ in 0..3 {
+            w.observe(&peer_sack(TcpControl::None, 1001, sack), t(11));
+        }
+        let resent = std::mem::take(&mut w.outbox);
+        assert_eq!(resent, [sent[0].clone(), sent[4].clone()]);
+        let c = w.sender(key()).unwrap().counters;
+        assert_eq!((c.retransmits, c.fast_retransmits, c.rtos), (2, 2, 0));
+        // smoltcp's fast retransmit of the first follows: held, it went already.
+        let mut again = sent[0].clone();
+        assert!(!w.admits(&mut again, t(11)));
+        w.observe(&peer_sack(TcpControl::None, 1001, sack), t(12));
+        assert!(w.outbox.is_empty(), "not again within the round trip");
+        // Acknowledged: the copies go.
+        w.observe(&peer_sack(TcpControl::None, 11_001, [None; 3]), t(13));
+        assert_eq!(w.flows[&key()].copies.len(), 0);
+    }
+
     #[test]
     fn frames_that_are_not_whole_tcp_segments_are_ignored() {
         let mut w = PeerTcp::default();

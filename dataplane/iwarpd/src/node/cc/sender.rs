@@ -356,7 +356,8 @@ impl Sender {
     /// Whether part of `[start, end)` was resent less than an RTT ago (that copy may still
     /// be on its way).
     fn resent_within_rtt(&self, start: Seq, end: Seq, now: Duration) -> bool {
-        let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
+        // Before any RTT sample, the timer's initial value stands in for it.
+        let srtt = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
         self.sent.iter().any(|s| {
             before(s.start, end) && before(start, s.end) && s.resent && since(now, s.last) < srtt
         })
@@ -374,7 +375,7 @@ impl Sender {
         }
         // IsLost of each segment, its own resend time checked directly (segments in flight
         // do not overlap): a few SACK ranges per segment, not the whole window again.
-        let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
+        let srtt = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
         for s in &self.sent {
             if s.resent && since(now, s.last) < srtt || self.fully_sacked(s.start, s.end) {
                 continue;
