@@ -311,7 +311,7 @@ impl PeerTcp {
                     // resent now from our copy, not one per round trip.
                     flow.copies.acked(sender.una());
                     if flow.sack {
-                        sender.lost_holes(now, &mut self.holes);
+                        sender.lost_holes(&mut self.holes);
                         for &(start, end) in &self.holes {
                             if let Some(copy) = flow.copies.get(start, end) {
                                 self.outbox.push(copy.to_vec());

@@ -364,20 +364,20 @@ impl Sender {
     }
 
     /// RFC 6675 section 5 (NextSeg rule 1), all at once: the segments in flight the peer's
-    /// SACK blocks show lost (RFC 6675 section 4's IsLost: three segments' worth held above,
-    /// not resent within the last RTT), into `out`. smoltcp resends only the first
+    /// SACK blocks show lost (RFC 6675 section 4's IsLost: three segments' worth held above)
+    /// and not yet resent, into `out`. smoltcp resends only the first
     /// unacknowledged one (its fast retransmit) until its own timer runs out; the caller
     /// resends these itself and reports each with [`Sender::resent_below`].
-    pub fn lost_holes(&self, now: Duration, out: &mut Vec<(Seq, Seq)>) {
+    pub fn lost_holes(&self, out: &mut Vec<(Seq, Seq)>) {
         out.clear();
         if !self.in_recovery() || self.sacked.is_empty() {
             return;
         }
-        // IsLost of each segment, its own resend time checked directly (segments in flight
-        // do not overlap): a few SACK ranges per segment, not the whole window again.
-        let srtt = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
+        // IsLost of each segment: a few SACK ranges per segment, not the whole window again.
         for s in &self.sent {
-            if s.resent && since(now, s.last) < srtt || self.fully_sacked(s.start, s.end) {
+            // Once per recovery (RFC 6675's HighRxt): a resend that is lost in turn is found
+            // by RACK's time rule once it is the oldest, or by the timer.
+            if s.resent || self.fully_sacked(s.start, s.end) {
                 continue;
             }
             let above: usize = self
@@ -873,7 +873,7 @@ mod tests {
         // Segments 2, 6 and 11 lost: three holes apart, the rest held by the peer.
         let held = [(3000, 6000), (7000, 11_000), (12_000, 22_000)];
         let mut out = Vec::new();
-        s.lost_holes(ms(25), &mut out);
+        s.lost_holes(&mut out);
         assert!(out.is_empty(), "not in recovery");
         for _ in 0..3 {
             s.on_ack(
@@ -884,13 +884,13 @@ mod tests {
                 ms(30),
             );
         }
-        s.lost_holes(ms(30), &mut out);
+        s.lost_holes(&mut out);
         assert_eq!(out, [(2000, 3000), (6000, 7000), (11_000, 12_000)]);
         for &(a, b) in &out {
             s.resent_below(a, b, ms(30));
         }
         let mut again = Vec::new();
-        s.lost_holes(ms(31), &mut again);
+        s.lost_holes(&mut again);
         assert!(again.is_empty(), "resent within the RTT");
         assert_eq!(
             s.on_send(2000, MSS, ms(31)),
@@ -914,9 +914,11 @@ mod tests {
             ms(40),
         );
         assert_eq!(s.wants_nudge(ms(40)), None);
-        // An RTT on with no word of them: listed again.
-        s.lost_holes(ms(45), &mut again);
-        assert_eq!(again, [(6000, 7000), (11_000, 12_000)]);
+        // An RTT on with no word of them: not listed again (RFC 6675 resends a segment once
+        // per recovery); the oldest goes by RACK's time rule.
+        s.lost_holes(&mut again);
+        assert!(again.is_empty());
+        assert_eq!(s.wants_nudge(ms(55)), Some(false));
     }
 
     #[test]
