@@ -304,6 +304,7 @@ impl Sender {
             // on our nudge.
             self.fast_due = false;
             self.counters.fast_retransmits += 1;
+            self.rearm_for_head(now);
         } else if nudged != Some(true) && self.is_lost_hole(seq, end, now) {
             // smoltcp's timeout resends everything from the first unacknowledged octet; in
             // recovery its holes go at once (each at most once an RTT), with no timeout's
@@ -396,6 +397,17 @@ impl Sender {
         self.counters.retransmits += 1;
         self.counters.fast_retransmits += 1;
         self.mark_resent(start, end, now);
+        if start == self.una {
+            self.rearm_for_head(now);
+        }
+    }
+
+    /// The oldest unacknowledged segment was resent in recovery: our timer starts again
+    /// from now, as Linux rearms it. Its ACK comes a round trip after the resend, which
+    /// with three duplicate ACKs to wait for first may be later than one RTO after the
+    /// last new ACK, and a timeout then would collapse the window for nothing.
+    fn rearm_for_head(&mut self, now: Duration) {
+        self.timer_at = now;
     }
 
     /// Our timer expired and a resend goes out: RFC 6298 section 5.5-5.6 and RFC 5681's
