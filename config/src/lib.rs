@@ -231,6 +231,11 @@ pub struct Tcp {
     /// How long a peer may hold the ACK of a lone segment (microseconds): a lone segment is
     /// not resent before its RTT plus this. Linux delays ACKs 40 ms and more.
     pub peer_ack_delay_us: u64,
+    /// Explicit Congestion Notification (RFC 3168): ask for it in our SYNs, accept it when a
+    /// peer's SYN asks, mark our data ECN-capable and answer the peer's congestion echoes.
+    /// Left out: on for "dctcp" (which needs the marks), off for the others, whose peers
+    /// may sit behind middleboxes that mishandle ECN (see [`Config::ecn`]).
+    pub ecn: Option<bool>,
 }
 
 choice! {
@@ -364,6 +369,7 @@ impl Default for Tcp {
             ack_delay_us: 5,
             congestion: Congestion::Cubic,
             peer_ack_delay_us: 40_000,
+            ecn: None,
         }
     }
 }
@@ -490,6 +496,14 @@ impl Config {
             0 => default_max_inflight(self.mss(), self.tcp.tx_buffer),
             n => n,
         }
+    }
+
+    /// Whether connections negotiate ECN: `tcp.ecn`, or when left out, whether the
+    /// congestion controller is DCTCP (RFC 8257 section 3 assumes ECN on both ends).
+    pub fn ecn(&self) -> bool {
+        self.tcp
+            .ecn
+            .unwrap_or(self.tcp.congestion == Congestion::Dctcp)
     }
 
     /// Checks every value; the error names the key.
@@ -838,6 +852,16 @@ mod tests {
         );
         let e = Config::parse("[port]\nbogus = 1\n").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn ecn_follows_dctcp_unless_the_file_says() {
+        let on = |text: &str| Config::parse(text).unwrap().ecn();
+        assert!(!on(""), "cubic, the default: off");
+        assert!(on("[tcp]\ncongestion = \"dctcp\"\n"));
+        assert!(!on("[tcp]\ncongestion = \"dctcp\"\necn = false\n"));
+        assert!(on("[tcp]\ncongestion = \"newreno\"\necn = true\n"));
+        assert!(Config::parse("[tcp]\necn = \"yes\"\n").is_err());
     }
 
     #[test]

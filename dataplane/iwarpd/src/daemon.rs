@@ -122,8 +122,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let mut stats = StatsFile::new(runtime.join("stats"));
     while !stop.load(Ordering::Relaxed) && !threads.iter().any(|t| t.is_finished()) {
         if dump.swap(false, Ordering::Relaxed) {
-            for c in &all {
-                tracing::info!("SIGUSR1 counters: {}", c.line());
+            for line in crate::stats::dump_lines(&all) {
+                tracing::info!("SIGUSR1 {line}");
             }
         }
         stats.tick(&all);

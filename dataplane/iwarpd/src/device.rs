@@ -91,6 +91,12 @@ impl<P: Port> PortDevice<P> {
                 continue;
             }
             self.peers.observe(&frame, now);
+            for ack in self.peers.outbox.drain(..) {
+                if self.port.tx(&ack).is_ok() {
+                    self.tx_frames += 1;
+                    self.tx_bytes += ack.len() as u64;
+                }
+            }
             if let Some(k) = &mut self.neighbours {
                 k.heard(&frame, now);
             }

@@ -25,14 +25,24 @@
 //! repeats are let through with an exponential back-off in real time ([`SYN_RTO`]) instead
 //! of its dilated millisecond.
 //!
+//! ECN (RFC 3168), which smoltcp does not do, is done here on the segments as they pass
+//! (see `node/cc/ecn.rs`): our SYN asks for it (ECE and CWR), our SYN-ACK grants it (ECE) when
+//! the peer's SYN asked; on a connection that negotiated it our new data goes out ECT(0),
+//! the peer's CE marks are echoed as ECE on our segments, and its ECE reaches the sender,
+//! whose next new segment after the reduction carries CWR.
+//!
 //! Only connections the node adopts are tracked, so a flood of SYNs costs a fixed ring of
 //! slots and nothing more.
 
+use crate::node::cc::ecn::{self, Echo, Mode, Offsets};
+use crate::node::cc::resend::ResendCopies;
 use crate::node::cc::sender::{AckInfo, SendCounters, Sender, Verdict};
 use rustc_hash::FxHashMap;
+use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::time::Instant;
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpOption, TcpPacket, TcpSeqNumber,
+    EthernetFrame, EthernetProtocol, EthernetRepr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl,
+    TcpOption, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use std::time::Duration;
 
@@ -81,6 +91,19 @@ struct Flow {
     /// The peer sent a RST.
     reset: bool,
     sender: Option<Box<Sender>>,
+    /// Both ends agreed to ECN (RFC 3168 section 6.1.1).
+    ecn: bool,
+    /// The CE marks of the peer's data, echoed on our segments.
+    echo: Echo,
+    /// The end of the peer's in-order data seen, the acknowledgement number and window of
+    /// our latest segment: for DCTCP's ACK of the data before a change of CE state.
+    rcv_nxt: Option<u32>,
+    acked: Option<u32>,
+    our_window: u16,
+    /// The peer's SYN permitted SACK (RFC 2018): its blocks will show the holes.
+    sack: bool,
+    /// Our data segments in flight, for resending the holes from below smoltcp.
+    copies: ResendCopies,
     /// The peer's latest segment as a pure ACK (headers only, sequence number past its
     /// data): what [`PeerTcp::duplicate_acks`] repeats.
     last_ack: Vec<u8>,
@@ -116,6 +139,61 @@ pub struct PeerTcp {
     retired: SendCounters,
     /// Repeated SYNs held back.
     pub syns_held: u64,
+    /// Whether connections negotiate ECN, and how CE marks are echoed.
+    ecn: Mode,
+    /// Frames made here to go out before anything smoltcp sends next (DCTCP's ACKs on a
+    /// change of CE state); the device sends them.
+    pub outbox: Vec<Vec<u8>>,
+    /// The holes a sender finds lost, reused.
+    holes: Vec<(u32, u32)>,
+}
+
+/// What `admits` reads of a frame smoltcp sends: Ethernet + IPv4 + TCP, or none.
+struct Outgoing {
+    at: Offsets,
+    key: FlowKey,
+    seq: u32,
+    syn: bool,
+    ack: bool,
+    ack_number: u32,
+    window: u16,
+    rst: bool,
+    payload: usize,
+    fin: bool,
+}
+
+impl Outgoing {
+    fn read(frame: &[u8]) -> Option<Outgoing> {
+        let eth = EthernetFrame::new_checked(frame).ok()?;
+        if eth.ethertype() != EthernetProtocol::Ipv4 {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+        if ip.next_header() != IpProtocol::Tcp {
+            return None;
+        }
+        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        Some(Outgoing {
+            at: Offsets {
+                ip: 14,
+                tcp: 14 + usize::from(ip.header_len()),
+            },
+            key: FlowKey::new(tcp.src_port(), ip.dst_addr().octets(), tcp.dst_port()),
+            seq: tcp.seq_number().0 as u32,
+            syn: tcp.syn(),
+            ack: tcp.ack(),
+            ack_number: tcp.ack_number().0 as u32,
+            window: tcp.window_len(),
+            rst: tcp.rst(),
+            payload: tcp.payload().len(),
+            fin: tcp.fin(),
+        })
+    }
+}
+
+/// Whether sequence number `a` comes after `b` (modulo 2^32, RFC 9293 section 3.4).
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 /// The real time of smoltcp's `now` on a clock dilated `dilation` times.
@@ -127,6 +205,16 @@ impl PeerTcp {
     /// Sets the dilation of the clock the `now`s handed in run on.
     pub fn set_dilation(&mut self, dilation: u64) {
         self.dilation = dilation;
+    }
+
+    /// Sets whether connections set up from now on negotiate ECN, and how they echo it.
+    pub fn set_ecn(&mut self, mode: Mode) {
+        self.ecn = mode;
+    }
+
+    /// Whether the connection negotiated ECN.
+    pub fn ecn(&self, key: FlowKey) -> bool {
+        self.flows.get(&key).is_some_and(|f| f.ecn)
     }
 
     /// Reads the window of a received frame (Ethernet, IPv4, TCP) at `now` (smoltcp's time),
@@ -173,10 +261,43 @@ impl PeerTcp {
                     flow.ack = Some(ack);
                     flow.window = usize::from(tcp.window_len()) << flow.scale;
                 }
+                let ce = ip.ecn() == ecn::CE;
+                if flow.ecn && !tcp.payload().is_empty() {
+                    let seq = tcp.seq_number().0 as u32;
+                    // RFC 8257 section 3.2: when the CE state changes, the data received
+                    // before (not yet acknowledged) is acknowledged at once with the old
+                    // state, so that each ACK's ECE speaks for all the data it covers.
+                    if self.ecn == Mode::Dctcp
+                        && ce != flow.echo.ece()
+                        && flow.rcv_nxt == Some(seq)
+                        && flow.acked.is_some_and(|a| a != seq)
+                    {
+                        let our_seq = flow.sender.as_ref().and_then(|s| s.nxt());
+                        let our_seq = our_seq.unwrap_or(ack.0 as u32);
+                        self.outbox.push(pure_ack(
+                            frame,
+                            our_seq,
+                            seq,
+                            flow.our_window,
+                            flow.echo.ece(),
+                        ));
+                        flow.acked = Some(seq);
+                    }
+                    flow.echo.on_data(self.ecn, ce, tcp.cwr());
+                    // In-order data moves it (our ACKs move it past what arrived out of
+                    // order, see `admits`).
+                    let end = seq.wrapping_add(tcp.payload().len() as u32);
+                    if flow
+                        .rcv_nxt
+                        .is_some_and(|r| !after(seq, r) && after(end, r))
+                    {
+                        flow.rcv_nxt = Some(end);
+                    }
+                }
                 if let Some(sender) = &mut flow.sender {
                     let now = real(now, self.dilation);
                     // RFC 3168 section 5: CE is 0b11 in the ECN field.
-                    if ip.ecn() == 3 {
+                    if ce {
                         sender.on_ce();
                     }
                     let blocks = sack_blocks(&tcp);
@@ -189,11 +310,25 @@ impl PeerTcp {
                             ack: ack.0 as u32,
                             window: tcp.window_len(),
                             payload,
-                            ece: tcp.ece(),
+                            // ECE means congestion only once ECN is agreed (RFC 3168
+                            // section 6.1.1).
+                            ece: flow.ecn && tcp.ece(),
                             sack: &sack[..n],
                         },
                         now,
                     );
+                    // RFC 6675 section 5: every hole the peer's SACK blocks show lost is
+                    // resent now from our copy, not one per round trip.
+                    flow.copies.acked(sender.una());
+                    if flow.sack {
+                        sender.lost_holes(&mut self.holes);
+                        for &(start, end) in &self.holes {
+                            if let Some(copy) = flow.copies.get(start, end) {
+                                self.outbox.push(copy.to_vec());
+                                sender.resent_below(start, end, now);
+                            }
+                        }
+                    }
                     // Only a sender with data out may need it (a receiver of bulk data
                     // would copy every segment's headers for nothing).
                     if !tcp.fin() && (had_flight || sender.in_flight() > 0) {
@@ -206,41 +341,79 @@ impl PeerTcp {
 
     /// A frame smoltcp sends at `now`: whether it goes on the wire. Held back: a resend of
     /// data not due (see `node/cc/sender.rs`), a SYN repeated before its back-off ran out.
-    pub fn admits(&mut self, frame: &[u8], now: Instant) -> bool {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+    /// One that goes gets its ECN flags and field here.
+    pub fn admits(&mut self, frame: &mut [u8], now: Instant) -> bool {
+        let Some(o) = Outgoing::read(frame) else {
             return true;
         };
-        if eth.ethertype() != EthernetProtocol::Ipv4 {
+        if o.rst {
             return true;
         }
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return true;
-        };
-        if ip.next_header() != IpProtocol::Tcp {
-            return true;
-        }
-        let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
-            return true;
-        };
-        if tcp.rst() {
-            return true;
-        }
-        let key = FlowKey::new(tcp.src_port(), ip.dst_addr().octets(), tcp.dst_port());
         let now = real(now, self.dilation);
-        if tcp.syn() {
-            return self.syn_admits(key, tcp.seq_number().0 as u32, now);
-        }
-        let len = tcp.payload().len() + usize::from(tcp.fin());
-        let flow = self.flows.get_mut(&key);
-        match flow.and_then(|f| {
-            if tcp.ack() && f.our_ack.is_none_or(|a| tcp.ack_number() > a) {
-                f.our_ack = Some(tcp.ack_number());
+        if o.syn {
+            if !self.syn_admits(o.key, o.seq, now) {
+                return false;
             }
-            f.sender.as_mut()
-        }) {
-            Some(sender) => sender.on_send(tcp.seq_number().0 as u32, len, now) == Verdict::Send,
-            None => true,
+            let flags = if !o.ack {
+                // RFC 3168 section 6.1.1: an ECN-setup SYN.
+                (self.ecn != Mode::Off).then_some(ecn::ECE | ecn::CWR)
+            } else {
+                // An ECN-setup SYN-ACK, to a peer whose SYN was one.
+                self.syns
+                    .iter()
+                    .any(|(k, f)| *k == o.key && f.ecn)
+                    .then_some(ecn::ECE)
+            };
+            if let Some(flags) = flags {
+                ecn::set_tcp_flags(frame, o.at, flags);
+            }
+            return true;
         }
+        let Some(flow) = self.flows.get_mut(&o.key) else {
+            return true;
+        };
+        if o.ack {
+            let ack = TcpSeqNumber(o.ack_number as i32);
+            if flow.our_ack.is_none_or(|a| ack > a) {
+                flow.our_ack = Some(ack);
+            }
+            flow.acked = Some(o.ack_number);
+            flow.our_window = o.window;
+            if flow.rcv_nxt.is_some_and(|r| after(o.ack_number, r)) {
+                flow.rcv_nxt = Some(o.ack_number);
+            }
+        }
+        let mut new = false;
+        if let Some(sender) = &mut flow.sender {
+            new = sender.is_new(o.seq);
+            let len = o.payload + usize::from(o.fin);
+            if sender.on_send(o.seq, len, now) == Verdict::Hold {
+                return false;
+            }
+            if new && flow.sack && len > 0 {
+                // As smoltcp made it: a resend carries neither ECT nor CWR.
+                flow.copies
+                    .keep(o.seq, o.seq.wrapping_add(len as u32), frame);
+            }
+        }
+        if flow.ecn {
+            let mut flags = 0;
+            if flow.echo.ece() {
+                flags |= ecn::ECE;
+            }
+            // RFC 3168 sections 6.1.1 and 6.1.5: ECT on first transmissions of data only,
+            // not on pure ACKs, window probes or retransmissions.
+            if o.payload > 0 && new {
+                ecn::set_ecn_field(frame, o.at, ecn::ECT0);
+                if flow.sender.as_mut().is_some_and(|s| s.take_cwr()) {
+                    flags |= ecn::CWR;
+                }
+            }
+            if flags != 0 {
+                ecn::set_tcp_flags(frame, o.at, flags);
+            }
+        }
+        true
     }
 
     fn syn_admits(&mut self, key: FlowKey, isn: u32, now: Duration) -> bool {
@@ -271,7 +444,7 @@ impl PeerTcp {
     }
 
     fn syn(&mut self, key: FlowKey, tcp: &TcpPacket<&[u8]>) {
-        let (mut scale, mut mss) = (0, DEFAULT_MSS);
+        let (mut scale, mut mss, mut sack) = (0, DEFAULT_MSS, false);
         let mut options = tcp.options();
         while !options.is_empty() {
             let Ok((rest, option)) = TcpOption::parse(options) else {
@@ -282,12 +455,25 @@ impl PeerTcp {
                 // RFC 7323 section 2.3: a shift above 14 is taken as 14.
                 TcpOption::WindowScale(s) => scale = s.min(14),
                 TcpOption::MaxSegmentSize(m) => mss = m,
+                TcpOption::SackPermitted => sack = true,
                 _ => {}
             }
             options = rest;
         }
+        // RFC 3168 section 6.1.1: a SYN asks for ECN with ECE and CWR, a SYN-ACK grants it
+        // with ECE alone (and a SYN-ACK is only ever an answer to our SYN, which asked).
+        let ecn =
+            self.ecn != Mode::Off && tcp.ece() && if tcp.ack() { !tcp.cwr() } else { tcp.cwr() };
         // A SYN's own window is never scaled (RFC 7323 section 2.2).
         let flow = Flow {
+            ecn,
+            echo: Echo::default(),
+            // The peer's data starts after its SYN.
+            rcv_nxt: Some(tcp.seq_number().0.wrapping_add(1) as u32),
+            acked: None,
+            our_window: 0,
+            sack,
+            copies: ResendCopies::default(),
             scale,
             mss,
             ack: tcp.ack().then(|| tcp.ack_number()),
@@ -438,6 +624,55 @@ fn sack_blocks(tcp: &TcpPacket<&[u8]>) -> [Option<(u32, u32)>; 4] {
     out
 }
 
+/// A pure ACK answering `frame` (a peer's segment): addresses and ports swapped, our
+/// sequence number `seq`, acknowledging `ack`, advertising `window` (the field, scaled as
+/// our last segment's), with ECE when `ece`; no options.
+fn pure_ack(frame: &[u8], seq: u32, ack: u32, window: u16, ece: bool) -> Vec<u8> {
+    let eth = EthernetFrame::new_unchecked(frame);
+    let ip = Ipv4Packet::new_unchecked(eth.payload());
+    let tcp = TcpPacket::new_unchecked(ip.payload());
+    let repr = TcpRepr {
+        src_port: tcp.dst_port(),
+        dst_port: tcp.src_port(),
+        control: TcpControl::None,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: Some(TcpSeqNumber(ack as i32)),
+        window_len: window,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let (src, dst) = (ip.dst_addr(), ip.src_addr());
+    let ip_repr = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: repr.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut buf = vec![0; 14 + ip_repr.buffer_len() + repr.buffer_len()];
+    let mut out = EthernetFrame::new_unchecked(&mut buf[..]);
+    EthernetRepr {
+        src_addr: eth.dst_addr(),
+        dst_addr: eth.src_addr(),
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut out);
+    let caps = ChecksumCapabilities::default();
+    let mut packet = Ipv4Packet::new_unchecked(out.payload_mut());
+    ip_repr.emit(&mut packet, &caps);
+    let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+    repr.emit(&mut seg, &src.into(), &dst.into(), &caps);
+    if ece {
+        let at = Offsets { ip: 14, tcp: 34 };
+        ecn::set_tcp_flags(&mut buf, at, ecn::ECE);
+    }
+    buf
+}
+
 /// Keeps `frame` (a peer's segment carrying `payload` octets) in `keep` as a pure ACK: its
 /// headers, the IP length shortened and checksummed again, its sequence number moved past
 /// the data. smoltcp takes a copy of it as a duplicate ACK (it does not check TCP checksums:
@@ -472,10 +707,7 @@ fn keep_as_pure_ack(keep: &mut Vec<u8>, frame: &[u8], payload: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{
-        EthernetAddress, EthernetRepr, IpAddress, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
-    };
+    use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
 
     const PEER: [u8; 4] = [10, 0, 0, 2];
     const US: [u8; 4] = [10, 0, 0, 1];
@@ -713,21 +945,483 @@ mod tests {
         let mut w = PeerTcp::default();
         w.set_dilation(1);
         let at = |ms: u64| Instant::from_millis(ms as i64);
-        let syn = our_syn(77);
-        assert!(w.admits(&syn, at(0)), "the first SYN goes at once");
+        let mut syn = our_syn(77);
+        assert!(w.admits(&mut syn, at(0)), "the first SYN goes at once");
         assert!(
-            !w.admits(&syn, at(1)),
+            !w.admits(&mut syn, at(1)),
             "smoltcp's millisecond repeat is held"
         );
-        assert!(!w.admits(&syn, at(199)));
-        assert!(w.admits(&syn, at(200)), "after SYN_RTO");
-        assert!(!w.admits(&syn, at(599)));
-        assert!(w.admits(&syn, at(600)), "after twice SYN_RTO more");
+        assert!(!w.admits(&mut syn, at(199)));
+        assert!(w.admits(&mut syn, at(200)), "after SYN_RTO");
+        assert!(!w.admits(&mut syn, at(599)));
+        assert!(w.admits(&mut syn, at(600)), "after twice SYN_RTO more");
         assert_eq!(w.syns_held, 3);
         assert!(
-            w.admits(&our_syn(1234), at(601)),
+            w.admits(&mut our_syn(1234), at(601)),
             "a new attempt starts afresh"
         );
+    }
+
+    /// A segment with `payload`, from the peer (`from_peer`) or from us, its ECN flags and
+    /// field set as given.
+    fn ecn_segment(
+        from_peer: bool,
+        control: TcpControl,
+        seq: u32,
+        ack: Option<u32>,
+        payload: &[u8],
+        flags: u8,
+        field: u8,
+    ) -> Vec<u8> {
+        let (src, dst, sp, dp) = if from_peer {
+            (PEER, US, 5000, 7174)
+        } else {
+            (US, PEER, 7174, 5000)
+        };
+        let tcp = TcpRepr {
+            src_port: sp,
+            dst_port: dp,
+            control,
+            seq_number: TcpSeqNumber(seq as i32),
+            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: 1000,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr {
+            src_addr: Ipv4Address::from(src),
+            dst_addr: Ipv4Address::from(dst),
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+        let caps = ChecksumCapabilities::default();
+        ip.emit(&mut packet, &caps);
+        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+        tcp.emit(
+            &mut seg,
+            &IpAddress::Ipv4(Ipv4Address::from(src)),
+            &IpAddress::Ipv4(Ipv4Address::from(dst)),
+            &caps,
+        );
+        let at = Offsets { ip: 14, tcp: 34 };
+        ecn::set_tcp_flags(&mut buf, at, flags);
+        ecn::set_ecn_field(&mut buf, at, field);
+        buf
+    }
+
+    /// The ECN field, ECE and CWR of a frame, its checksums checked.
+    fn ecn_of(frame: &[u8]) -> (u8, bool, bool) {
+        let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        assert!(tcp.verify_checksum(
+            &IpAddress::Ipv4(ip.src_addr()),
+            &IpAddress::Ipv4(ip.dst_addr())
+        ));
+        (ip.ecn(), tcp.ece(), tcp.cwr())
+    }
+
+    fn ecn_sender() -> Sender {
+        use crate::node::cc::Algorithm;
+        Sender::new(
+            Algorithm::NewReno,
+            1000,
+            1 << 20,
+            Duration::from_millis(200),
+            Duration::from_millis(1),
+            Duration::from_millis(40),
+        )
+    }
+
+    #[test]
+    fn our_syn_asks_for_ecn_only_when_it_is_on() {
+        // RFC 3168 section 6.1.1: an ECN-setup SYN has ECE and CWR, and no ECT.
+        for (mode, expect) in [
+            (Mode::Off, (0, false, false)),
+            (Mode::Classic, (0, true, true)),
+        ] {
+            let mut w = PeerTcp::default();
+            w.set_ecn(mode);
+            let mut syn = ecn_segment(false, TcpControl::Syn, 7, None, &[], 0, 0);
+            assert!(w.admits(&mut syn, Instant::ZERO));
+            assert_eq!(ecn_of(&syn), expect, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn the_active_side_agrees_only_on_an_ecn_setup_syn_ack() {
+        // RFC 3168 section 6.1.1: the SYN-ACK grants ECN with ECE set and CWR clear; one
+        // with both set (a reflected SYN's flags) or neither does not.
+        for (flags, agreed) in [(ecn::ECE, true), (ecn::ECE | ecn::CWR, false), (0, false)] {
+            let mut w = PeerTcp::default();
+            w.set_ecn(Mode::Classic);
+            let syn_ack = ecn_segment(true, TcpControl::Syn, 1000, Some(8), &[], flags, 0);
+            w.observe(&syn_ack, Instant::ZERO);
+            assert!(w.adopt(key()));
+            assert_eq!(w.ecn(key()), agreed, "flags {flags:#x}");
+        }
+    }
+
+    #[test]
+    fn the_passive_side_grants_ecn_to_a_syn_that_asks_and_only_when_on() {
+        for (mode, flags, agreed) in [
+            (Mode::Classic, ecn::ECE | ecn::CWR, true),
+            (Mode::Dctcp, ecn::ECE | ecn::CWR, true),
+            (Mode::Off, ecn::ECE | ecn::CWR, false),
+            (Mode::Classic, ecn::ECE, false),
+            (Mode::Classic, 0, false),
+        ] {
+            let mut w = PeerTcp::default();
+            w.set_ecn(mode);
+            w.observe(
+                &ecn_segment(true, TcpControl::Syn, 1000, None, &[], flags, 0),
+                Instant::ZERO,
+            );
+            let mut syn_ack = ecn_segment(false, TcpControl::Syn, 7, Some(1001), &[], 0, 0);
+            assert!(w.admits(&mut syn_ack, Instant::ZERO));
+            // RFC 3168 section 6.1.1: the ECN-setup SYN-ACK: ECE, not CWR, not ECT.
+            assert_eq!(ecn_of(&syn_ack), (0, agreed, false), "{mode:?} {flags:#x}");
+            assert!(w.adopt(key()));
+            assert_eq!(w.ecn(key()), agreed);
+        }
+    }
+
+    /// An adopted connection that negotiated ECN (`mode`), with a sender.
+    fn ecn_flow(mode: Mode) -> PeerTcp {
+        let mut w = PeerTcp::default();
+        w.set_ecn(mode);
+        w.observe(
+            &ecn_segment(
+                true,
+                TcpControl::Syn,
+                1000,
+                None,
+                &[],
+                ecn::ECE | ecn::CWR,
+                0,
+            ),
+            Instant::ZERO,
+        );
+        assert!(w.adopt(key()));
+        w.set_sender(key(), ecn_sender());
+        w
+    }
+
+    #[test]
+    fn new_data_goes_ect0_and_pure_acks_and_resends_do_not() {
+        // RFC 3168 section 6.1.1 (no ECT on pure ACKs) and section 6.1.5 (none on
+        // retransmitted data).
+        let mut w = ecn_flow(Mode::Classic);
+        let data = [7u8; 1000];
+        let at = |ms| Instant::from_millis(ms);
+        let mut first = ecn_segment(false, TcpControl::Psh, 1, Some(1001), &data, 0, 0);
+        assert!(w.admits(&mut first, at(0)));
+        assert_eq!(ecn_of(&first), (ecn::ECT0, false, false));
+        let mut ack = ecn_segment(false, TcpControl::None, 1001, Some(1001), &[], 0, 0);
+        assert!(w.admits(&mut ack, at(0)));
+        assert_eq!(ecn_of(&ack), (ecn::NOT_ECT, false, false));
+        // The same data again, once our timer (200 ms before any RTT sample) ran out.
+        let mut resend = ecn_segment(false, TcpControl::Psh, 1, Some(1001), &data, 0, 0);
+        assert!(w.admits(&mut resend, at(300)));
+        assert_eq!(ecn_of(&resend), (ecn::NOT_ECT, false, false));
+        // Without ECN agreed, nothing is touched.
+        let mut plain = PeerTcp::default();
+        plain.set_ecn(Mode::Classic);
+        plain.observe(
+            &ecn_segment(true, TcpControl::Syn, 1000, None, &[], 0, 0),
+            Instant::ZERO,
+        );
+        assert!(plain.adopt(key()));
+        plain.set_sender(key(), ecn_sender());
+        let mut d = ecn_segment(false, TcpControl::Psh, 1, Some(1001), &data, 0, 0);
+        let copy = d.clone();
+        assert!(plain.admits(&mut d, at(0)));
+        assert_eq!(d, copy);
+    }
+
+    #[test]
+    fn a_ce_mark_is_echoed_until_cwr_counted_and_ece_reduces_once_then_cwr() {
+        // RFC 3168 sections 6.1.2 and 6.1.3.
+        let mut w = ecn_flow(Mode::Classic);
+        let at = |ms| Instant::from_millis(ms);
+        let data = [1u8; 1000];
+        // Four segments out, the first acknowledged with a CE-marked segment of the peer's.
+        for i in 0..4u32 {
+            let mut f = ecn_segment(
+                false,
+                TcpControl::None,
+                1 + i * 1000,
+                Some(1001),
+                &data,
+                0,
+                0,
+            );
+            assert!(w.admits(&mut f, at(0)));
+        }
+        let marked = ecn_segment(true, TcpControl::None, 1001, Some(1001), &data, 0, ecn::CE);
+        w.observe(&marked, at(1));
+        assert_eq!(w.sender(key()).unwrap().counters.ecn_marks, 1);
+        let mut ack = ecn_segment(false, TcpControl::None, 4001, Some(2001), &[], 0, 0);
+        assert!(w.admits(&mut ack, at(1)));
+        assert_eq!(ecn_of(&ack), (ecn::NOT_ECT, true, false), "ECE echoed");
+        // Unmarked data: still echoed; the peer's CWR ends it.
+        w.observe(
+            &ecn_segment(
+                true,
+                TcpControl::None,
+                2001,
+                Some(1001),
+                &data,
+                0,
+                ecn::ECT0,
+            ),
+            at(2),
+        );
+        let mut ack = ecn_segment(false, TcpControl::None, 4001, Some(3001), &[], 0, 0);
+        w.admits(&mut ack, at(2));
+        assert!(ecn_of(&ack).1);
+        w.observe(
+            &ecn_segment(
+                true,
+                TcpControl::None,
+                3001,
+                Some(1001),
+                &data,
+                ecn::CWR,
+                ecn::ECT0,
+            ),
+            at(3),
+        );
+        let mut ack = ecn_segment(false, TcpControl::None, 4001, Some(4001), &[], 0, 0);
+        w.admits(&mut ack, at(3));
+        assert!(!ecn_of(&ack).1, "CWR ended the echo");
+        // The peer echoes ECE for our data: the window is cut once, our next new segment
+        // carries CWR, the one after it not.
+        let cwnd = w.sender(key()).unwrap().cwnd();
+        w.observe(
+            &ecn_segment(true, TcpControl::None, 4001, Some(2001), &[], ecn::ECE, 0),
+            at(4),
+        );
+        w.observe(
+            &ecn_segment(true, TcpControl::None, 4001, Some(3001), &[], ecn::ECE, 0),
+            at(4),
+        );
+        let s = w.sender(key()).unwrap();
+        assert!(s.cwnd() < cwnd, "reduced");
+        assert_eq!(s.counters.ecn_marks, 3);
+        let mut next = ecn_segment(false, TcpControl::None, 4001, Some(4001), &data, 0, 0);
+        w.admits(&mut next, at(5));
+        assert_eq!(ecn_of(&next), (ecn::ECT0, false, true));
+        let mut after = ecn_segment(false, TcpControl::None, 5001, Some(4001), &data, 0, 0);
+        w.admits(&mut after, at(5));
+        assert_eq!(ecn_of(&after), (ecn::ECT0, false, false));
+    }
+
+    #[test]
+    fn without_ecn_agreed_a_peers_ece_is_not_a_congestion_signal() {
+        // RFC 3168 section 6.1.1: ECE means congestion only on an ECN connection.
+        let mut w = PeerTcp::default();
+        w.observe(
+            &ecn_segment(true, TcpControl::Syn, 1000, None, &[], 0, 0),
+            Instant::ZERO,
+        );
+        assert!(w.adopt(key()));
+        w.set_sender(key(), ecn_sender());
+        let data = [1u8; 1000];
+        for i in 0..4u32 {
+            let mut f = ecn_segment(
+                false,
+                TcpControl::None,
+                1 + i * 1000,
+                Some(1001),
+                &data,
+                0,
+                0,
+            );
+            w.admits(&mut f, Instant::ZERO);
+        }
+        let cwnd = w.sender(key()).unwrap().cwnd();
+        w.observe(
+            &ecn_segment(true, TcpControl::None, 1001, Some(1001), &[], ecn::ECE, 0),
+            Instant::from_millis(1),
+        );
+        let s = w.sender(key()).unwrap();
+        assert_eq!(s.counters.ecn_marks, 0);
+        assert!(s.cwnd() > cwnd, "slow start went on: {} {cwnd}", s.cwnd());
+    }
+
+    #[test]
+    fn the_dctcp_echo_follows_each_marked_segment() {
+        // RFC 8257 section 3.2.
+        let mut w = ecn_flow(Mode::Dctcp);
+        let data = [1u8; 100];
+        let ece = |w: &mut PeerTcp, seq: u32, field: u8| {
+            w.observe(
+                &ecn_segment(true, TcpControl::None, seq, Some(1), &data, 0, field),
+                Instant::ZERO,
+            );
+            let mut ack = ecn_segment(false, TcpControl::None, 1, Some(seq + 100), &[], 0, 0);
+            w.admits(&mut ack, Instant::ZERO);
+            ecn_of(&ack).1
+        };
+        assert!(ece(&mut w, 1001, ecn::CE));
+        assert!(!ece(&mut w, 1101, ecn::ECT0), "no CWR needed");
+        assert!(ece(&mut w, 1201, ecn::CE));
+    }
+
+    #[test]
+    fn a_dctcp_receiver_acknowledges_at_once_what_came_before_a_change_of_ce_state() {
+        // RFC 8257 section 3.2: on a change of CE state, an immediate ACK for the data
+        // received before it, with the old state's ECE.
+        let mut w = ecn_flow(Mode::Dctcp);
+        let data = [1u8; 100];
+        let t = Instant::ZERO;
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1001), &[], 0, 0);
+        assert!(w.admits(&mut ack, t));
+        let peer = |seq: u32, field: u8| {
+            ecn_segment(true, TcpControl::None, seq, Some(1), &data, 0, field)
+        };
+        w.observe(&peer(1001, ecn::ECT0), t);
+        w.observe(&peer(1101, ecn::ECT0), t);
+        assert!(w.outbox.is_empty(), "no change of state");
+        w.observe(&peer(1201, ecn::CE), t);
+        let acks = std::mem::take(&mut w.outbox);
+        assert_eq!(acks.len(), 1);
+        let read = |f: &[u8]| {
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!((tcp.src_port(), tcp.dst_port()), (7174, 5000));
+            assert!(tcp.payload().is_empty() && tcp.ack());
+            (tcp.ack_number().0 as u32, tcp.window_len())
+        };
+        assert_eq!(
+            ecn_of(&acks[0]),
+            (ecn::NOT_ECT, false, false),
+            "unmarked before"
+        );
+        assert_eq!(read(&acks[0]), (1201, 1000), "up to the marked segment");
+        w.observe(&peer(1301, ecn::CE), t);
+        assert!(w.outbox.is_empty(), "still marked");
+        w.observe(&peer(1401, ecn::ECT0), t);
+        let acks = std::mem::take(&mut w.outbox);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(
+            ecn_of(&acks[0]),
+            (ecn::NOT_ECT, true, false),
+            "marked before"
+        );
+        assert_eq!(read(&acks[0]).0, 1401);
+        // Out of order (1501 lost): smoltcp answers that at once itself.
+        w.observe(&peer(1601, ecn::CE), t);
+        assert!(w.outbox.is_empty());
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1501), &[], 0, 0);
+        w.admits(&mut ack, t);
+        // The hole filled, unmarked: everything before it was acknowledged already.
+        w.observe(&peer(1501, ecn::ECT0), t);
+        assert!(w.outbox.is_empty());
+        // smoltcp acknowledges both; in order again from there.
+        let mut ack = ecn_segment(false, TcpControl::None, 1, Some(1701), &[], 0, 0);
+        w.admits(&mut ack, t);
+        w.observe(&peer(1701, ecn::ECT0), t);
+        w.observe(&peer(1801, ecn::CE), t);
+        assert_eq!(w.outbox.len(), 1, "in step with smoltcp's ACKs again");
+    }
+
+    /// A segment from the peer without data: a SYN permitting SACK, or an ACK with SACK
+    /// blocks.
+    fn peer_sack(control: TcpControl, ack: u32, sack: [Option<(u32, u32)>; 3]) -> Vec<u8> {
+        let tcp = TcpRepr {
+            src_port: 5000,
+            dst_port: 7174,
+            control,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: Some(TcpSeqNumber(ack as i32)),
+            window_len: 1000,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: control == TcpControl::Syn,
+            sack_ranges: sack,
+            timestamp: None,
+            payload: &[],
+        };
+        let ip = Ipv4Repr {
+            src_addr: Ipv4Address::from(PEER),
+            dst_addr: Ipv4Address::from(US),
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        frame.set_ethertype(EthernetProtocol::Ipv4);
+        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+        let caps = ChecksumCapabilities::default();
+        ip.emit(&mut packet, &caps);
+        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+        tcp.emit(
+            &mut seg,
+            &IpAddress::Ipv4(Ipv4Address::from(PEER)),
+            &IpAddress::Ipv4(Ipv4Address::from(US)),
+            &caps,
+        );
+        buf
+    }
+
+    #[test]
+    fn every_hole_goes_again_at_once_from_the_copy_of_its_first_transmission() {
+        // RFC 6675 section 5: the holes the SACK blocks show lost are all resent in the
+        // first round trip of recovery; smoltcp's own resend of the first one is held.
+        let mut w = PeerTcp::default();
+        w.observe(&peer_sack(TcpControl::Syn, 1, [None; 3]), Instant::ZERO);
+        assert!(w.adopt(key()));
+        w.set_sender(key(), ecn_sender());
+        let t = |ms| Instant::from_millis(ms);
+        // A first segment acknowledged after 10 ms: the RTT.
+        let mut first = ecn_segment(false, TcpControl::None, 1, Some(1001), &[9; 1000], 0, 0);
+        assert!(w.admits(&mut first, t(0)));
+        w.observe(&peer_sack(TcpControl::None, 1001, [None; 3]), t(10));
+        let mut sent = Vec::new();
+        for i in 1..11u32 {
+            let data = [i as u8; 1000];
+            let mut f = ecn_segment(
+                false,
+                TcpControl::None,
+                1 + i * 1000,
+                Some(1001),
+                &data,
+                0,
+                0,
+            );
+            assert!(w.admits(&mut f, t(10)));
+            sent.push(f);
+        }
+        // Two of the ten lost; the peer holds the rest and says so three times (RFC 5681
+        // section 2's duplicate ACKs: same window, no data).
+        let sack = [Some((2001, 5001)), Some((6001, 11_001)), None];
+        for _ in 0..3 {
+            w.observe(&peer_sack(TcpControl::None, 1001, sack), t(11));
+        }
+        let resent = std::mem::take(&mut w.outbox);
+        assert_eq!(resent, [sent[0].clone(), sent[4].clone()]);
+        let c = w.sender(key()).unwrap().counters;
+        assert_eq!((c.retransmits, c.fast_retransmits, c.rtos), (2, 2, 0));
+        // smoltcp's fast retransmit of the first follows: held, it went already.
+        let mut again = sent[0].clone();
+        assert!(!w.admits(&mut again, t(11)));
+        w.observe(&peer_sack(TcpControl::None, 1001, sack), t(12));
+        assert!(w.outbox.is_empty(), "not again within the round trip");
+        // Acknowledged: the copies go.
+        w.observe(&peer_sack(TcpControl::None, 11_001, [None; 3]), t(13));
+        assert_eq!(w.flows[&key()].copies.len(), 0);
     }
 
     #[test]

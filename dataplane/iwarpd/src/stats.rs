@@ -49,6 +49,20 @@ impl StatsFile {
     }
 }
 
+/// What SIGUSR1 logs: `counters: ` and each worker's line, then one `conn core=N ...` line
+/// per connection (cwnd, in flight, resends, fast retransmits, RTOs, ECN marks: the stats
+/// file's).
+pub fn dump_lines(cores: &[&CoreCounters]) -> Vec<String> {
+    let mut out: Vec<String> = cores
+        .iter()
+        .map(|c| format!("counters: {}", c.line()))
+        .collect();
+    for c in cores {
+        out.extend(c.conn_lines().lines().map(str::to_string));
+    }
+    out
+}
+
 /// Writes the stats file atomically (a reader never sees half of it): one line per core,
 /// then the process's memory as the kernel counts it (`/proc/self/status`, KiB): resident in
 /// all, of it anonymous (heap, stacks) and shared (rings and registered segments in
@@ -83,5 +97,29 @@ fn write_stats(path: &Path, cores: &[&CoreCounters]) {
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {
         let _ = std::fs::rename(&tmp, path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigusr1_logs_each_worker_then_each_connection() {
+        let a = CoreCounters::new(Some(2));
+        let b = CoreCounters::new(None);
+        a.ecn_marks.store(3, Ordering::Relaxed);
+        *a.conns.lock().unwrap() =
+            "conn id=1 qp=5 cwnd=14600 ecn_marks=3\nconn id=2 qp=- cwnd=2920 ecn_marks=0\n"
+                .to_string();
+        *b.conns.lock().unwrap() = "conn id=7 qp=9 cwnd=1460 ecn_marks=1\n".to_string();
+        let lines = dump_lines(&[&a, &b]);
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert!(lines[0].starts_with("counters: core=2 "), "{}", lines[0]);
+        assert!(lines[0].contains(" ecn_marks=3"), "{}", lines[0]);
+        assert!(lines[1].starts_with("counters: core=- "), "{}", lines[1]);
+        assert_eq!(lines[2], "conn core=2 id=1 qp=5 cwnd=14600 ecn_marks=3");
+        assert_eq!(lines[3], "conn core=2 id=2 qp=- cwnd=2920 ecn_marks=0");
+        assert_eq!(lines[4], "conn core=- id=7 qp=9 cwnd=1460 ecn_marks=1");
     }
 }

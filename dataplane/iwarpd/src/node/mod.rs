@@ -54,6 +54,8 @@ pub struct TcpSettings {
     /// How long a peer may hold the ACK of a lone segment (Linux: 40 ms and more): a lone
     /// segment is not resent before its RTT plus this (`tcp.peer_ack_delay_us`).
     pub peer_ack_delay: std::time::Duration,
+    /// Whether connections negotiate ECN (RFC 3168; `tcp.ecn`).
+    pub ecn: bool,
 }
 
 /// The daemon's defaults (those of an empty configuration file).
@@ -82,6 +84,7 @@ impl TcpSettings {
                 iwarp_config::Congestion::None => cc::Algorithm::None,
             },
             peer_ack_delay: std::time::Duration::from_micros(cfg.tcp.peer_ack_delay_us),
+            ecn: cfg.ecn(),
         }
     }
 }
@@ -306,6 +309,8 @@ pub struct ConnTcp {
     pub srtt: Option<std::time::Duration>,
     pub rto: std::time::Duration,
     pub counters: cc::sender::SendCounters,
+    /// Both ends agreed to ECN (RFC 3168 section 6.1.1).
+    pub ecn: bool,
 }
 
 pub struct Node<P: Port> {
@@ -368,6 +373,11 @@ impl<P: Port> Node<P> {
         let arp = ArpPacer::new(clock.real_to_virtual(ARP_REPEAT));
         let mut dev = PortDevice::new(port, arp, tcp.mss);
         dev.peers.set_dilation(clock.factor());
+        dev.peers.set_ecn(match (tcp.ecn, tcp.congestion) {
+            (false, _) => cc::ecn::Mode::Off,
+            (true, cc::Algorithm::Dctcp) => cc::ecn::Mode::Dctcp,
+            (true, _) => cc::ecn::Mode::Classic,
+        });
         let mac = EthernetAddress(dev.port.mac());
         let mut cfg = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         cfg.random_seed = u64::from_le_bytes([
@@ -487,8 +497,10 @@ impl<P: Port> Node<P> {
 
     /// Connection `conn`'s sending side, once established and tracked.
     pub fn conn_tcp(&self, conn: usize) -> Option<ConnTcp> {
-        let s = self.dev.peers.sender(self.conns.get(conn)?.flow?)?;
+        let key = self.conns.get(conn)?.flow?;
+        let s = self.dev.peers.sender(key)?;
         Some(ConnTcp {
+            ecn: self.dev.peers.ecn(key),
             cwnd: s.cwnd(),
             bytes_in_flight: s.in_flight(),
             srtt: s.rtt.srtt(),

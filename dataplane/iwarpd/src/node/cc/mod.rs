@@ -13,6 +13,8 @@
 
 mod cubic;
 mod dctcp;
+pub mod ecn;
+pub mod resend;
 mod rtt;
 pub mod sender;
 

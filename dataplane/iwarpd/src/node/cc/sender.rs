@@ -171,6 +171,9 @@ pub struct Sender {
     /// answered once per window of data (RFC 3168 section 6.1.2).
     dctcp_end: Seq,
     ecn_until: Option<Seq>,
+    /// The window was reduced for an ECN-Echo: the next new data segment carries CWR (RFC
+    /// 3168 section 6.1.2).
+    cwr_due: bool,
     pub counters: SendCounters,
 }
 
@@ -207,6 +210,7 @@ impl Sender {
             episode: None,
             dctcp_end: 0,
             ecn_until: None,
+            cwr_due: false,
             counters: SendCounters::default(),
         }
     }
@@ -285,13 +289,22 @@ impl Sender {
         }
         let at_una = seq == self.una;
         let nudged = self.nudged.take().filter(|_| at_una);
+        if at_una && self.fast_due && self.resent_within_rtt(seq, end, now) {
+            // The duplicate ACKs' resend went already, from our copy (see `lost_holes`).
+            self.fast_due = false;
+        }
         if self.go_back.is_some_and(|g| before(seq, g)) {
             // Part of a timeout's resend already let through.
-        } else if at_una && (self.fast_due || nudged == Some(false)) && nudged != Some(true) {
+        } else if at_una
+            && (self.fast_due || nudged == Some(false))
+            && nudged != Some(true)
+            && !self.resent_within_rtt(seq, end, now)
+        {
             // smoltcp's fast retransmit: on its third duplicate ACK (which ours mirror) or
             // on our nudge.
             self.fast_due = false;
             self.counters.fast_retransmits += 1;
+            self.rearm_for_head(now);
         } else if nudged != Some(true) && self.is_lost_hole(seq, end, now) {
             // smoltcp's timeout resends everything from the first unacknowledged octet; in
             // recovery its holes go at once (each at most once an RTT), with no timeout's
@@ -338,10 +351,63 @@ impl Sender {
         if above < 3 * self.mss {
             return false;
         }
-        let srtt = self.rtt.srtt().unwrap_or(Duration::ZERO);
-        !self.sent.iter().any(|s| {
+        !self.resent_within_rtt(start, end, now)
+    }
+
+    /// Whether part of `[start, end)` was resent less than an RTT ago (that copy may still
+    /// be on its way).
+    fn resent_within_rtt(&self, start: Seq, end: Seq, now: Duration) -> bool {
+        // Before any RTT sample, the timer's initial value stands in for it.
+        let srtt = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
+        self.sent.iter().any(|s| {
             before(s.start, end) && before(start, s.end) && s.resent && since(now, s.last) < srtt
         })
+    }
+
+    /// RFC 6675 section 5 (NextSeg rule 1), all at once: the segments in flight the peer's
+    /// SACK blocks show lost (RFC 6675 section 4's IsLost: three segments' worth held above)
+    /// and not yet resent, into `out`. smoltcp resends only the first
+    /// unacknowledged one (its fast retransmit) until its own timer runs out; the caller
+    /// resends these itself and reports each with [`Sender::resent_below`].
+    pub fn lost_holes(&self, out: &mut Vec<(Seq, Seq)>) {
+        out.clear();
+        if !self.in_recovery() || self.sacked.is_empty() {
+            return;
+        }
+        // IsLost of each segment: a few SACK ranges per segment, not the whole window again.
+        for s in &self.sent {
+            // Once per recovery (RFC 6675's HighRxt): a resend that is lost in turn is found
+            // by RACK's time rule once it is the oldest, or by the timer.
+            if s.resent || self.fully_sacked(s.start, s.end) {
+                continue;
+            }
+            let above: usize = self
+                .sacked
+                .iter()
+                .map(|&(l, r)| dist(if before(l, s.end) { s.end } else { l }, r))
+                .sum();
+            if above >= 3 * self.mss {
+                out.push((s.start, s.end));
+            }
+        }
+    }
+
+    /// A segment of [`Sender::lost_holes`] was resent from below smoltcp at `now`.
+    pub fn resent_below(&mut self, start: Seq, end: Seq, now: Duration) {
+        self.counters.retransmits += 1;
+        self.counters.fast_retransmits += 1;
+        self.mark_resent(start, end, now);
+        if start == self.una {
+            self.rearm_for_head(now);
+        }
+    }
+
+    /// The oldest unacknowledged segment was resent in recovery: our timer starts again
+    /// from now, as Linux rearms it. Its ACK comes a round trip after the resend, which
+    /// with three duplicate ACKs to wait for first may be later than one RTO after the
+    /// last new ACK, and a timeout then would collapse the window for nothing.
+    fn rearm_for_head(&mut self, now: Duration) {
+        self.timer_at = now;
     }
 
     /// Our timer expired and a resend goes out: RFC 6298 section 5.5-5.6 and RFC 5681's
@@ -427,6 +493,7 @@ impl Sender {
         if a.ece && self.ecn_until.is_none_or(|u| before_eq(u, a.ack)) {
             self.cc.on_ecn(self.in_flight(), now);
             self.ecn_until = Some(self.nxt);
+            self.cwr_due = true;
         }
     }
 
@@ -478,7 +545,10 @@ impl Sender {
                 // where the peer holds data above it (no need to wait for three duplicates
                 // or the timer).
                 if !self.sacked.is_empty() {
-                    self.nudge = Some(false);
+                    let end = self.sent.front().map_or(a.ack, |s| s.end);
+                    if !self.resent_within_rtt(a.ack, end, now) {
+                        self.nudge = Some(false);
+                    }
                 }
             }
             Some(_) => {
@@ -599,6 +669,18 @@ impl Sender {
         }
     }
 
+    /// Whether a segment from `seq` on is a first transmission (data never sent before),
+    /// which alone may be ECN-capable (RFC 3168 section 6.1.5).
+    pub fn is_new(&self, seq: Seq) -> bool {
+        !self.started || before_eq(self.nxt, seq)
+    }
+
+    /// Whether this new data segment must carry CWR: the first after a reduction for an
+    /// ECN-Echo (RFC 3168 section 6.1.2). Asking clears it.
+    pub fn take_cwr(&mut self) -> bool {
+        std::mem::take(&mut self.cwr_due)
+    }
+
     /// A received data segment was marked CE (RFC 3168 section 5).
     pub fn on_ce(&mut self) {
         self.counters.ecn_marks += 1;
@@ -623,6 +705,11 @@ impl Sender {
     /// The sequence number the peer acknowledged last.
     pub fn una(&self) -> Seq {
         self.una
+    }
+
+    /// The sequence number after the highest we sent; none before anything was sent.
+    pub fn nxt(&self) -> Option<Seq> {
+        self.started.then_some(self.nxt)
     }
 }
 
@@ -788,6 +875,65 @@ mod tests {
     }
 
     #[test]
+    fn every_hole_the_sack_blocks_show_lost_is_listed_at_once_and_resent_once_a_round() {
+        // RFC 6675 section 5: in recovery, each segment IsLost finds is resent, all of them
+        // in the first round trip; not again within an RTT.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        // Segments 2, 6 and 11 lost: three holes apart, the rest held by the peer.
+        let held = [(3000, 6000), (7000, 11_000), (12_000, 22_000)];
+        let mut out = Vec::new();
+        s.lost_holes(&mut out);
+        assert!(out.is_empty(), "not in recovery");
+        for _ in 0..3 {
+            s.on_ack(
+                &AckInfo {
+                    sack: &held,
+                    ..ack(2000)
+                },
+                ms(30),
+            );
+        }
+        s.lost_holes(&mut out);
+        assert_eq!(out, [(2000, 3000), (6000, 7000), (11_000, 12_000)]);
+        for &(a, b) in &out {
+            s.resent_below(a, b, ms(30));
+        }
+        let mut again = Vec::new();
+        s.lost_holes(&mut again);
+        assert!(again.is_empty(), "resent within the RTT");
+        assert_eq!(
+            s.on_send(2000, MSS, ms(31)),
+            Verdict::Hold,
+            "smoltcp's fast retransmit of the first hole: already resent"
+        );
+        assert_eq!(
+            (
+                s.counters.retransmits,
+                s.counters.fast_retransmits,
+                s.counters.rtos
+            ),
+            (3, 3, 0)
+        );
+        // The first hole filled: a partial ACK, and no nudge for the next, already resent.
+        s.on_ack(
+            &AckInfo {
+                sack: &held[1..],
+                ..ack(6000)
+            },
+            ms(40),
+        );
+        assert_eq!(s.wants_nudge(ms(40)), None);
+        // An RTT on with no word of them: not listed again (RFC 6675 resends a segment once
+        // per recovery); the oldest goes by RACK's time rule.
+        s.lost_holes(&mut again);
+        assert!(again.is_empty());
+        assert_eq!(s.wants_nudge(ms(55)), Some(false));
+    }
+
+    #[test]
     fn resends_of_sacked_data_are_held_after_a_timeout() {
         let mut s = sender(Algorithm::NewReno);
         send(&mut s, 0, 5, ms(0));
@@ -927,9 +1073,11 @@ mod tests {
             },
             ms(40),
         );
-        // That was the third duplicate: smoltcp resends by itself, and it goes.
-        assert_eq!(s.on_send(2000, MSS, ms(40)), Verdict::Send);
-        assert_eq!(s.counters.fast_retransmits, 2);
+        // That was the third duplicate: smoltcp resends by itself, but our copy went 7 ms
+        // ago, less than an RTT: it may still be on its way (RFC 6675 resends a segment
+        // once per recovery round), so this one is held.
+        assert_eq!(s.on_send(2000, MSS, ms(40)), Verdict::Hold);
+        assert_eq!(s.counters.fast_retransmits, 1);
         assert_eq!(s.wants_nudge(ms(45)), None, "within the RTT");
         s.on_ack(
             &AckInfo {
@@ -961,6 +1109,37 @@ mod tests {
         s.on_ack(&ece(2000), ms(1));
         assert_eq!(s.cwnd(), after, "same window of data");
         assert_eq!(s.counters.ecn_marks, 2);
+    }
+
+    #[test]
+    fn after_an_ecn_reduction_one_new_segment_carries_cwr_and_resends_are_not_new() {
+        // RFC 3168 section 6.1.2 (CWR on the first new data after the reduction) and
+        // section 6.1.5 (no ECT on a retransmission).
+        let mut s = sender(Algorithm::Cubic);
+        assert!(s.is_new(0), "nothing sent yet");
+        send(&mut s, 0, 4, ms(0));
+        assert!(!s.take_cwr());
+        assert!(!s.is_new(1000) && s.is_new(4000));
+        s.on_ack(
+            &AckInfo {
+                ece: true,
+                ..ack(1000)
+            },
+            ms(1),
+        );
+        assert!(s.take_cwr());
+        assert!(!s.take_cwr(), "once");
+        s.on_ack(
+            &AckInfo {
+                ece: true,
+                ..ack(2000)
+            },
+            ms(1),
+        );
+        assert!(
+            !s.take_cwr(),
+            "same window of data: no second reduction, no CWR"
+        );
     }
 
     #[test]
