@@ -46,16 +46,27 @@ impl RttEstimator {
 
     /// A measurement `r` of a segment sent once (RFC 6298 sections 2.2 and 2.3).
     pub fn sample(&mut self, r: Duration) {
+        self.sample_of(r, 1);
+    }
+
+    /// A measurement `r`, one of about `per_window` taken in one round trip. RFC 6298's
+    /// gains assume one sample per round trip; a sample on every ACK would shrink RTTVAR
+    /// within one window to the spread of back-to-back ACKs, and the timer would fire at
+    /// the first queueing delay. RFC 7323 appendix G divides alpha and beta by the
+    /// samples expected per window, so the estimator moves at its designed pace.
+    pub fn sample_of(&mut self, r: Duration, per_window: u32) {
+        let n = per_window.max(1);
         match self.srtt {
             None => {
                 self.srtt = Some(r);
                 self.rttvar = r / 2;
             }
             Some(srtt) => {
-                // RTTVAR <- 3/4 RTTVAR + 1/4 |SRTT - R'|; SRTT <- 7/8 SRTT + 1/8 R'.
+                // RTTVAR <- (1 - beta') RTTVAR + beta' |SRTT - R'|, beta' = 1/(4n);
+                // SRTT <- (1 - alpha') SRTT + alpha' R', alpha' = 1/(8n).
                 let diff = srtt.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + diff) / 4;
-                self.srtt = Some((srtt * 7 + r) / 8);
+                self.rttvar = (self.rttvar * (4 * n - 1) + diff) / (4 * n);
+                self.srtt = Some((srtt * (8 * n - 1) + r) / (8 * n));
             }
         }
         // A new sample ends the back-off: the RTO is computed afresh (section 5.7 keeps the
@@ -124,6 +135,25 @@ mod tests {
         assert_eq!(r.rttvar(), us(625));
         assert_eq!(r.srtt(), Some(us(1125)));
         assert_eq!(r.rto(), us(1125 + 2500));
+    }
+
+    #[test]
+    fn samples_of_one_window_move_the_estimate_as_one_sample_would() {
+        // RFC 7323 appendix G: with n samples per window, alpha/n and beta/n. Sixteen ACKs
+        // of one window that each see the RTT jump leave RTTVAR about where one sample of
+        // RFC 6298's gains would, not decayed to the spread between the ACKs.
+        let mut per_ack = RttEstimator::new(Duration::from_secs(1), us(1));
+        let mut per_window = per_ack.clone();
+        per_ack.sample(us(1000));
+        per_window.sample(us(1000));
+        for _ in 0..16 {
+            per_ack.sample(us(1000));
+            per_window.sample_of(us(1000), 16);
+        }
+        // One window of steady samples: RTTVAR 500 decays by (15/16)^16 with the scaled
+        // gains (about 178), by (3/4)^16 without (about 5).
+        assert!(per_window.rttvar() > us(150), "{:?}", per_window.rttvar());
+        assert!(per_ack.rttvar() < us(10), "{:?}", per_ack.rttvar());
     }
 
     #[test]

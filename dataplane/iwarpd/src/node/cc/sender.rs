@@ -527,7 +527,10 @@ impl Sender {
             }
         }
         if let Some(r) = sample {
-            self.rtt.sample(r);
+            // The window this ACK ends holds about one ACK per two full segments (RFC 5681
+            // section 4.2): that many samples per round trip.
+            let per_window = (acked + self.in_flight()).div_ceil(2 * self.mss.max(1));
+            self.rtt.sample_of(r, per_window.clamp(1, 1024) as u32);
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
         self.sacked.retain(|&(_, r)| before(a.ack, r));
