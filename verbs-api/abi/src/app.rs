@@ -8,7 +8,7 @@ use crate::codec;
 use crate::command::ShmPath;
 use crate::qp::{QpState, Terminated};
 use core::fmt;
-pub use iwarp_config::Limits;
+pub use crate::limits::Limits;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
