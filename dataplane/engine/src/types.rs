@@ -2,6 +2,7 @@
 //! (draft-hilland-rddp-verbs-00) names them.
 
 use core::fmt;
+use iwarp_abi::id::{CqId, QpId, SrqId};
 
 /// Memory access rights (Verbs section 7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -305,7 +306,7 @@ pub enum WcOpcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkCompletion {
     pub wr_id: u64,
-    pub qp: u32,
+    pub qp: QpId,
     pub opcode: WcOpcode,
     pub status: Status,
     pub byte_len: u32,
@@ -318,7 +319,7 @@ impl WorkCompletion {
     /// A completion with no immediate data, invalidated STag or solicited flag.
     pub fn new(
         wr_id: u64,
-        qp: u32,
+        qp: QpId,
         opcode: WcOpcode,
         status: Status,
         byte_len: u32,
@@ -388,20 +389,20 @@ impl std::error::Error for VerbsError {}
 pub enum AsyncEvent {
     /// The peer sent a Terminate.
     TerminateReceived {
-        qp: u32,
+        qp: QpId,
         cause: iwarp_wire::TermCause,
     },
     /// We sent a Terminate because of what the peer sent.
     TerminateSent {
-        qp: u32,
+        qp: QpId,
         cause: iwarp_wire::TermCause,
     },
     /// A CQ overflowed: completions were lost, the QPs using it go to Error.
-    CqOverflow { cq: u32 },
+    CqOverflow { cq: CqId },
     /// The QP entered Error.
-    QpError { qp: u32 },
+    QpError { qp: QpId },
     /// The peer closed the connection gracefully.
-    ConnectionClosed { qp: u32 },
+    ConnectionClosed { qp: QpId },
     /// An S-RQ fell below the limit its consumer armed (Verbs section 8.4).
-    SrqLimitReached { srq: u32 },
+    SrqLimitReached { srq: SrqId },
 }

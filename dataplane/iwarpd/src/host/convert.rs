@@ -149,8 +149,8 @@ pub fn cqe_opcode(o: WcOpcode) -> CqeOpcode {
     }
 }
 
-/// The CQE for an engine completion; `qp_num` is the application's (control's) QP number.
-pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
+/// The CQE for an engine completion; its QP number is control's, which the engine was given.
+pub fn cqe(wc: &WorkCompletion) -> Cqe {
     let mut flags = 0;
     if wc.imm.is_some() {
         flags |= cqe_flags::IMM;
@@ -163,7 +163,7 @@ pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
     }
     Cqe {
         wr_id: wc.wr_id,
-        qp_num,
+        qp_num: wc.qp.0,
         opcode: cqe_opcode(wc.opcode) as u8,
         status: cqe_status(wc.status) as u8,
         flags,
@@ -238,14 +238,8 @@ fn opcode_of(w: &SendWqe) -> CqeOpcode {
     }
 }
 
-/// The async-event record and the control upcall for an engine event. `qp_num` and `cq_num`
-/// map engine ids to the application's.
-pub fn event(
-    e: &AsyncEvent,
-    qp_num: impl Fn(u32) -> u32,
-    cq_num: impl Fn(u32) -> u32,
-    srq_num: impl Fn(u32) -> u32,
-) -> (wqe::AsyncEvent, Upcall) {
+/// The async-event record and the control upcall for an engine event (its ids are control's).
+pub fn event(e: &AsyncEvent) -> (wqe::AsyncEvent, Upcall) {
     let mut r;
     let up;
     match *e {
@@ -256,7 +250,7 @@ pub fn event(
             } else {
                 AsyncEventKind::TerminateSent
             });
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             r.term_layer = cause.layer as u8;
             r.term_type = cause.etype;
             r.term_code = cause.code;
@@ -270,17 +264,17 @@ pub fn event(
         }
         AsyncEvent::CqOverflow { cq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::CqOverflow);
-            r.cq = cq_num(cq);
+            r.cq = cq.0;
             up = Upcall::CqOverflow { cq: r.cq };
         }
         AsyncEvent::QpError { qp } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::QpError);
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             up = Upcall::QpError { qp: r.qp };
         }
         AsyncEvent::ConnectionClosed { qp } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::ConnectionClosed);
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             // Control learns of the close from the TCP side (TcpClosed) and tells the
             // application; this records the QP's move out of RTS (to Idle, or on to Error,
             // which a QpError reports after it).
@@ -288,7 +282,7 @@ pub fn event(
         }
         AsyncEvent::SrqLimitReached { srq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::SrqLimit);
-            r.srq = srq_num(srq);
+            r.srq = srq.0;
             up = Upcall::SrqLimit { srq: r.srq };
         }
     }
@@ -407,7 +401,7 @@ mod tests {
     fn completion_fields_map() {
         let wc = WorkCompletion {
             wr_id: 5,
-            qp: 0,
+            qp: iwarp_engine::QpId(42),
             opcode: WcOpcode::RecvImmediate,
             status: Status::WrFlushed,
             byte_len: 33,
@@ -415,7 +409,7 @@ mod tests {
             invalidated_stag: None,
             solicited: true,
         };
-        let c = cqe(&wc, 42);
+        let c = cqe(&wc);
         assert_eq!(c.qp_num, 42);
         assert_eq!(c.op().unwrap(), CqeOpcode::RecvImm);
         assert_eq!(c.status().unwrap(), CqeStatus::WrFlushed);
