@@ -6,9 +6,9 @@
 
 use crate::codec;
 use crate::command::ShmPath;
+pub use crate::limits::Limits;
 use crate::qp::{QpState, Terminated};
 use core::fmt;
-pub use crate::limits::Limits;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 

@@ -87,7 +87,10 @@ mod tests {
     #[test]
     fn ids_are_their_number_in_the_codec() {
         let bytes = crate::codec::encode_append(&(QpId(7), Stag::new(3, 9)), Vec::new());
-        assert_eq!(bytes, crate::codec::encode_append(&(7u32, 0x309u32), Vec::new()));
+        assert_eq!(
+            bytes,
+            crate::codec::encode_append(&(7u32, 0x309u32), Vec::new())
+        );
         assert_eq!(QpId(7).to_string(), "QP 7");
     }
 
