@@ -107,7 +107,7 @@ fn reap(e: &mut End) {
         }
         for wc in &wcs[..n] {
             assert_eq!(wc.qp, e.qp);
-            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate) {
+            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImm) {
                 assert_eq!(
                     e.rq.pop_front(),
                     Some(wc.wr_id),

@@ -142,7 +142,7 @@ fn completions(v: &mut Victim) {
             break;
         }
         for wc in &wcs[..n] {
-            if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate) {
+            if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImm) {
                 continue;
             }
             assert_eq!(wc.wr_id, v.received, "receives complete once each, in order");

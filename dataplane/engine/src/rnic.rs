@@ -1004,11 +1004,11 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
         SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
         SendOp::Immediate { .. } => WcOpcode::Immediate,
-        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInv,
         SendOp::SendImm { .. } => WcOpcode::Send,
         SendOp::ReadV2 { .. } => WcOpcode::Read,
         SendOp::BindMw { .. } => WcOpcode::BindMw,
-        SendOp::FastRegister { .. } => WcOpcode::FastRegister,
+        SendOp::FastRegister { .. } => WcOpcode::FastReg,
     }
 }
 

@@ -422,14 +422,14 @@ impl Rnic {
         );
         wc.solicited = seg.opcode.solicited();
         if let RdmapHeader::Immediate(imm) = seg.header {
-            wc.opcode = WcOpcode::RecvImmediate;
+            wc.opcode = WcOpcode::RecvImm;
             wc.imm = Some(imm);
             wc.byte_len = 0;
         }
         if imm_tail {
             let mut b = [0u8; 8];
             b.copy_from_slice(payload);
-            wc.opcode = WcOpcode::RecvImmediate;
+            wc.opcode = WcOpcode::RecvImm;
             wc.imm = Some(u64::from_be_bytes(b));
         }
         if seg.opcode.carries_invalidate() {

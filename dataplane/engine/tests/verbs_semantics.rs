@@ -155,7 +155,7 @@ fn local_invalidate_of_a_region_with_a_bound_window_fails() {
     let wc = p.one_wc(B);
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.status),
-        (2, WcOpcode::LocalInvalidate, Status::LocalProtectionError)
+        (2, WcOpcode::LocalInv, Status::LocalProtectionError)
     );
     assert_eq!(p.sent_cause(B), Some(t::RDMAP_LOCAL_CATASTROPHIC));
     assert_eq!(p.received_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));

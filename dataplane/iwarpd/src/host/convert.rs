@@ -3,36 +3,17 @@
 use iwarp_abi::command::Upcall;
 use iwarp_abi::qp::Terminated;
 use iwarp_abi::wqe::{
-    self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, CqeStatus, RecvWqe, SendOpcode,
-    SendWqe,
+    self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, RecvWqe, SendOpcode, SendWqe,
 };
-use iwarp_engine::{
-    Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, WcOpcode, WorkCompletion,
-};
-
-const _: () = assert!(wqe::MAX_SGE == iwarp_engine::MAX_SGE);
-
-/// An entry's scatter/gather list in the engine's terms, in place (a WR per message must not
-/// cost an allocation): the list and how many of its elements count.
-fn sges(s: &[wqe::Sge]) -> ([Sge; wqe::MAX_SGE], usize) {
-    let mut out = [Sge::default(); wqe::MAX_SGE];
-    for (o, g) in out.iter_mut().zip(s) {
-        *o = Sge {
-            stag: g.stag,
-            to: g.to,
-            len: g.len,
-        };
-    }
-    (out, s.len().min(wqe::MAX_SGE))
-}
+use iwarp_engine::{Access, AsyncEvent, RecvWr, SendOp, SendWr, WorkCompletion};
 
 /// Converts an application's SQ entry. `Err(())` for a corrupted or meaningless entry: the
-/// caller completes it with [`CqeStatus::LocalQpOperationError`].
+/// caller completes it with [`wqe::CqeStatus::LocalQpOperationError`].
 #[allow(clippy::result_unit_err)]
 pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
     let op = w.validate().map_err(|_| ())?;
     let se = w.has(send_flags::SOLICITED);
-    let access = Access(u8::try_from(w.access).map_err(|_| ())?);
+    let access = Access::from_bits(w.access).ok_or(())?;
     let (rs, rt) = (w.remote_stag, w.remote_to);
     let send_op = match op {
         SendOpcode::Send => SendOp::Send {
@@ -103,8 +84,7 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
     let mut wr = if w.has(send_flags::INLINE) {
         SendWr::with_inline(w.wr_id, send_op, w.inline()).ok_or(())?
     } else {
-        let (sgl, n) = sges(w.sgl());
-        SendWr::new(w.wr_id, send_op, &sgl[..n])
+        SendWr::new(w.wr_id, send_op, w.sgl())
     };
     wr.signaled = w.has(send_flags::SIGNALED);
     wr.read_fence = w.has(send_flags::FENCE);
@@ -116,37 +96,7 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
 #[allow(clippy::result_unit_err)]
 pub fn recv_wr(w: &RecvWqe) -> Result<RecvWr, ()> {
     w.validate().map_err(|_| ())?;
-    let (sgl, n) = sges(w.sgl());
-    Ok(RecvWr::new(w.wr_id, &sgl[..n]))
-}
-
-pub fn cqe_status(s: Status) -> CqeStatus {
-    match s {
-        Status::Success => CqeStatus::Success,
-        Status::LocalLengthError => CqeStatus::LocalLengthError,
-        Status::LocalProtectionError => CqeStatus::LocalProtectionError,
-        Status::LocalQpOperationError => CqeStatus::LocalQpOperationError,
-        Status::WrFlushed => CqeStatus::WrFlushed,
-        Status::RemoteAccessError => CqeStatus::RemoteAccessError,
-        Status::RemoteOperationError => CqeStatus::RemoteOperationError,
-        Status::LlpError => CqeStatus::LlpError,
-    }
-}
-
-pub fn cqe_opcode(o: WcOpcode) -> CqeOpcode {
-    match o {
-        WcOpcode::Send => CqeOpcode::Send,
-        WcOpcode::Write => CqeOpcode::Write,
-        WcOpcode::Read => CqeOpcode::Read,
-        WcOpcode::FetchAdd => CqeOpcode::FetchAdd,
-        WcOpcode::CmpSwap => CqeOpcode::CmpSwap,
-        WcOpcode::Immediate => CqeOpcode::Immediate,
-        WcOpcode::LocalInvalidate => CqeOpcode::LocalInv,
-        WcOpcode::BindMw => CqeOpcode::BindMw,
-        WcOpcode::FastRegister => CqeOpcode::FastReg,
-        WcOpcode::Recv => CqeOpcode::Recv,
-        WcOpcode::RecvImmediate => CqeOpcode::RecvImm,
-    }
+    Ok(RecvWr::new(w.wr_id, w.sgl()))
 }
 
 /// The CQE for an engine completion; its QP number is control's, which the engine was given.
@@ -164,8 +114,8 @@ pub fn cqe(wc: &WorkCompletion) -> Cqe {
     Cqe {
         wr_id: wc.wr_id,
         qp_num: wc.qp.0,
-        opcode: cqe_opcode(wc.opcode) as u8,
-        status: cqe_status(wc.status) as u8,
+        opcode: wc.opcode as u8,
+        status: wc.status as u8,
         flags,
         byte_len: wc.byte_len,
         invalidated_stag: wc.invalidated_stag.unwrap_or(0),
@@ -292,11 +242,12 @@ pub fn event(e: &AsyncEvent) -> (wqe::AsyncEvent, Upcall) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iwarp_abi::wqe::Sge as WSge;
+    use iwarp_abi::wqe::{CqeStatus, Sge};
+    use iwarp_engine::{Status, WcOpcode};
 
     #[test]
     fn every_send_opcode_converts_with_its_fields() {
-        let sge = WSge {
+        let sge = Sge {
             stag: 0x100,
             len: 8,
             to: 0x2000,
@@ -402,7 +353,7 @@ mod tests {
         let wc = WorkCompletion {
             wr_id: 5,
             qp: iwarp_engine::QpId(42),
-            opcode: WcOpcode::RecvImmediate,
+            opcode: WcOpcode::RecvImm,
             status: Status::WrFlushed,
             byte_len: 33,
             imm: Some(1),

@@ -350,23 +350,13 @@ pub fn register_segment(
     if end > seg.data_len() as u64 || r.len == 0 {
         return Err(RegisterError::OutOfBounds);
     }
-    let access = u8::try_from(r.access)
-        .ok()
-        .filter(|a| u32::from(*a) & !iwarp_abi::wqe::access::ALL == 0)
-        .ok_or(RegisterError::BadAccess)?;
+    let access = Access::from_bits(r.access).ok_or(RegisterError::BadAccess)?;
     // SAFETY: [offset, offset+len) lies in the segment's data area (checked above), which
     // stays mapped while the returned HostMr holds the Arc; the engine only copies into it
     // or runs atomics on it, as its contract requires.
     unsafe {
         let base = core::ptr::NonNull::new_unchecked(seg.data().as_ptr().add(r.offset as usize));
-        rnic.register_mr_at(
-            r.stag,
-            r.pd,
-            base,
-            r.len as usize,
-            Access(access),
-            r.base_to,
-        )
+        rnic.register_mr_at(r.stag, r.pd, base, r.len as usize, access, r.base_to)
     }
     .map_err(|e| match e {
         VerbsError::InvalidAccess => RegisterError::BadAccess,
