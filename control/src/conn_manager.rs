@@ -11,28 +11,8 @@ use crate::daemon_link::rts_params;
 use crate::resources::AppId;
 use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
 use iwarp_abi::command::{Chunk, Command, Upcall};
-use iwarp_wire::mpa::negotiation::Settings;
-use iwarp_wire::mpa::Rtr;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-
-/// The MPA negotiation's settings for what an application asked.
-pub fn mpa_settings(s: ConnSettings) -> Settings {
-    Settings {
-        crc: s.crc,
-        markers: s.markers,
-        revision: s.revision,
-        ird: s.ird,
-        ord: s.ord,
-        peer_to_peer: s.peer_to_peer.map(|r| Rtr {
-            send: r.send,
-            write: r.write,
-            read: r.read,
-        }),
-        rdmap_v2: s.rdmap_v2,
-        private_data: s.private_data,
-    }
-}
 
 /// What the driver must do.
 // A Command is as large as the ring slot it is copied into; boxing it would allocate per
@@ -83,7 +63,7 @@ pub const MAX_RTS_HOLD_MS: u64 = 100;
 #[derive(Debug)]
 pub struct ConnManager {
     conns: BTreeMap<u32, Conn>,
-    listeners: BTreeMap<u16, (AppId, Settings)>,
+    listeners: BTreeMap<u16, (AppId, ConnSettings)>,
     /// Port and peer of incoming connections until their request is shown to the app.
     peers: BTreeMap<u32, (u16, SocketAddr)>,
     next_conn: u32,
@@ -148,7 +128,6 @@ impl ConnManager {
         port: u16,
         s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
-        let s = mpa_settings(s);
         if self.listeners.contains_key(&port) {
             return Err(CmError::PortInUse);
         }
@@ -173,7 +152,6 @@ impl ConnManager {
         s: ConnSettings,
         now: u64,
     ) -> (u32, Vec<Action>) {
-        let s = mpa_settings(s);
         let conn = self.next_conn;
         self.next_conn += 1;
         if self.at_limit() {
@@ -219,7 +197,6 @@ impl ConnManager {
         qp: u32,
         s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
-        let s = mpa_settings(s);
         let c = self.owned(app, conn)?;
         c.qp = Some(qp);
         c.cm.accept(s);

@@ -45,6 +45,9 @@ impl Rtr {
         write: false,
         read: false,
     };
+    pub fn is_empty(&self) -> bool {
+        !(self.send || self.write || self.read)
+    }
 }
 
 /// MPA settings of a connection (RFC 5044 section 7, RFC 6581): what the application asks
