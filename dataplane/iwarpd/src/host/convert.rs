@@ -3,7 +3,7 @@
 use iwarp_abi::command::Upcall;
 use iwarp_abi::qp::Terminated;
 use iwarp_abi::wqe::{
-    self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, RecvWqe, SendOpcode, SendWqe,
+    self, cqe_flags, send_flags, AsyncEventKind, Cqe, RecvWqe, SendOpcode, SendWqe,
 };
 use iwarp_engine::{Access, AsyncEvent, RecvWr, SendOp, SendWr, WorkCompletion};
 
@@ -126,66 +126,22 @@ pub fn cqe(wc: &WorkCompletion) -> Cqe {
 
 /// The stand-in for an SQ entry [`send_wr`] refused: its id and, as far as its opcode is
 /// readable, its operation (what its error completion reports), nothing else. Posted as a
-/// failed WR, it never runs.
+/// failed WR, it never runs, so it is the entry's opcode alone, converted as any entry is.
 pub fn stand_in(w: &SendWqe) -> SendWr {
-    let (rs, rt) = (0, 0);
-    let op = match opcode_of(w) {
-        CqeOpcode::Write => SendOp::Write {
-            remote_stag: rs,
-            remote_to: rt,
-        },
-        CqeOpcode::Read => SendOp::Read {
-            remote_stag: rs,
-            remote_to: rt,
-        },
-        CqeOpcode::FetchAdd => SendOp::FetchAdd {
-            remote_stag: rs,
-            remote_to: rt,
-            add: 0,
-            add_mask: 0,
-        },
-        CqeOpcode::CmpSwap => SendOp::cmp_swap(rs, rt, 0, 0),
-        CqeOpcode::Immediate => SendOp::Immediate {
-            imm: 0,
-            solicited: false,
-        },
-        CqeOpcode::LocalInv => SendOp::LocalInvalidate { stag: 0 },
-        CqeOpcode::FastReg => SendOp::FastRegister {
-            stag: 0,
-            source: 0,
-            offset: 0,
-            len: 0,
-            access: Access::LOCAL_READ,
-            base_to: 0,
-        },
-        CqeOpcode::BindMw => SendOp::BindMw {
-            mw: 0,
-            mr: 0,
-            to: 0,
-            len: 0,
-            access: Access::LOCAL_READ,
-        },
-        _ => SendOp::Send {
+    let opcode = w.op().unwrap_or(SendOpcode::Send);
+    let blank = SendWqe {
+        wr_id: w.wr_id,
+        opcode: opcode as u8,
+        ..SendWqe::default()
+    };
+    // A known opcode with nothing else set always converts; a Send is the last resort.
+    send_wr(&blank).unwrap_or_else(|()| {
+        let send = SendOp::Send {
             solicited: false,
             invalidate: None,
-        },
-    };
-    SendWr::new(w.wr_id, op, &[])
-}
-
-/// The completion opcode an SQ entry would have (for its error completion).
-fn opcode_of(w: &SendWqe) -> CqeOpcode {
-    match w.op() {
-        Ok(SendOpcode::Write | SendOpcode::WriteImm) => CqeOpcode::Write,
-        Ok(SendOpcode::Read | SendOpcode::ReadV2) => CqeOpcode::Read,
-        Ok(SendOpcode::FetchAdd) => CqeOpcode::FetchAdd,
-        Ok(SendOpcode::CmpSwap) => CqeOpcode::CmpSwap,
-        Ok(SendOpcode::Immediate) => CqeOpcode::Immediate,
-        Ok(SendOpcode::LocalInv) => CqeOpcode::LocalInv,
-        Ok(SendOpcode::FastReg) => CqeOpcode::FastReg,
-        Ok(SendOpcode::BindMw) => CqeOpcode::BindMw,
-        _ => CqeOpcode::Send,
-    }
+        };
+        SendWr::new(w.wr_id, send, &[])
+    })
 }
 
 /// The async-event record and the control upcall for an engine event (its ids are control's).
@@ -242,7 +198,7 @@ pub fn event(e: &AsyncEvent) -> (wqe::AsyncEvent, Upcall) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iwarp_abi::wqe::{CqeStatus, Sge};
+    use iwarp_abi::wqe::{CqeOpcode, CqeStatus, Sge};
     use iwarp_engine::{Status, WcOpcode};
 
     #[test]
@@ -366,5 +322,53 @@ mod tests {
         assert_eq!(c.status().unwrap(), CqeStatus::WrFlushed);
         assert_eq!((c.imm(), c.invalidated(), c.byte_len), (Some(1), None, 33));
         assert_ne!(c.flags & cqe_flags::SOLICITED, 0);
+    }
+
+    /// Verbs section 8.3.2: a WQE that cannot be decoded completes in error, reporting the
+    /// operation its opcode names (a Send where even that is unreadable).
+    #[test]
+    fn a_corrupted_entry_completes_as_its_opcode() {
+        use iwarp_engine::{CqId, PdId, QpCaps, QpId, Rnic};
+        let expect = [
+            (SendOpcode::Send as u8, CqeOpcode::Send),
+            (SendOpcode::SendInv as u8, CqeOpcode::Send),
+            (SendOpcode::SendImm as u8, CqeOpcode::Send),
+            (SendOpcode::SendInvImm as u8, CqeOpcode::Send),
+            (SendOpcode::Write as u8, CqeOpcode::Write),
+            (SendOpcode::WriteImm as u8, CqeOpcode::Write),
+            (SendOpcode::Read as u8, CqeOpcode::Read),
+            (SendOpcode::ReadV2 as u8, CqeOpcode::Read),
+            (SendOpcode::FetchAdd as u8, CqeOpcode::FetchAdd),
+            (SendOpcode::CmpSwap as u8, CqeOpcode::CmpSwap),
+            (SendOpcode::Immediate as u8, CqeOpcode::Immediate),
+            (SendOpcode::LocalInv as u8, CqeOpcode::LocalInv),
+            (SendOpcode::FastReg as u8, CqeOpcode::FastReg),
+            (SendOpcode::BindMw as u8, CqeOpcode::BindMw),
+            (200, CqeOpcode::Send),
+        ];
+        let mut rnic = Rnic::new();
+        let (cq, qp) = (CqId(1), QpId(2));
+        rnic.create_cq_at(cq, 32).unwrap();
+        let caps = QpCaps {
+            sq_depth: 32,
+            rq_depth: 1,
+            srq: None,
+        };
+        rnic.create_qp_at(qp, PdId(1), cq, cq, caps).unwrap();
+        for (i, &(opcode, _)) in expect.iter().enumerate() {
+            let mut w = SendWqe::new(i as u64, SendOpcode::Send, &[]).unwrap();
+            w.opcode = opcode;
+            w.num_sge = 99;
+            assert!(send_wr(&w).is_err());
+            rnic.post_send_failed(qp, stand_in(&w), Status::LocalQpOperationError)
+                .unwrap();
+        }
+        rnic.force_error(qp).unwrap();
+        let mut wcs = [WorkCompletion::default(); 32];
+        let n = rnic.poll_cq(cq, &mut wcs).unwrap();
+        assert_eq!(n, expect.len());
+        for (wc, (_, op)) in wcs[..n].iter().zip(expect) {
+            assert_eq!(wc.opcode, op, "wr {}", wc.wr_id);
+        }
     }
 }
