@@ -11,6 +11,7 @@ use crate::daemon_link::rts_params;
 use crate::resources::AppId;
 use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
 use iwarp_abi::command::{Chunk, Command, Upcall};
+use iwarp_abi::id::QpId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -178,7 +179,11 @@ impl ConnManager {
         );
         (
             conn,
-            vec![Action::Daemon(Command::TcpConnect { conn, qp, remote })],
+            vec![Action::Daemon(Command::TcpConnect {
+                conn,
+                qp: QpId(qp),
+                remote,
+            })],
         )
     }
 
@@ -200,7 +205,7 @@ impl ConnManager {
         let c = self.owned(app, conn)?;
         c.qp = Some(qp);
         c.cm.accept(s);
-        let mut out = vec![Action::Daemon(Command::TcpAccept { conn, qp })];
+        let mut out = vec![Action::Daemon(Command::TcpAccept { conn, qp: QpId(qp) })];
         self.drain(conn, &mut out);
         Ok(out)
     }
@@ -423,7 +428,7 @@ impl ConnManager {
                     let initiator = role == cm::Role::Initiator;
                     let rts = vec![
                         Action::Daemon(Command::QpRts {
-                            qp,
+                            qp: QpId(qp),
                             conn,
                             params: rts_params(&params, initiator, self.mss),
                         }),
@@ -498,7 +503,7 @@ mod tests {
         /// Control's conn id on each side for one TCP connection (side 0 id -> side 1 id).
         link: BTreeMap<(usize, u32), (usize, u32)>,
         app_events: Vec<(usize, AppId, Event)>,
-        rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
+        rts: Vec<(usize, QpId, iwarp_abi::command::RtsParams)>,
         listening: Vec<(usize, u16)>,
         /// The time upcalls are delivered at.
         now: u64,
@@ -766,19 +771,19 @@ mod tests {
             .accept(B, peer_conn, 9, settings(2, 16, b"ok"))
             .unwrap();
         n.run(1, acts);
-        let rts: BTreeMap<usize, (u32, u16, u16, bool)> = n
+        let rts: BTreeMap<usize, (QpId, u16, u16, bool)> = n
             .rts
             .iter()
             .map(|(s, qp, p)| (*s, (*qp, p.ird, p.ord, p.crc_tx)))
             .collect();
         assert_eq!(
             rts[&0],
-            (7, 4, 2, true),
+            (QpId(7), 4, 2, true),
             "initiator's ORD capped by peer IRD 2"
         );
         assert_eq!(
             rts[&1],
-            (9, 2, 4, true),
+            (QpId(9), 2, 4, true),
             "responder's ORD capped by peer IRD 4"
         );
         assert!(n.rts.iter().all(|(_, _, p)| p.rtr == RtrKind::None));

@@ -20,9 +20,11 @@ use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registr
 use crate::node::{Node, NodeEvent};
 use crate::port::Port;
 use crate::worker::Service;
-use iwarp_abi::command::{reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_ID};
+use iwarp_abi::command::{
+    reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_SRQ,
+};
 use iwarp_abi::daemon_shm::DaemonSide;
-use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;
@@ -96,9 +98,9 @@ pub struct Host {
     cqs: HashMap<CqId, Cq>,
     srqs: HashMap<SrqId, HostSrq>,
     qps: HashMap<QpId, Qp>,
-    mrs: HashMap<u32, HostMr>,
+    mrs: HashMap<Stag, HostMr>,
     /// Window and fast-register STags: they may point into the regions, so they go first.
-    windows: std::collections::HashSet<u32>,
+    windows: std::collections::HashSet<Stag>,
     /// Memory segments mapped for registrations, shared by the regions in them, by (device,
     /// inode): a path such as `/proc/<pid>/fd/<n>` may name another file once its
     /// descriptor is closed and the number reused.
@@ -183,7 +185,7 @@ impl Host {
         // The engine stops pointing into a segment before the segment is unmapped; windows
         // first, since a region they point into cannot be deregistered before them.
         for &stag in self.windows.iter().chain(self.mrs.keys()) {
-            let _ = node.rnic.deregister_mr(stag);
+            let _ = node.rnic.deregister_mr(stag.0);
         }
         self.qps.clear();
         self.mrs.clear();
@@ -384,14 +386,12 @@ impl Host {
     }
 
     /// `pd`, when control allocated it here.
-    fn pd(&self, pd: u32) -> Result<PdId, u32> {
-        let pd = PdId(pd);
+    fn pd(&self, pd: PdId) -> Result<PdId, u32> {
         self.pds.contains(&pd).then_some(pd).ok_or(st::NO_SUCH_ID)
     }
 
     /// `qp`, when it was created here.
-    fn qp(&self, qp: u32) -> Result<QpId, u32> {
-        let qp = QpId(qp);
+    fn qp(&self, qp: QpId) -> Result<QpId, u32> {
         self.qps
             .contains_key(&qp)
             .then_some(qp)
@@ -406,18 +406,14 @@ impl Host {
         match *c {
             // A PD is a name the engine checks resources against: nothing to create there.
             Command::AllocPd { pd } => {
-                if !self.pds.insert(PdId(pd)) {
+                if !self.pds.insert(pd) {
                     return Err(st::EXISTS);
                 }
             }
             Command::DeallocPd { pd } => {
-                self.pds
-                    .remove(&PdId(pd))
-                    .then_some(())
-                    .ok_or(st::NO_SUCH_ID)?;
+                self.pds.remove(&pd).then_some(()).ok_or(st::NO_SUCH_ID)?;
             }
             Command::CreateCq { cq, depth, ring } => {
-                let cq = CqId(cq);
                 if self.cqs.contains_key(&cq) {
                     return Err(st::EXISTS);
                 }
@@ -435,9 +431,8 @@ impl Host {
                     },
                 );
             }
-            Command::ResizeCq { cq, depth, ring } => self.resize_cq(node, CqId(cq), depth, ring)?,
+            Command::ResizeCq { cq, depth, ring } => self.resize_cq(node, cq, depth, ring)?,
             Command::DestroyCq { cq } => {
-                let cq = CqId(cq);
                 if self
                     .qps
                     .values()
@@ -454,7 +449,6 @@ impl Host {
                 depth,
                 ring,
             } => {
-                let srq = SrqId(srq);
                 if self.srqs.contains_key(&srq) {
                     return Err(st::EXISTS);
                 }
@@ -467,14 +461,12 @@ impl Host {
                 self.srqs.insert(srq, HostSrq::new(srq, consumer));
             }
             Command::ArmSrq { srq, limit } => {
-                let srq = SrqId(srq);
                 self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
                 node.rnic
                     .arm_srq_limit(srq, limit as usize)
                     .map_err(|_| st::INVALID)?;
             }
             Command::DestroySrq { srq } => {
-                let srq = SrqId(srq);
                 self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
                 let _ = node.rnic.destroy_srq(srq);
             }
@@ -489,13 +481,11 @@ impl Host {
                 sq,
                 rq,
             } => {
-                let qp = QpId(qp);
                 if self.qps.contains_key(&qp) {
                     return Err(st::EXISTS);
                 }
                 let pd = self.pd(pd)?;
-                let known = |cq: u32| {
-                    let cq = CqId(cq);
+                let known = |cq: CqId| {
                     self.cqs
                         .contains_key(&cq)
                         .then_some(cq)
@@ -503,8 +493,8 @@ impl Host {
                 };
                 let (send_cq, recv_cq) = (known(send_cq)?, known(recv_cq)?);
                 let srq = match srq {
-                    NO_ID => None,
-                    s => Some(self.srqs.get(&SrqId(s)).ok_or(st::NO_SUCH_ID)?.srq),
+                    NO_SRQ => None,
+                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.srq),
                 };
                 let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
                 let owner = sq_seg.header().creator_pid;
@@ -591,7 +581,7 @@ impl Host {
                 let id = opened.file_id().map_err(|_| st::BAD_SEGMENT)?;
                 let seg = self.segments.entry(id).or_insert(opened).clone();
                 let reg = Registration {
-                    stag,
+                    stag: stag.0,
                     pd,
                     offset,
                     len,
@@ -602,7 +592,7 @@ impl Host {
                 self.mrs.insert(stag, mr);
             }
             Command::DeregisterMr { stag } | Command::DeallocMw { stag } => {
-                node.rnic.deregister_mr(stag).map_err(|e| match e {
+                node.rnic.deregister_mr(stag.0).map_err(|e| match e {
                     iwarp_engine::VerbsError::StagInUse => st::IN_USE,
                     _ => st::NO_SUCH_ID,
                 })?;
@@ -613,13 +603,13 @@ impl Host {
             }
             Command::AllocMw { stag, pd } => {
                 let pd = self.pd(pd)?;
-                node.rnic.alloc_mw_at(stag, pd).map_err(|_| st::EXISTS)?;
+                node.rnic.alloc_mw_at(stag.0, pd).map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
             Command::AllocFastRegStag { stag, pd } => {
                 let pd = self.pd(pd)?;
                 node.rnic
-                    .alloc_fastreg_at(stag, pd)
+                    .alloc_fastreg_at(stag.0, pd)
                     .map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
