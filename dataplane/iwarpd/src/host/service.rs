@@ -173,7 +173,6 @@ impl Host {
             if let Some(conn) = node.conn_of_qp(qp) {
                 let _ = node.relay_abort(conn);
             }
-            let _ = node.rnic.destroy_qp(qp);
         }
         for conn in self.relay_conns.drain() {
             let _ = node.relay_abort(conn);
@@ -186,6 +185,11 @@ impl Host {
         // first, since a region they point into cannot be deregistered before them.
         for &stag in self.windows.iter().chain(self.mrs.keys()) {
             let _ = node.rnic.deregister_mr(stag.0);
+        }
+        // The new control hands out the same ids again: the engine forgets every one, QPs
+        // (with no window bound on them any more) before the CQs and S-RQs they use.
+        for &qp in self.qps.keys() {
+            let _ = node.rnic.destroy_qp(qp);
         }
         self.qps.clear();
         self.mrs.clear();
