@@ -2,7 +2,8 @@
 //! name the key and what is wrong with it (`port.kind: unknown value "foo", expected one of
 //! "unix", "tap", "dpdk"`).
 
-use serde::{Deserialize, Serialize};
+pub use iwarp_abi::limits::Limits;
+use serde::Deserialize;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -284,25 +285,6 @@ pub struct Pcap {
     pub file: Option<PathBuf>,
 }
 
-/// Resource limits: the answers of Query RNIC (Verbs section 8.1).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    pub max_qp: u32,
-    pub max_cq: u32,
-    pub max_cqe: u32,
-    pub max_srq: u32,
-    pub max_mr: u32,
-    pub max_mw: u32,
-    pub max_pd: u32,
-    pub max_sq_depth: u32,
-    pub max_rq_depth: u32,
-    pub max_sge: u32,
-    pub max_ird: u16,
-    pub max_ord: u16,
-    pub max_inline: u32,
-}
-
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Shm {
@@ -383,26 +365,6 @@ impl Default for Cores {
             max_idle_sleep_us: 200,
             idle_spins: 0,
             stage_timing: false,
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_qp: 1024,
-            max_cq: 1024,
-            max_cqe: 65536,
-            max_srq: 256,
-            max_mr: 65536,
-            max_mw: 65536,
-            max_pd: 1024,
-            max_sq_depth: 4096,
-            max_rq_depth: 4096,
-            max_sge: 4,
-            max_ird: 128,
-            max_ord: 128,
-            max_inline: 64,
         }
     }
 }

@@ -7,9 +7,9 @@ use crate::daemon_link::teardown_commands;
 use crate::error::Error;
 use crate::error::Resource;
 use crate::resources::{check_access, AppId, Resources};
-use crate::stag::Stag;
 use iwarp_abi::app::Request;
 use iwarp_abi::command::{reply_status, Command, ShmPath, NO_ID};
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 use iwarp_abi::qp::QpState;
 use iwarp_config::Limits;
 use std::collections::BTreeMap;
@@ -133,19 +133,26 @@ impl Core {
             Request::QueryRnic => (Reply::Rnic(r.limits().clone()), vec![]),
             Request::AllocPd => {
                 let pd = r.alloc_pd(app)?;
-                (Reply::Id(pd), vec![Command::AllocPd { pd }])
+                (Reply::Id(pd), vec![Command::AllocPd { pd: PdId(pd) }])
             }
             Request::DeallocPd { pd } => {
                 r.dealloc_pd(app, pd)?;
-                (Reply::Done, vec![Command::DeallocPd { pd }])
+                (Reply::Done, vec![Command::DeallocPd { pd: PdId(pd) }])
             }
             Request::CreateCq { depth, ring } => {
                 let cq = r.create_cq(app, depth)?;
-                (Reply::Id(cq), vec![Command::CreateCq { cq, depth, ring }])
+                (
+                    Reply::Id(cq),
+                    vec![Command::CreateCq {
+                        cq: CqId(cq),
+                        depth,
+                        ring,
+                    }],
+                )
             }
             Request::DestroyCq { cq } => {
                 r.destroy_cq(app, cq)?;
-                (Reply::Done, vec![Command::DestroyCq { cq }])
+                (Reply::Done, vec![Command::DestroyCq { cq: CqId(cq) }])
             }
             Request::QueryCq { cq } => (
                 Reply::Cq {
@@ -156,8 +163,8 @@ impl Core {
             Request::CreateSrq { pd, depth, ring } => {
                 let srq = r.create_srq(app, pd, depth)?;
                 let c = Command::CreateSrq {
-                    srq,
-                    pd,
+                    srq: SrqId(srq),
+                    pd: PdId(pd),
                     depth,
                     ring,
                 };
@@ -165,7 +172,7 @@ impl Core {
             }
             Request::DestroySrq { srq } => {
                 r.destroy_srq(app, srq)?;
-                (Reply::Done, vec![Command::DestroySrq { srq }])
+                (Reply::Done, vec![Command::DestroySrq { srq: SrqId(srq) }])
             }
             Request::QuerySrq { srq } => {
                 let s = r.srq(app, srq)?;
@@ -174,17 +181,23 @@ impl Core {
             }
             Request::ModifySrq { srq, limit } => {
                 r.set_srq_limit(app, srq, limit)?;
-                (Reply::Done, vec![Command::ArmSrq { srq, limit }])
+                (
+                    Reply::Done,
+                    vec![Command::ArmSrq {
+                        srq: SrqId(srq),
+                        limit,
+                    }],
+                )
             }
             Request::CreateQp { attrs, sq, rq } => {
                 let a = attrs.clone();
                 let qp = r.create_qp(app, attrs)?;
                 let c = Command::CreateQp {
-                    qp,
-                    pd: a.pd,
-                    send_cq: a.send_cq,
-                    recv_cq: a.recv_cq,
-                    srq: a.srq.unwrap_or(NO_ID),
+                    qp: QpId(qp),
+                    pd: PdId(a.pd),
+                    send_cq: CqId(a.send_cq),
+                    recv_cq: CqId(a.recv_cq),
+                    srq: SrqId(a.srq.unwrap_or(NO_ID)),
                     sq_depth: a.sq_depth,
                     rq_depth: a.rq_depth,
                     sq,
@@ -194,7 +207,13 @@ impl Core {
             }
             Request::ModifyQp { qp, state } => {
                 r.modify_qp(app, qp, state)?;
-                (Reply::Done, vec![Command::ModifyQp { qp, state }])
+                (
+                    Reply::Done,
+                    vec![Command::ModifyQp {
+                        qp: QpId(qp),
+                        state,
+                    }],
+                )
             }
             Request::QueryQp { qp } => (
                 Reply::Qp {
@@ -225,8 +244,8 @@ impl Core {
                     r.set_mr_va(stag, va);
                 }
                 let c = Command::RegisterMr {
-                    stag: stag.0,
-                    pd,
+                    stag,
+                    pd: PdId(pd),
                     access,
                     zero_based: va.is_none(),
                     offset,
@@ -241,23 +260,26 @@ impl Core {
                 let stag = r.alloc_mw(app, pd)?;
                 (
                     Reply::Id(stag.0),
-                    vec![Command::AllocMw { stag: stag.0, pd }],
+                    vec![Command::AllocMw { stag, pd: PdId(pd) }],
                 )
             }
             Request::DeallocMw { stag } => {
                 r.dealloc_mw(app, Stag(stag))?;
-                (Reply::Done, vec![Command::DeallocMw { stag }])
+                (Reply::Done, vec![Command::DeallocMw { stag: Stag(stag) }])
             }
             Request::AllocStag { pd } => {
                 let stag = r.alloc_fastreg(app, pd)?;
                 (
                     Reply::Id(stag.0),
-                    vec![Command::AllocFastRegStag { stag: stag.0, pd }],
+                    vec![Command::AllocFastRegStag { stag, pd: PdId(pd) }],
                 )
             }
             Request::DeallocStag { stag } => {
                 r.dealloc_fastreg(app, Stag(stag))?;
-                (Reply::Done, vec![Command::DeregisterMr { stag }])
+                (
+                    Reply::Done,
+                    vec![Command::DeregisterMr { stag: Stag(stag) }],
+                )
             }
             // The daemon decides these (see `serve`).
             Request::ModifyCq { .. }
@@ -323,7 +345,11 @@ impl Core {
         match req {
             Request::DeregMr { stag } => {
                 r.mr(app, Stag(stag))?;
-                refused(daemon(&Command::DeregisterMr { stag }), Resource::Mr, stag)?;
+                refused(
+                    daemon(&Command::DeregisterMr { stag: Stag(stag) }),
+                    Resource::Mr,
+                    stag,
+                )?;
                 r.dereg_mr(app, Stag(stag))?;
                 Ok(Reply::Done)
             }
@@ -337,11 +363,15 @@ impl Core {
                     .ok_or(Error::InvalidStag { stag })?;
                 // The old registration goes first: iwarpd refuses while windows point
                 // into it, and then nothing changed.
-                refused(daemon(&Command::DeregisterMr { stag }), Resource::Mr, stag)?;
+                refused(
+                    daemon(&Command::DeregisterMr { stag: Stag(stag) }),
+                    Resource::Mr,
+                    stag,
+                )?;
                 let new = r.rereg_mr(app, Stag(stag), access)?;
                 let status = daemon(&Command::RegisterMr {
-                    stag: new.0,
-                    pd: old.pd,
+                    stag: new,
+                    pd: PdId(old.pd),
                     access,
                     zero_based: old.va.is_none(),
                     offset: old.offset,
@@ -358,13 +388,21 @@ impl Core {
             }
             Request::DestroyQp { qp } => {
                 r.qp(app, qp)?;
-                refused(daemon(&Command::DestroyQp { qp }), Resource::Qp, qp)?;
+                refused(
+                    daemon(&Command::DestroyQp { qp: QpId(qp) }),
+                    Resource::Qp,
+                    qp,
+                )?;
                 r.destroy_qp(app, qp)?;
                 Ok(Reply::Done)
             }
             Request::ModifyCq { cq, depth, ring } => {
                 r.check_cq_resize(app, cq, depth)?;
-                let status = daemon(&Command::ResizeCq { cq, depth, ring });
+                let status = daemon(&Command::ResizeCq {
+                    cq: CqId(cq),
+                    depth,
+                    ring,
+                });
                 refused(status, Resource::Cq, cq)?;
                 r.resize_cq(app, cq, depth)?;
                 Ok(Reply::Cq { depth })
@@ -415,7 +453,7 @@ mod tests {
     fn a_vertical_slice_becomes_the_right_daemon_commands() {
         let mut c = Core::new(Limits::default());
         let (pd, cmds) = id(c.handle(1, Request::AllocPd));
-        assert_eq!(cmds, vec![Command::AllocPd { pd }]);
+        assert_eq!(cmds, vec![Command::AllocPd { pd: PdId(pd) }]);
         let (cq, _) = id(c.handle(
             1,
             Request::CreateCq {
@@ -443,7 +481,9 @@ mod tests {
                 rq: path("/dev/shm/iw-1-rq1"),
             },
         ));
-        assert!(matches!(cmds[0], Command::CreateQp { qp: q, srq: NO_ID, .. } if q == qp));
+        assert!(
+            matches!(cmds[0], Command::CreateQp { qp: q, srq: iwarp_abi::command::NO_SRQ, .. } if q == QpId(qp))
+        );
         let seg = c.add_segment(
             1,
             VerifiedSegment {
@@ -460,7 +500,7 @@ mod tests {
         };
         let (stag, cmds) = id(c.handle(1, req.clone()));
         assert!(
-            matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, zero_based: true, va: 0, .. } if s == stag)
+            matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, zero_based: true, va: 0, .. } if s == Stag(stag))
         );
         // VA-based (Verbs section 7.2.3): the daemon is told the first octet's tagged offset.
         let va = Request::RegMrVa {
@@ -495,11 +535,11 @@ mod tests {
         assert_eq!(
             cmds[0],
             Command::ModifyQp {
-                qp,
+                qp: QpId(qp),
                 state: QpState::Error
             }
         );
-        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
+        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd: PdId(pd) }));
         assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
     }
 
@@ -562,7 +602,7 @@ mod tests {
         assert_eq!(sent.len(), 2, "only the valid Reregister reached iwarpd");
         assert!(matches!(
             sent[1],
-            Command::RegisterMr { stag: s, zero_based: false, va: 0x4000_0000, .. } if s == new
+            Command::RegisterMr { stag: s, zero_based: false, va: 0x4000_0000, .. } if s == Stag(new)
         ));
     }
 
@@ -605,7 +645,7 @@ mod tests {
             &mut busy,
         );
         assert!(matches!(reply, Reply::Failed(Error::Refused { .. })));
-        assert_eq!(sent, vec![Command::DeregisterMr { stag }; 2]);
+        assert_eq!(sent, vec![Command::DeregisterMr { stag: Stag(stag) }; 2]);
         assert!(c.resources().mr(1, Stag(stag)).is_ok(), "still registered");
         // Once iwarpd agrees, re-registration gives a new key and deregistration works.
         let mut ok = |_: &Command| reply_status::OK;
@@ -696,7 +736,7 @@ mod tests {
             matches!(reply, Reply::Failed(Error::Refused { what: Resource::Qp, id, .. }) if id == qp),
             "{reply:?}"
         );
-        assert_eq!(sent, [Command::DestroyQp { qp }]);
+        assert_eq!(sent, [Command::DestroyQp { qp: QpId(qp) }]);
         assert_eq!(
             c.handle(1, Request::QueryQp { qp }).0,
             Reply::Qp {
@@ -726,7 +766,13 @@ mod tests {
         ));
         let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 4 });
         assert_eq!(reply, Reply::Done);
-        assert_eq!(cmds, vec![Command::ArmSrq { srq, limit: 4 }]);
+        assert_eq!(
+            cmds,
+            vec![Command::ArmSrq {
+                srq: SrqId(srq),
+                limit: 4
+            }]
+        );
         assert_eq!(
             c.handle(1, Request::QuerySrq { srq }).0,
             Reply::Srq {
@@ -741,7 +787,13 @@ mod tests {
         ));
         assert!(cmds.is_empty());
         let (stag, cmds) = id(c.handle(1, Request::AllocStag { pd }));
-        assert_eq!(cmds, vec![Command::AllocFastRegStag { stag, pd }]);
+        assert_eq!(
+            cmds,
+            vec![Command::AllocFastRegStag {
+                stag: Stag(stag),
+                pd: PdId(pd)
+            }]
+        );
         // Not a region: Deregister MR and Deallocate MW do not take it.
         assert!(matches!(
             c.handle(1, Request::DeallocMw { stag }).0,
@@ -753,7 +805,7 @@ mod tests {
         ));
         let (reply, cmds) = c.handle(1, Request::DeallocStag { stag });
         assert_eq!(reply, Reply::Done);
-        assert_eq!(cmds, vec![Command::DeregisterMr { stag }]);
+        assert_eq!(cmds, vec![Command::DeregisterMr { stag: Stag(stag) }]);
         assert_eq!(c.resources().counts().4, 0);
     }
 

@@ -11,28 +11,9 @@ use crate::daemon_link::rts_params;
 use crate::resources::AppId;
 use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
 use iwarp_abi::command::{Chunk, Command, Upcall};
-use iwarp_wire::mpa::negotiation::Settings;
-use iwarp_wire::mpa::Rtr;
+use iwarp_abi::id::QpId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-
-/// The MPA negotiation's settings for what an application asked.
-pub fn mpa_settings(s: ConnSettings) -> Settings {
-    Settings {
-        crc: s.crc,
-        markers: s.markers,
-        revision: s.revision,
-        ird: s.ird,
-        ord: s.ord,
-        peer_to_peer: s.peer_to_peer.map(|r| Rtr {
-            send: r.send,
-            write: r.write,
-            read: r.read,
-        }),
-        rdmap_v2: s.rdmap_v2,
-        private_data: s.private_data,
-    }
-}
 
 /// What the driver must do.
 // A Command is as large as the ring slot it is copied into; boxing it would allocate per
@@ -96,7 +77,7 @@ const MAX_REFUSING: usize = 64;
 #[derive(Debug)]
 pub struct ConnManager {
     conns: BTreeMap<u32, Conn>,
-    listeners: BTreeMap<u16, (AppId, Settings)>,
+    listeners: BTreeMap<u16, (AppId, ConnSettings)>,
     /// Port and peer of incoming connections until their request is shown to the app.
     peers: BTreeMap<u32, (u16, SocketAddr)>,
     next_conn: u32,
@@ -162,7 +143,6 @@ impl ConnManager {
         port: u16,
         s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
-        let s = mpa_settings(s);
         if self.listeners.contains_key(&port) {
             return Err(CmError::PortInUse);
         }
@@ -187,7 +167,6 @@ impl ConnManager {
         s: ConnSettings,
         now: u64,
     ) -> (u32, Vec<Action>) {
-        let s = mpa_settings(s);
         let conn = self.next_conn;
         self.next_conn += 1;
         if self.at_limit() {
@@ -215,7 +194,11 @@ impl ConnManager {
         );
         (
             conn,
-            vec![Action::Daemon(Command::TcpConnect { conn, qp, remote })],
+            vec![Action::Daemon(Command::TcpConnect {
+                conn,
+                qp: QpId(qp),
+                remote,
+            })],
         )
     }
 
@@ -234,11 +217,10 @@ impl ConnManager {
         qp: u32,
         s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
-        let s = mpa_settings(s);
         let c = self.owned(app, conn)?;
         c.qp = Some(qp);
         c.cm.accept(s);
-        let mut out = vec![Action::Daemon(Command::TcpAccept { conn, qp })];
+        let mut out = vec![Action::Daemon(Command::TcpAccept { conn, qp: QpId(qp) })];
         self.drain(conn, &mut out);
         Ok(out)
     }
@@ -511,7 +493,7 @@ impl ConnManager {
                     let initiator = role == cm::Role::Initiator;
                     let rts = vec![
                         Action::Daemon(Command::QpRts {
-                            qp,
+                            qp: QpId(qp),
                             conn,
                             params: rts_params(&params, initiator, self.mss),
                         }),
@@ -586,7 +568,7 @@ mod tests {
         /// Control's conn id on each side for one TCP connection (side 0 id -> side 1 id).
         link: BTreeMap<(usize, u32), (usize, u32)>,
         app_events: Vec<(usize, AppId, Event)>,
-        rts: Vec<(usize, u32, iwarp_abi::command::RtsParams)>,
+        rts: Vec<(usize, QpId, iwarp_abi::command::RtsParams)>,
         listening: Vec<(usize, u16)>,
         /// The time upcalls are delivered at.
         now: u64,
@@ -871,19 +853,19 @@ mod tests {
             .accept(B, peer_conn, 9, settings(2, 16, b"ok"))
             .unwrap();
         n.run(1, acts);
-        let rts: BTreeMap<usize, (u32, u16, u16, bool)> = n
+        let rts: BTreeMap<usize, (QpId, u16, u16, bool)> = n
             .rts
             .iter()
             .map(|(s, qp, p)| (*s, (*qp, p.ird, p.ord, p.crc_tx)))
             .collect();
         assert_eq!(
             rts[&0],
-            (7, 4, 2, true),
+            (QpId(7), 4, 2, true),
             "initiator's ORD capped by peer IRD 2"
         );
         assert_eq!(
             rts[&1],
-            (9, 2, 4, true),
+            (QpId(9), 2, 4, true),
             "responder's ORD capped by peer IRD 4"
         );
         assert!(n.rts.iter().all(|(_, _, p)| p.rtr == RtrKind::None));

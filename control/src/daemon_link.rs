@@ -8,6 +8,7 @@ use crate::resources::AppId;
 use crate::resources::Teardown;
 use crate::stag::StagKind;
 use iwarp_abi::command::{Command, RtrKind, RtsParams, Upcall};
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 use iwarp_abi::qp::QpState;
 use iwarp_wire::mpa::negotiation::Negotiated;
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use std::collections::HashMap;
 pub struct Router {
     workers: usize,
     apps: HashMap<AppId, usize>,
-    qps: HashMap<u32, usize>,
+    qps: HashMap<QpId, usize>,
     conns: HashMap<u32, usize>,
     listens: HashMap<u16, usize>,
 }
@@ -142,20 +143,24 @@ pub fn teardown_commands(t: &Teardown) -> Vec<Command> {
     let mut out = Vec::new();
     for &qp in &t.qps {
         out.push(Command::ModifyQp {
-            qp,
+            qp: QpId(qp),
             state: QpState::Error,
         });
-        out.push(Command::DestroyQp { qp });
+        out.push(Command::DestroyQp { qp: QpId(qp) });
     }
     for &(stag, kind) in &t.stags {
         out.push(match kind {
-            StagKind::Mr | StagKind::FastReg => Command::DeregisterMr { stag: stag.0 },
-            StagKind::Mw => Command::DeallocMw { stag: stag.0 },
+            StagKind::Mr | StagKind::FastReg => Command::DeregisterMr { stag },
+            StagKind::Mw => Command::DeallocMw { stag },
         });
     }
-    out.extend(t.srqs.iter().map(|&srq| Command::DestroySrq { srq }));
-    out.extend(t.cqs.iter().map(|&cq| Command::DestroyCq { cq }));
-    out.extend(t.pds.iter().map(|&pd| Command::DeallocPd { pd }));
+    out.extend(
+        t.srqs
+            .iter()
+            .map(|&srq| Command::DestroySrq { srq: SrqId(srq) }),
+    );
+    out.extend(t.cqs.iter().map(|&cq| Command::DestroyCq { cq: CqId(cq) }));
+    out.extend(t.pds.iter().map(|&pd| Command::DeallocPd { pd: PdId(pd) }));
     out
 }
 
@@ -271,15 +276,15 @@ mod tests {
             teardown_commands(&t),
             vec![
                 Command::ModifyQp {
-                    qp: 5,
+                    qp: QpId(5),
                     state: QpState::Error
                 },
-                Command::DestroyQp { qp: 5 },
-                Command::DeregisterMr { stag: 0x101 },
-                Command::DeallocMw { stag: 0x201 },
-                Command::DestroySrq { srq: 2 },
-                Command::DestroyCq { cq: 3 },
-                Command::DeallocPd { pd: 1 },
+                Command::DestroyQp { qp: QpId(5) },
+                Command::DeregisterMr { stag: Stag(0x101) },
+                Command::DeallocMw { stag: Stag(0x201) },
+                Command::DestroySrq { srq: SrqId(2) },
+                Command::DestroyCq { cq: CqId(3) },
+                Command::DeallocPd { pd: PdId(1) },
             ]
         );
         assert!(teardown_commands(&Teardown::default()).is_empty());
@@ -298,16 +303,16 @@ mod tests {
         r.forget_app(2);
         assert_eq!(r.place(5), 1, "the least loaded worker");
         r.place(2);
-        assert_eq!(r.route(Some(2), &Command::AllocPd { pd: 9 }), 1);
+        assert_eq!(r.route(Some(2), &Command::AllocPd { pd: PdId(9) }), 1);
         // App 3's QP 1 connects: the connection's commands follow the QP without naming
         // the app.
         let ring = iwarp_abi::command::ShmPath::new(std::path::Path::new("/dev/shm/q")).unwrap();
         let create = Command::CreateQp {
-            qp: 1,
-            pd: 1,
-            send_cq: 1,
-            recv_cq: 1,
-            srq: iwarp_abi::command::NO_ID,
+            qp: QpId(1),
+            pd: PdId(1),
+            send_cq: CqId(1),
+            recv_cq: CqId(1),
+            srq: SrqId(iwarp_abi::command::NO_ID),
             sq_depth: 8,
             rq_depth: 8,
             sq: ring,
@@ -316,7 +321,7 @@ mod tests {
         assert_eq!(r.route(Some(3), &create), 2);
         let connect = Command::TcpConnect {
             conn: 5,
-            qp: 1,
+            qp: QpId(1),
             remote: peer,
         };
         assert_eq!(r.route(None, &connect), 2);
@@ -340,7 +345,7 @@ mod tests {
         r.learn(1, &incoming);
         let accept = Command::TcpAccept {
             conn: 0x8100_0000,
-            qp: 3,
+            qp: QpId(3),
         };
         assert_eq!(r.route(Some(2), &accept), 1);
         assert_eq!(r.route(None, &Command::TcpUnlisten { port: 4000 }), 1);
@@ -354,7 +359,7 @@ mod tests {
         );
         assert_eq!(r.route(None, &Command::TcpAbort { conn: 5 }), 0);
         assert_eq!(r.route(None, &Command::TcpUnlisten { port: 4000 }), 0);
-        assert_eq!(r.route(None, &Command::DestroyQp { qp: 1 }), 2);
+        assert_eq!(r.route(None, &Command::DestroyQp { qp: QpId(1) }), 2);
     }
 
     #[test]

@@ -363,7 +363,7 @@ fn pump(
             match a {
                 Action::Daemon(c) => {
                     if let Command::QpRts { qp, .. } = c {
-                        core.set_qp_state(qp, QpState::Rts);
+                        core.set_qp_state(qp.0, QpState::Rts);
                     }
                     match daemon.call(None, &c) {
                         Ok(reply_status::OK) => {}

@@ -14,21 +14,7 @@ use crate::error::{Error, Resource};
 /// The largest index: 24 bits.
 pub const MAX_INDEX: u32 = (1 << 24) - 1;
 
-/// A 32-bit STag: index in the upper 24 bits, key in the lower 8.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Stag(pub u32);
-
-impl Stag {
-    pub const fn new(index: u32, key: u8) -> Stag {
-        Stag((index << 8) | key as u32)
-    }
-    pub const fn index(self) -> u32 {
-        self.0 >> 8
-    }
-    pub const fn key(self) -> u8 {
-        self.0 as u8
-    }
-}
+pub use iwarp_abi::id::Stag;
 
 /// What an STag names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -236,7 +236,7 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
     let rts: Vec<(u32, u16, u16)> =
         std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(5)).ok())
             .filter_map(|c| match c {
-                Command::QpRts { qp, params, .. } => Some((qp, params.ird, params.ord)),
+                Command::QpRts { qp, params, .. } => Some((qp.0, params.ird, params.ord)),
                 _ => None,
             })
             .take(2)

@@ -4,6 +4,7 @@
 use iwarp_abi::app::{decode_to_app, encode_request, message_len, Failure, Reply, Request, ToApp};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
+use iwarp_abi::id::{CqId, PdId, Stag};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_control::resources::access;
 use std::io::{Read, Write};
@@ -111,7 +112,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     };
     assert_eq!(limits.max_sge, 4);
     let pd = id(call(&mut s, &Request::AllocPd));
-    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd: PdId(pd) });
     // A ring path that is not this application's CQ segment is refused...
     let ring = ShmPath::new(Path::new("/dev/shm/iw-test-no-such-cq")).unwrap();
     match call(&mut s, &Request::CreateCq { depth: 64, ring }) {
@@ -131,7 +132,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     assert_eq!(
         rx.recv().unwrap(),
         Command::CreateCq {
-            cq,
+            cq: CqId(cq),
             depth: 64,
             ring
         }
@@ -156,7 +157,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     };
     let stag = id(call(&mut s, &req));
     assert!(
-        matches!(rx.recv().unwrap(), Command::RegisterMr { stag: st, len: 4096, .. } if st == stag)
+        matches!(rx.recv().unwrap(), Command::RegisterMr { stag: st, len: 4096, .. } if st == Stag(stag))
     );
     // ...a length past the segment is refused with the reason...
     let past = Request::RegMr {
@@ -224,9 +225,9 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
     assert_eq!(
         seen,
         vec![
-            Command::DeregisterMr { stag },
-            Command::DestroyCq { cq },
-            Command::DeallocPd { pd },
+            Command::DeregisterMr { stag: Stag(stag) },
+            Command::DestroyCq { cq: CqId(cq) },
+            Command::DeallocPd { pd: PdId(pd) },
         ]
     );
     stop_tx.send(()).unwrap();
@@ -316,7 +317,7 @@ fn sigterm_cleans_up_and_leaves_no_socket_behind() {
         }
     };
     let pd = id(call(&mut s, &Request::AllocPd));
-    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd: PdId(pd) });
     // SAFETY: signalling our own child.
     assert_eq!(
         unsafe { libc::kill(ctl.0.id() as libc::pid_t, libc::SIGTERM) },
@@ -332,7 +333,7 @@ fn sigterm_cleans_up_and_leaves_no_socket_behind() {
     assert!(status.success(), "{status:?}");
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-        Command::DeallocPd { pd },
+        Command::DeallocPd { pd: PdId(pd) },
         "the application's PD was freed in the daemon"
     );
     assert!(!dir.join("control.sock").exists());

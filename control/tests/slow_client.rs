@@ -5,6 +5,7 @@
 use iwarp_abi::app::{decode_to_app, encode_request, message_len, Reply, Request, ToApp};
 use iwarp_abi::command::Command;
 use iwarp_abi::daemon_shm::DaemonShm;
+use iwarp_abi::id::PdId;
 use iwarp_abi::segment::HugePolicy;
 use iwarp_testkit::fake_daemon;
 use std::io::{Read, Write};
@@ -98,7 +99,7 @@ fn a_client_that_never_reads_is_dropped_and_freezes_nobody() {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok(Command::DeallocPd { pd }) if pd == bad_pd => break,
+            Ok(Command::DeallocPd { pd }) if pd == PdId(bad_pd) => break,
             Ok(_) => {}
             Err(e) => panic!("the dropped client's PD was never released: {e}"),
         }

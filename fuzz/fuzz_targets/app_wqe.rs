@@ -27,8 +27,8 @@ const READ_ONLY_OCTET: u8 = 0x3c;
 /// a fast-register STag. The RNIC is dropped before the memory it was given (field order).
 struct End {
     rnic: Rnic,
-    qp: u32,
-    cq: u32,
+    qp: iwarp_engine::QpId,
+    cq: iwarp_engine::CqId,
     arenas: Vec<Arena>,
     stags: Vec<(u32, u64)>,
     /// Posted SQ WRs not yet seen complete, in posting order: id and whether signaled.
@@ -107,7 +107,7 @@ fn reap(e: &mut End) {
         }
         for wc in &wcs[..n] {
             assert_eq!(wc.qp, e.qp);
-            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate) {
+            if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImm) {
                 assert_eq!(
                     e.rq.pop_front(),
                     Some(wc.wr_id),

@@ -79,7 +79,7 @@ impl Port for Injecting {
 }
 
 /// A node with a QP and 4 KiB of memory registered for everything, which must outlive it.
-fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, u32, Sge) {
+fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, iwarp_engine::QpId, Sge) {
     let mut node = Node::new(port, ip, 24, TcpSettings::default());
     let pd = node.rnic.alloc_pd();
     let cq = node.rnic.create_cq(256);

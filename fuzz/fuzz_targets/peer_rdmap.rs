@@ -34,8 +34,8 @@ const RECEIVES: u64 = 16;
 /// is dropped before the memory it was given (field order).
 struct Victim {
     rnic: Rnic,
-    qp: u32,
-    cq: u32,
+    qp: iwarp_engine::QpId,
+    cq: iwarp_engine::CqId,
     arenas: [Arena; 5],
     /// STag and base of each region, then of the two windows.
     stags: Vec<(u32, u64)>,
@@ -52,7 +52,7 @@ struct Victim {
 
 /// Binds `mw` to all of the region `mr` (at `base`) with `access`, on `qp`, and runs the
 /// bind, which must succeed.
-fn bind(rnic: &mut Rnic, qp: u32, cq: u32, mw: u32, mr: u32, base: u64, access: Access) {
+fn bind(rnic: &mut Rnic, qp: iwarp_engine::QpId, cq: iwarp_engine::CqId, mw: u32, mr: u32, base: u64, access: Access) {
     let op = SendOp::BindMw {
         mw,
         mr,
@@ -142,7 +142,7 @@ fn completions(v: &mut Victim) {
             break;
         }
         for wc in &wcs[..n] {
-            if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate) {
+            if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImm) {
                 continue;
             }
             assert_eq!(wc.wr_id, v.received, "receives complete once each, in order");

@@ -39,8 +39,8 @@ const DEPTH: usize = 512;
 
 struct End {
     rnic: Rnic,
-    qp: u32,
-    cq: u32,
+    qp: iwarp_engine::QpId,
+    cq: iwarp_engine::CqId,
     stag: u32,
     base: u64,
 }

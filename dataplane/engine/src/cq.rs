@@ -16,6 +16,7 @@ pub enum Notify {
 
 #[derive(Debug)]
 pub struct Cq {
+    pub(crate) id: iwarp_abi::id::CqId,
     entries: VecDeque<WorkCompletion>,
     depth: usize,
     notify: Notify,
@@ -25,8 +26,9 @@ pub struct Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(depth: usize) -> Cq {
+    pub(crate) fn new(id: iwarp_abi::id::CqId, depth: usize) -> Cq {
         Cq {
+            id,
             entries: VecDeque::with_capacity(depth),
             depth,
             notify: Notify::None,

@@ -17,6 +17,7 @@ mod tx;
 mod types;
 
 pub use cq::Notify;
+pub use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 pub use mem::AccessError;
 pub use qp::{ConnParams, PeerToPeer, QpState, RtrKind, RTR_STAG};
 pub use raw::masked_add;

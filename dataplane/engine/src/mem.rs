@@ -7,6 +7,7 @@
 use crate::raw::RawRegion;
 use crate::types::Access;
 use core::ptr::NonNull;
+use iwarp_abi::id::{PdId, QpId};
 
 /// A Fast-Register request: make `stag` name `len` bytes at `offset` of the memory region
 /// `source` maps, with `access`, its tagged offsets starting at `base_to`.
@@ -71,7 +72,7 @@ enum Kind {
 struct Region {
     kind: Kind,
     raw: Option<RawRegion>,
-    pd: u32,
+    pd: PdId,
     access: Access,
     /// The tagged offset of the region's first byte: its virtual address for VA-based
     /// regions, 0 for zero-based ones (Verbs section 7.2.3).
@@ -84,7 +85,7 @@ struct Region {
     parent: Option<u32>,
     /// For a bound window: the QP that bound it, the only one whose remote accesses and
     /// invalidations may use it (Verbs section 7.10.2).
-    qp: Option<u32>,
+    qp: Option<QpId>,
 }
 
 /// Why [`MemTable::deregister`] refused.
@@ -126,7 +127,7 @@ impl MemTable {
         &mut self,
         base: NonNull<u8>,
         len: usize,
-        pd: u32,
+        pd: PdId,
         access: Access,
         base_to: u64,
     ) -> u32 {
@@ -136,12 +137,12 @@ impl MemTable {
     }
 
     /// Reserves an STag for a memory window of `pd`; invalid until bound.
-    pub fn alloc_mw(&mut self, pd: u32) -> u32 {
+    pub fn alloc_mw(&mut self, pd: PdId) -> u32 {
         self.insert(Self::unbound(Kind::Mw, pd))
     }
 
     /// Reserves an STag for fast-registration in `pd`; invalid until registered.
-    pub fn alloc_fastreg(&mut self, pd: u32) -> u32 {
+    pub fn alloc_fastreg(&mut self, pd: PdId) -> u32 {
         self.insert(Self::unbound(Kind::FastReg, pd))
     }
 
@@ -155,7 +156,7 @@ impl MemTable {
         stag: u32,
         base: NonNull<u8>,
         len: usize,
-        pd: u32,
+        pd: PdId,
         access: Access,
         base_to: u64,
     ) -> bool {
@@ -165,17 +166,17 @@ impl MemTable {
     }
 
     /// Reserves a caller-chosen STag for a memory window (see [`MemTable::register_at`]).
-    pub fn alloc_mw_at(&mut self, stag: u32, pd: u32) -> bool {
+    pub fn alloc_mw_at(&mut self, stag: u32, pd: PdId) -> bool {
         self.insert_at(stag, Self::unbound(Kind::Mw, pd))
     }
 
     /// Reserves a caller-chosen STag for fast-registration.
-    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: u32) -> bool {
+    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: PdId) -> bool {
         self.insert_at(stag, Self::unbound(Kind::FastReg, pd))
     }
 
     /// A memory region over `raw` (its key is set on insertion).
-    fn mapped(raw: RawRegion, pd: u32, access: Access, base_to: u64) -> Region {
+    fn mapped(raw: RawRegion, pd: PdId, access: Access, base_to: u64) -> Region {
         Region {
             kind: Kind::Mr,
             raw: Some(raw),
@@ -189,7 +190,7 @@ impl MemTable {
         }
     }
 
-    fn unbound(kind: Kind, pd: u32) -> Region {
+    fn unbound(kind: Kind, pd: PdId) -> Region {
         Region {
             kind,
             raw: None,
@@ -270,8 +271,8 @@ impl MemTable {
     pub fn invalidate(
         &mut self,
         stag: u32,
-        pd: u32,
-        qp: u32,
+        pd: PdId,
+        qp: QpId,
         remote: bool,
     ) -> Result<(), AccessError> {
         let r = self.entry(stag).ok_or(AccessError::InvalidStag)?;
@@ -308,7 +309,7 @@ impl MemTable {
 
     /// Whether valid windows bound on QP `qp` remain (Verbs section 6.1.4: such a QP cannot
     /// be destroyed).
-    pub fn windows_bound_to(&self, qp: u32) -> bool {
+    pub fn windows_bound_to(&self, qp: QpId) -> bool {
         self.regions
             .iter()
             .flatten()
@@ -333,8 +334,8 @@ impl MemTable {
         &mut self,
         mw: u32,
         mr: u32,
-        pd: u32,
-        qp: u32,
+        pd: PdId,
+        qp: QpId,
         to: u64,
         len: u64,
         access: Access,
@@ -375,7 +376,7 @@ impl MemTable {
 
     /// Fast-registers `stag` (reserved by `alloc_fastreg`) over `len` bytes at `offset` of the
     /// memory region `source` maps.
-    pub fn fast_register(&mut self, pd: u32, r: FastReg) -> Result<(), AccessError> {
+    pub fn fast_register(&mut self, pd: PdId, r: FastReg) -> Result<(), AccessError> {
         let FastReg {
             stag,
             source,
@@ -425,7 +426,7 @@ impl MemTable {
     pub fn resolve(
         &self,
         stag: u32,
-        pd: u32,
+        pd: PdId,
         need: Access,
         to: u64,
         len: u64,
@@ -444,8 +445,8 @@ impl MemTable {
     pub fn resolve_remote(
         &self,
         stag: u32,
-        pd: u32,
-        qp: u32,
+        pd: PdId,
+        qp: QpId,
         need: Access,
         to: u64,
         len: u64,
@@ -466,7 +467,7 @@ impl MemTable {
 
     fn check(
         r: &Region,
-        pd: u32,
+        pd: PdId,
         need: Access,
         to: u64,
         len: u64,

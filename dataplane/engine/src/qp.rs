@@ -1,6 +1,7 @@
 //! Queue pairs: the Verbs state machine (section 6.2, figure 4) and per-connection state.
 
 use crate::types::{RecvWr, SendWr, Status, WcOpcode};
+use iwarp_abi::id::{PdId, QpId};
 use iwarp_wire::mpa::{Deframer, FpduEmitter, MpaParams};
 use iwarp_wire::terminate::TerminateRepr;
 use std::collections::VecDeque;
@@ -208,8 +209,9 @@ impl Conn {
 
 #[derive(Debug)]
 pub(crate) struct Qp {
-    pub id: u32,
-    pub pd: u32,
+    pub id: QpId,
+    pub pd: PdId,
+    /// The CQs' slots in `Rnic::cqs`.
     pub send_cq: u32,
     pub recv_cq: u32,
     pub state: QpState,
@@ -225,6 +227,7 @@ pub(crate) struct Qp {
     pub conn: Option<Conn>,
     /// A graceful close was asked for: go Idle once everything sent completed.
     pub closing: bool,
-    /// Receives come from this shared receive queue instead of `rq`.
+    /// Receives come from this shared receive queue (its slot in `Rnic::srqs`) instead of
+    /// `rq`.
     pub srq: Option<u32>,
 }

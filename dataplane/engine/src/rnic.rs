@@ -9,7 +9,9 @@ use crate::types::{
     MAX_SGE,
 };
 use core::ptr::NonNull;
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 use iwarp_wire::terminate::{TermCause, TerminateRepr};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Sizes a QP is created with.
@@ -18,20 +20,81 @@ pub struct QpCaps {
     pub sq_depth: usize,
     pub rq_depth: usize,
     /// Take receives from this S-RQ (created with `create_srq`) instead of the QP's own RQ.
-    pub srq: Option<u32>,
+    pub srq: Option<SrqId>,
 }
 
 /// A shared receive queue (Verbs section 6.3) with its limit event.
 #[derive(Debug)]
 pub(crate) struct Srq {
-    pub pd: u32,
+    pub id: SrqId,
+    pub pd: PdId,
     pub rq: VecDeque<RecvWr>,
     pub depth: usize,
     /// Armed limit: when fewer WRs than this remain, raise `SrqLimitReached` once.
     pub limit: Option<usize>,
 }
 
-/// One RNIC: memory table, CQs and QPs, driven by its caller.
+/// One id space: the caller's ids onto the slots of a dense table. Only calls from outside
+/// look an id up, once each; inside, a QP names its CQs and S-RQ by slot.
+#[derive(Debug)]
+pub(crate) struct Slots<I> {
+    map: FxHashMap<I, u32>,
+    /// The next id an allocating create (`create_qp` rather than `create_qp_at`) tries.
+    next: u32,
+}
+
+impl<I> Default for Slots<I> {
+    fn default() -> Slots<I> {
+        Slots {
+            map: FxHashMap::default(),
+            next: 1,
+        }
+    }
+}
+
+impl<I: Copy + Eq + core::hash::Hash + From<u32>> Slots<I> {
+    pub(crate) fn get(&self, id: I) -> Option<u32> {
+        self.map.get(&id).copied()
+    }
+
+    /// An id not in use, for a caller that lets the engine choose.
+    fn fresh(&mut self) -> I {
+        loop {
+            let id = I::from(self.next);
+            self.next = self.next.wrapping_add(1).max(1);
+            if !self.map.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Puts `item` under `id` in the first free slot of `table`; `None` when `id` is taken.
+    fn insert<T>(&mut self, table: &mut Vec<Option<T>>, id: I, item: T) -> Option<u32> {
+        if self.map.contains_key(&id) {
+            return None;
+        }
+        let slot = match table.iter().position(Option::is_none) {
+            Some(s) => {
+                table[s] = Some(item);
+                s
+            }
+            None => {
+                table.push(Some(item));
+                table.len() - 1
+            }
+        };
+        self.map.insert(id, slot as u32);
+        Some(slot as u32)
+    }
+
+    fn remove(&mut self, id: I) -> Option<u32> {
+        self.map.remove(&id)
+    }
+}
+
+/// One RNIC: memory table, CQs and QPs, driven by its caller. QPs, CQs and S-RQs are named
+/// by the caller's ids (the daemon passes iwarp-control's), which completions and events
+/// carry back.
 #[derive(Debug, Default)]
 pub struct Rnic {
     pub(crate) mem: MemTable,
@@ -39,6 +102,9 @@ pub struct Rnic {
     pub(crate) qps: Vec<Option<Qp>>,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) srqs: Vec<Option<Srq>>,
+    pub(crate) qp_slots: Slots<QpId>,
+    pub(crate) cq_slots: Slots<CqId>,
+    pub(crate) srq_slots: Slots<SrqId>,
     next_pd: u32,
     /// Error counters since creation, for the daemon's per-core statistics.
     pub stats: Stats,
@@ -61,6 +127,9 @@ impl Rnic {
             qps: Vec::new(),
             events: VecDeque::new(),
             srqs: Vec::new(),
+            qp_slots: Slots::default(),
+            cq_slots: Slots::default(),
+            srq_slots: Slots::default(),
             next_pd: 1,
             stats: Stats::default(),
         }
@@ -68,10 +137,13 @@ impl Rnic {
 
     // ---- resources ----
 
-    pub fn alloc_pd(&mut self) -> u32 {
+    /// A protection domain for a caller without ids of its own. A PD is only a name that
+    /// resources are checked against, so a caller that has ids (the daemon) passes its own
+    /// and never calls this.
+    pub fn alloc_pd(&mut self) -> PdId {
         let pd = self.next_pd;
         self.next_pd += 1;
-        pd
+        PdId(pd)
     }
 
     /// Registers `len` bytes at `base` in `pd` with `access`. `base_to` is the tagged offset
@@ -84,7 +156,7 @@ impl Rnic {
     /// may map it too; the engine only ever copies into it or runs atomics on it.
     pub unsafe fn register_mr(
         &mut self,
-        pd: u32,
+        pd: PdId,
         base: NonNull<u8>,
         len: usize,
         access: Access,
@@ -104,7 +176,7 @@ impl Rnic {
     pub unsafe fn register_mr_at(
         &mut self,
         stag: u32,
-        pd: u32,
+        pd: PdId,
         base: NonNull<u8>,
         len: usize,
         access: Access,
@@ -117,7 +189,7 @@ impl Rnic {
     }
 
     /// [`Rnic::alloc_mw`] under a caller-chosen STag.
-    pub fn alloc_mw_at(&mut self, stag: u32, pd: u32) -> Result<(), VerbsError> {
+    pub fn alloc_mw_at(&mut self, stag: u32, pd: PdId) -> Result<(), VerbsError> {
         self.mem
             .alloc_mw_at(stag, pd)
             .then_some(())
@@ -125,7 +197,7 @@ impl Rnic {
     }
 
     /// [`Rnic::alloc_fastreg_stag`] under a caller-chosen STag.
-    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: u32) -> Result<(), VerbsError> {
+    pub fn alloc_fastreg_at(&mut self, stag: u32, pd: PdId) -> Result<(), VerbsError> {
         self.mem
             .alloc_fastreg_at(stag, pd)
             .then_some(())
@@ -141,20 +213,41 @@ impl Rnic {
         })
     }
 
-    pub fn create_cq(&mut self, depth: usize) -> u32 {
-        let id = self.cqs.len() as u32;
-        self.cqs.push(Some(Cq::new(depth)));
+    /// Creates a CQ of `depth` completions under an id the engine chooses.
+    pub fn create_cq(&mut self, depth: usize) -> CqId {
+        let id = self.cq_slots.fresh();
+        self.create_cq_at(id, depth).expect("a fresh id is free");
         id
+    }
+
+    /// Creates a CQ under the caller's `id`; [`VerbsError::InvalidCq`] when it is in use.
+    pub fn create_cq_at(&mut self, id: CqId, depth: usize) -> Result<(), VerbsError> {
+        self.cq_slots
+            .insert(&mut self.cqs, id, Cq::new(id, depth))
+            .map(drop)
+            .ok_or(VerbsError::InvalidCq)
+    }
+
+    /// Destroy CQ: refused with [`VerbsError::InvalidCq`] while a QP uses it.
+    pub fn destroy_cq(&mut self, id: CqId) -> Result<(), VerbsError> {
+        let slot = self.cq_slots.get(id).ok_or(VerbsError::InvalidCq)?;
+        if self
+            .qps
+            .iter()
+            .flatten()
+            .any(|q| q.send_cq == slot || q.recv_cq == slot)
+        {
+            return Err(VerbsError::InvalidCq);
+        }
+        self.cq_slots.remove(id);
+        self.cqs[slot as usize] = None;
+        Ok(())
     }
 
     /// Modify CQ: a new size for `cq`, refused with [`VerbsError::CqTooSmall`] while more
     /// completions wait in it than `depth` holds.
-    pub fn resize_cq(&mut self, cq: u32, depth: usize) -> Result<(), VerbsError> {
-        let c = self
-            .cqs
-            .get_mut(cq as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbsError::InvalidCq)?;
+    pub fn resize_cq(&mut self, cq: CqId, depth: usize) -> Result<(), VerbsError> {
+        let c = self.cq_by_id(cq).ok_or(VerbsError::InvalidCq)?;
         if c.resize(depth) {
             Ok(())
         } else {
@@ -163,22 +256,55 @@ impl Rnic {
     }
 
     /// Creates a shared receive queue in `pd` (Verbs section 6.3).
-    pub fn create_srq(&mut self, pd: u32, depth: usize) -> u32 {
-        self.srqs.push(Some(Srq {
+    /// Creates a shared receive queue in `pd` (Verbs section 6.3) under an id the engine
+    /// chooses.
+    pub fn create_srq(&mut self, pd: PdId, depth: usize) -> SrqId {
+        let id = self.srq_slots.fresh();
+        self.create_srq_at(id, pd, depth)
+            .expect("a fresh id is free");
+        id
+    }
+
+    /// Creates a shared receive queue under the caller's `id`; [`VerbsError::InvalidSrq`]
+    /// when it is in use.
+    pub fn create_srq_at(&mut self, id: SrqId, pd: PdId, depth: usize) -> Result<(), VerbsError> {
+        let srq = Srq {
+            id,
             pd,
             rq: VecDeque::with_capacity(depth),
             depth,
             limit: None,
-        }));
-        (self.srqs.len() - 1) as u32
+        };
+        self.srq_slots
+            .insert(&mut self.srqs, id, srq)
+            .map(drop)
+            .ok_or(VerbsError::InvalidSrq)
     }
 
-    pub fn post_srq_recv(&mut self, srq: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self
-            .srqs
-            .get_mut(srq as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbsError::InvalidSrq)?;
+    /// Destroy S-RQ: refused with [`VerbsError::InvalidSrq`] while a QP takes receives from
+    /// it.
+    pub fn destroy_srq(&mut self, id: SrqId) -> Result<(), VerbsError> {
+        let slot = self.srq_slots.get(id).ok_or(VerbsError::InvalidSrq)?;
+        if self.qps.iter().flatten().any(|q| q.srq == Some(slot)) {
+            return Err(VerbsError::InvalidSrq);
+        }
+        self.srq_slots.remove(id);
+        self.srqs[slot as usize] = None;
+        Ok(())
+    }
+
+    fn srq_by_id(&mut self, id: SrqId) -> Option<&mut Srq> {
+        let slot = self.srq_slots.get(id)?;
+        self.srqs.get_mut(slot as usize)?.as_mut()
+    }
+
+    fn cq_by_id(&mut self, id: CqId) -> Option<&mut Cq> {
+        let slot = self.cq_slots.get(id)?;
+        self.cqs.get_mut(slot as usize)?.as_mut()
+    }
+
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
+        let s = self.srq_by_id(srq).ok_or(VerbsError::InvalidSrq)?;
         if s.rq.len() >= s.depth {
             return Err(VerbsError::QueueFull);
         }
@@ -188,46 +314,61 @@ impl Rnic {
 
     /// Arms the S-RQ limit: when fewer than `limit` receives remain, `SrqLimitReached` is
     /// raised once (Modify S-RQ, Verbs section 6.3.3).
-    pub fn arm_srq_limit(&mut self, srq: u32, limit: usize) -> Result<(), VerbsError> {
-        let s = self
-            .srqs
-            .get_mut(srq as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbsError::InvalidSrq)?;
+    pub fn arm_srq_limit(&mut self, srq: SrqId, limit: usize) -> Result<(), VerbsError> {
+        let s = self.srq_by_id(srq).ok_or(VerbsError::InvalidSrq)?;
         s.limit = Some(limit);
         Ok(())
     }
 
     /// Allocates a memory window STag in `pd`, usable once bound with a Bind MW work request.
-    pub fn alloc_mw(&mut self, pd: u32) -> u32 {
+    pub fn alloc_mw(&mut self, pd: PdId) -> u32 {
         self.mem.alloc_mw(pd)
     }
 
     /// Reserves an STag for a Fast-Register work request.
-    pub fn alloc_fastreg_stag(&mut self, pd: u32) -> u32 {
+    pub fn alloc_fastreg_stag(&mut self, pd: PdId) -> u32 {
         self.mem.alloc_fastreg(pd)
     }
 
+    /// Creates a QP under an id the engine chooses.
     pub fn create_qp(
         &mut self,
-        pd: u32,
-        send_cq: u32,
-        recv_cq: u32,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
         caps: QpCaps,
-    ) -> Result<u32, VerbsError> {
-        for cq in [send_cq, recv_cq] {
-            if self.cq(cq).is_none() {
-                return Err(VerbsError::InvalidCq);
-            }
-        }
-        if let Some(srq) = caps.srq {
-            match self.srqs.get(srq as usize).and_then(Option::as_ref) {
-                Some(s) if s.pd == pd => {}
+    ) -> Result<QpId, VerbsError> {
+        let id = self.qp_slots.fresh();
+        self.create_qp_at(id, pd, send_cq, recv_cq, caps)?;
+        Ok(id)
+    }
+
+    /// Creates a QP under the caller's `id` (its QP number, which completions carry);
+    /// [`VerbsError::InvalidQp`] when it is in use.
+    pub fn create_qp_at(
+        &mut self,
+        id: QpId,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        caps: QpCaps,
+    ) -> Result<(), VerbsError> {
+        let cq_slot = |cq| self.cq_slots.get(cq).ok_or(VerbsError::InvalidCq);
+        let (send_cq, recv_cq) = (cq_slot(send_cq)?, cq_slot(recv_cq)?);
+        let srq = match caps.srq {
+            Some(srq) => match self.srq_slots.get(srq) {
+                Some(slot)
+                    if self.srqs[slot as usize]
+                        .as_ref()
+                        .is_some_and(|s| s.pd == pd) =>
+                {
+                    Some(slot)
+                }
                 _ => return Err(VerbsError::InvalidSrq),
-            }
-        }
-        let id = self.qps.len() as u32;
-        self.qps.push(Some(Qp {
+            },
+            None => None,
+        };
+        let qp = Qp {
             id,
             pd,
             send_cq,
@@ -242,18 +383,24 @@ impl Rnic {
             next_seq: 0,
             conn: None,
             closing: false,
-            srq: caps.srq,
-        }));
-        Ok(id)
+            srq,
+        };
+        self.qp_slots
+            .insert(&mut self.qps, id, qp)
+            .map(drop)
+            .ok_or(VerbsError::InvalidQp)
+    }
+
+    /// The slot of QP `id`, the index every call from outside starts from.
+    pub(crate) fn qp_slot(&self, id: QpId) -> Result<u32, VerbsError> {
+        self.qp_slots.get(id).ok_or(VerbsError::InvalidQp)
     }
 
     /// Whether Destroy QP would be accepted, without doing it: [`VerbsError::StagInUse`] while
     /// memory windows bound on it are valid (Verbs section 6.1.4). A caller that tears down
     /// the QP's connection first asks this before touching anything.
-    pub fn can_destroy_qp(&self, qp: u32) -> Result<(), VerbsError> {
-        if !matches!(self.qps.get(qp as usize), Some(Some(_))) {
-            return Err(VerbsError::InvalidQp);
-        }
+    pub fn can_destroy_qp(&self, qp: QpId) -> Result<(), VerbsError> {
+        self.qp_slot(qp)?;
         if self.mem.windows_bound_to(qp) {
             return Err(VerbsError::StagInUse);
         }
@@ -262,11 +409,12 @@ impl Rnic {
 
     /// Destroy QP. Refused as [`Rnic::can_destroy_qp`] says, leaving the QP as it was;
     /// otherwise its outstanding work is flushed first.
-    pub fn destroy_qp(&mut self, qp: u32) -> Result<(), VerbsError> {
-        self.can_destroy_qp(qp)?;
+    pub fn destroy_qp(&mut self, id: QpId) -> Result<(), VerbsError> {
+        self.can_destroy_qp(id)?;
+        let qp = self.qp_slot(id)?;
         self.enter_error(qp, None);
-        let slot = self.qps.get_mut(qp as usize).ok_or(VerbsError::InvalidQp)?;
-        *slot = None;
+        self.qp_slots.remove(id);
+        self.qps[qp as usize] = None;
         Ok(())
     }
 
@@ -282,11 +430,16 @@ impl Rnic {
     }
 
     /// Completions waiting in a CQ, and whether it ever overflowed.
-    pub fn cq_status(&self, cq: u32) -> Option<(usize, bool)> {
-        self.cq(cq).map(|c| (c.len(), c.overflowed()))
+    pub fn cq_status(&self, cq: CqId) -> Option<(usize, bool)> {
+        self.cq(self.cq_slots.get(cq)?)
+            .map(|c| (c.len(), c.overflowed()))
     }
 
-    pub fn qp_state(&self, qp: u32) -> Option<QpState> {
+    pub fn qp_state(&self, qp: QpId) -> Option<QpState> {
+        self.state_of(self.qp_slots.get(qp)?)
+    }
+
+    pub(crate) fn state_of(&self, qp: u32) -> Option<QpState> {
         Some(self.qps.get(qp as usize)?.as_ref()?.state)
     }
 
@@ -294,7 +447,8 @@ impl Rnic {
 
     /// Idle -> RTS with what MPA negotiation agreed (the connection's byte stream now
     /// belongs to this QP).
-    pub fn connect(&mut self, qp: u32, params: ConnParams) -> Result<(), VerbsError> {
+    pub fn connect(&mut self, qp: QpId, params: ConnParams) -> Result<(), VerbsError> {
+        let qp = self.qp_slot(qp)?;
         let q = self.qp_mut(qp)?;
         if q.state != QpState::Idle {
             return Err(VerbsError::InvalidQpState);
@@ -308,7 +462,8 @@ impl Rnic {
     /// transitions of [`QpState::modify_allowed`]; anything else is an immediate error that
     /// leaves the QP as it was (section 8.3.1). Idle -> RTS needs the LLP stream (section
     /// 6.2.1.2): that is [`Rnic::connect`].
-    pub fn modify_qp(&mut self, qp: u32, to: QpState) -> Result<(), VerbsError> {
+    pub fn modify_qp(&mut self, qp: QpId, to: QpState) -> Result<(), VerbsError> {
+        let qp = self.qp_slot(qp)?;
         let from = self.qp_mut(qp)?.state;
         if !from.modify_allowed(to) {
             return Err(VerbsError::InvalidModify);
@@ -343,8 +498,8 @@ impl Rnic {
     /// The RI's own move to Error, for a reason outside Modify QP (the QP is being
     /// destroyed, its rings are corrupt): allowed from every state, Closing and Terminate
     /// included, with every outstanding WR flushed (Verbs section 6.2.4).
-    pub fn force_error(&mut self, qp: u32) -> Result<(), VerbsError> {
-        self.qp_mut(qp)?;
+    pub fn force_error(&mut self, qp: QpId) -> Result<(), VerbsError> {
+        let qp = self.qp_slot(qp)?;
         self.enter_error(qp, None);
         Ok(())
     }
@@ -358,7 +513,8 @@ impl Rnic {
     /// so then it goes to Error instead); with work outstanding it moves to Terminate
     /// (section 6.2.2.3), sending a Terminate, and then to Error. Either way an affiliated
     /// asynchronous event reports it.
-    pub fn connection_lost(&mut self, qp: u32, graceful: bool) {
+    pub fn connection_lost(&mut self, id: QpId, graceful: bool) {
+        let Ok(qp) = self.qp_slot(id) else { return };
         let Ok(q) = self.qp_mut(qp) else { return };
         let state = q.state;
         if graceful && state == QpState::Rts {
@@ -367,13 +523,14 @@ impl Rnic {
                 && q.conn
                     .as_ref()
                     .is_none_or(|c| c.cur.is_none() && c.orq.is_empty() && c.irq.is_empty());
-            self.events.push_back(AsyncEvent::ConnectionClosed { qp });
+            self.events
+                .push_back(AsyncEvent::ConnectionClosed { qp: id });
             if done {
                 let q = self.qp_mut(qp).expect("looked up above");
                 q.state = QpState::Closing;
                 q.closing = true;
                 self.try_finish_close(qp);
-                if self.qp_state(qp) == Some(QpState::Closing) {
+                if self.state_of(qp) == Some(QpState::Closing) {
                     self.enter_error(qp, None);
                 }
             } else {
@@ -384,14 +541,15 @@ impl Rnic {
         }
         if graceful && state == QpState::Closing {
             self.try_finish_close(qp);
-            if self.qp_state(qp) == Some(QpState::Closing) {
+            if self.state_of(qp) == Some(QpState::Closing) {
                 self.enter_error(qp, None);
             }
             return;
         }
         if matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
             if graceful {
-                self.events.push_back(AsyncEvent::ConnectionClosed { qp });
+                self.events
+                    .push_back(AsyncEvent::ConnectionClosed { qp: id });
             }
             self.enter_error(qp, Some(Status::LlpError).filter(|_| !graceful));
         }
@@ -422,10 +580,11 @@ impl Rnic {
     /// meets the QP's state as figures 7 to 11 say: enqueued in Idle (run once in RTS), RTS
     /// and Terminate (flushed when Error follows), enqueued and flushed with the QP moved to
     /// Error in Closing, flushed at once in Error.
-    pub fn post_send(&mut self, qp: u32, wr: SendWr) -> Result<(), VerbsError> {
+    pub fn post_send(&mut self, qp: QpId, wr: SendWr) -> Result<(), VerbsError> {
         if wr.num_sge as usize > MAX_SGE {
             return Err(VerbsError::TooManySge);
         }
+        let qp = self.qp_slot(qp)?;
         let q = self.qp_mut(qp)?;
         let (pd, version) = (q.pd, q.conn.as_ref().map_or(1, |c| c.params.rdmap_version));
         self.check_send_wr(pd, version, &wr)?;
@@ -443,12 +602,12 @@ impl Rnic {
     /// or `InvalidQp`.
     pub fn post_send_failed(
         &mut self,
-        qp: u32,
+        qp: QpId,
         mut wr: SendWr,
         status: Status,
     ) -> Result<(), VerbsError> {
         wr.refused = Some(status);
-        self.enqueue_send(qp, wr)
+        self.enqueue_send(self.qp_slot(qp)?, wr)
     }
 
     fn enqueue_send(&mut self, qp: u32, wr: SendWr) -> Result<(), VerbsError> {
@@ -472,7 +631,7 @@ impl Rnic {
         Ok(())
     }
 
-    fn check_send_wr(&self, pd: u32, version: u8, wr: &SendWr) -> Result<(), VerbsError> {
+    fn check_send_wr(&self, pd: PdId, version: u8, wr: &SendWr) -> Result<(), VerbsError> {
         if wr.is_inline
             && (!matches!(
                 wr.op,
@@ -543,11 +702,11 @@ impl Rnic {
     /// An accepted WR meets the QP's state as figures 7 to 11 say: enqueued in Idle, RTS and
     /// Terminate, enqueued and flushed in Closing and Error. Local STags are checked when a
     /// message is placed (a completion error then, figure 23).
-    pub fn post_recv(&mut self, qp: u32, wr: RecvWr) -> Result<(), VerbsError> {
+    pub fn post_recv(&mut self, qp: QpId, wr: RecvWr) -> Result<(), VerbsError> {
         if wr.num_sge as usize > MAX_SGE {
             return Err(VerbsError::TooManySge);
         }
-        self.enqueue_recv(qp, wr)
+        self.enqueue_recv(self.qp_slot(qp)?, wr)
     }
 
     /// Post Receive of a WR that cannot be used (it could not be decoded), for a caller that
@@ -557,18 +716,18 @@ impl Rnic {
     /// with `QueueFull` or `InvalidQp`.
     pub fn post_recv_failed(
         &mut self,
-        qp: u32,
+        qp: QpId,
         mut wr: RecvWr,
         status: Status,
     ) -> Result<(), VerbsError> {
         wr.refused = Some(status);
-        self.enqueue_recv(qp, wr)
+        self.enqueue_recv(self.qp_slot(qp)?, wr)
     }
 
     /// [`Rnic::post_recv_failed`] for an S-RQ: the QP whose message consumes it completes it.
     pub fn post_srq_recv_failed(
         &mut self,
-        srq: u32,
+        srq: SrqId,
         mut wr: RecvWr,
         status: Status,
     ) -> Result<(), VerbsError> {
@@ -600,21 +759,13 @@ impl Rnic {
         Ok(())
     }
 
-    pub fn poll_cq(&mut self, cq: u32, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
-        let c = self
-            .cqs
-            .get_mut(cq as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbsError::InvalidCq)?;
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        let c = self.cq_by_id(cq).ok_or(VerbsError::InvalidCq)?;
         Ok(c.poll(out))
     }
 
-    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbsError> {
-        let c = self
-            .cqs
-            .get_mut(cq as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbsError::InvalidCq)?;
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), VerbsError> {
+        let c = self.cq_by_id(cq).ok_or(VerbsError::InvalidCq)?;
         c.arm(if solicited_only {
             Notify::Solicited
         } else {
@@ -624,11 +775,8 @@ impl Rnic {
     }
 
     /// Whether a requested completion notification fired since the last call.
-    pub fn take_cq_event(&mut self, cq: u32) -> bool {
-        self.cqs
-            .get_mut(cq as usize)
-            .and_then(Option::as_mut)
-            .is_some_and(Cq::take_event)
+    pub fn take_cq_event(&mut self, cq: CqId) -> bool {
+        self.cq_by_id(cq).is_some_and(Cq::take_event)
     }
 
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
@@ -643,14 +791,15 @@ impl Rnic {
         };
         if !c.push(wc) && !c.overflowed_reported() {
             c.set_overflow_reported();
-            self.events.push_back(AsyncEvent::CqOverflow { cq });
+            self.events.push_back(AsyncEvent::CqOverflow { cq: c.id });
             // The completions are lost: every QP using the CQ is in error (Verbs 8.3.3).
             let victims: Vec<u32> = self
                 .qps
                 .iter()
-                .flatten()
-                .filter(|q| q.send_cq == cq || q.recv_cq == cq)
-                .map(|q| q.id)
+                .enumerate()
+                .filter_map(|(slot, q)| Some((slot as u32, q.as_ref()?)))
+                .filter(|(_, q)| q.send_cq == cq || q.recv_cq == cq)
+                .map(|(slot, _)| slot)
                 .collect();
             for v in victims {
                 self.enter_error(v, None);
@@ -658,7 +807,7 @@ impl Rnic {
         }
     }
 
-    fn complete_now(&mut self, cq: u32, qp: u32, wr: &SendWr, status: Status) {
+    fn complete_now(&mut self, cq: u32, qp: QpId, wr: &SendWr, status: Status) {
         self.push_wc(
             cq,
             WorkCompletion {
@@ -778,7 +927,7 @@ impl Rnic {
         }
         self.flush_rq(qp, None);
         if !was_idle {
-            self.events.push_back(AsyncEvent::QpError { qp });
+            self.events.push_back(AsyncEvent::QpError { qp: id });
         }
     }
 
@@ -831,6 +980,7 @@ impl Rnic {
         }
         conn.terminate = Some(t);
         q.state = QpState::Terminate;
+        let qp = q.id;
         self.events
             .push_back(AsyncEvent::TerminateSent { qp, cause });
         self.stats.terminates_sent += 1;
@@ -854,11 +1004,11 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
         SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
         SendOp::Immediate { .. } => WcOpcode::Immediate,
-        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInv,
         SendOp::SendImm { .. } => WcOpcode::Send,
         SendOp::ReadV2 { .. } => WcOpcode::Read,
         SendOp::BindMw { .. } => WcOpcode::BindMw,
-        SendOp::FastRegister { .. } => WcOpcode::FastRegister,
+        SendOp::FastRegister { .. } => WcOpcode::FastReg,
     }
 }
 

@@ -7,6 +7,7 @@ use crate::mem::AccessError;
 use crate::qp::{Irq, Orq, QpState, RtrKind, RxRecv};
 use crate::rnic::Rnic;
 use crate::types::{Access, AsyncEvent, Status, WcOpcode, WorkCompletion};
+use iwarp_abi::id::QpId;
 use iwarp_wire::ddp::Buffer;
 use iwarp_wire::rdmap::{Opcode, RdmapHeader, SegmentRepr};
 use iwarp_wire::terminate::{self as t, TermCause};
@@ -60,7 +61,10 @@ fn invalidate_cause(e: AccessError) -> TermCause {
 impl Rnic {
     /// Feeds bytes received on the QP's TCP connection. Returns the bytes consumed (always
     /// all of them: after an error the rest of the stream is discarded, as it must be).
-    pub fn handle_stream(&mut self, qp: u32, bytes: &[u8]) -> usize {
+    pub fn handle_stream(&mut self, qp: QpId, bytes: &[u8]) -> usize {
+        let Ok(qp) = self.qp_slot(qp) else {
+            return bytes.len();
+        };
         let Ok(q) = self.qp_mut(qp) else {
             return bytes.len();
         };
@@ -222,7 +226,7 @@ impl Rnic {
         let Some(Some(q)) = qps.get_mut(qp as usize) else {
             return;
         };
-        let pd = q.pd;
+        let (pd, id) = (q.pd, q.id);
         let Some(conn) = q.conn.as_mut() else { return };
         if response {
             // A Read Response answers the oldest outstanding Read (RFC 5040 section 5.5).
@@ -260,7 +264,7 @@ impl Rnic {
             match mem.resolve_remote(
                 stag,
                 pd,
-                qp,
+                id,
                 Access::REMOTE_WRITE,
                 to,
                 payload.len() as u64,
@@ -331,7 +335,7 @@ impl Rnic {
                     let wr = s.rq.pop_front();
                     if s.limit.is_some_and(|l| s.rq.len() < l) {
                         s.limit = None;
-                        events.push_back(AsyncEvent::SrqLimitReached { srq });
+                        events.push_back(AsyncEvent::SrqLimitReached { srq: s.id });
                     }
                     wr
                 }
@@ -418,18 +422,18 @@ impl Rnic {
         );
         wc.solicited = seg.opcode.solicited();
         if let RdmapHeader::Immediate(imm) = seg.header {
-            wc.opcode = WcOpcode::RecvImmediate;
+            wc.opcode = WcOpcode::RecvImm;
             wc.imm = Some(imm);
             wc.byte_len = 0;
         }
         if imm_tail {
             let mut b = [0u8; 8];
             b.copy_from_slice(payload);
-            wc.opcode = WcOpcode::RecvImmediate;
+            wc.opcode = WcOpcode::RecvImm;
             wc.imm = Some(u64::from_be_bytes(b));
         }
         if seg.opcode.carries_invalidate() {
-            if let Err(e) = mem.invalidate(rsvd_ulp, pd, qp, true) {
+            if let Err(e) = mem.invalidate(rsvd_ulp, pd, id, true) {
                 // RFC 5040 section 7.2: the STag cannot be invalidated; the receive WR the
                 // message consumed completes in error before the stream is terminated.
                 wc.status = Status::RemoteAccessError;
@@ -508,7 +512,7 @@ impl Rnic {
         let Some(Some(q)) = qps.get_mut(qp as usize) else {
             return;
         };
-        let pd = q.pd;
+        let (pd, id) = (q.pd, q.id);
         let Some(conn) = q.conn.as_mut() else { return };
         if msn != conn.msn_rx[1] || !seg.last {
             self.terminate(qp, t::DDP_UNTAGGED_MSN_RANGE, ulpdu, 18);
@@ -541,7 +545,7 @@ impl Rnic {
                 match mem.resolve_remote(
                     r.src_stag,
                     pd,
-                    qp,
+                    id,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
@@ -565,7 +569,7 @@ impl Rnic {
                 match mem.resolve_remote(
                     r.src_stag,
                     pd,
-                    qp,
+                    id,
                     Access::REMOTE_READ,
                     r.src_to,
                     r.size as u64,
@@ -585,7 +589,7 @@ impl Rnic {
             }
             RdmapHeader::AtomicRequest(a) => {
                 if let Err(e) =
-                    mem.resolve_remote(a.stag, pd, qp, Access::REMOTE_ATOMIC, a.to, 8, true)
+                    mem.resolve_remote(a.stag, pd, id, Access::REMOTE_ATOMIC, a.to, 8, true)
                 {
                     self.terminate(qp, rdmap_cause(e), ulpdu, hl);
                     return;
@@ -662,8 +666,10 @@ impl Rnic {
             return;
         };
         self.stats.terminates_received += 1;
+        let Ok(q) = self.qp_mut(qp) else { return };
+        let id = q.id;
         self.events.push_back(AsyncEvent::TerminateReceived {
-            qp,
+            qp: id,
             cause: term.cause,
         });
         let status = match (term.cause.layer, term.cause.etype) {
@@ -675,6 +681,12 @@ impl Rnic {
     }
 }
 
-fn recv_wc(qp: u32, wr_id: u64, opcode: WcOpcode, status: Status, byte_len: u32) -> WorkCompletion {
+fn recv_wc(
+    qp: QpId,
+    wr_id: u64,
+    opcode: WcOpcode,
+    status: Status,
+    byte_len: u32,
+) -> WorkCompletion {
     WorkCompletion::new(wr_id, qp, opcode, status, byte_len)
 }

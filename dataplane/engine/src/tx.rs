@@ -7,6 +7,7 @@ use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG}
 use crate::rnic::{wc_opcode, Rnic};
 use crate::rx::rdmap_cause;
 use crate::types::{Access, SendOp, SendWr, Sge, Status};
+use iwarp_abi::id::{PdId, QpId};
 use iwarp_wire::ddp::{Buffer, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::rdmap::{
@@ -26,7 +27,8 @@ enum Done {
 impl Rnic {
     /// Produces the next FPDU of this QP's connection into `out`, at most the negotiated
     /// maximum FPDU size. `None` when there is nothing to send now.
-    pub fn poll_transmit(&mut self, qp: u32, out: &mut [u8]) -> Option<usize> {
+    pub fn poll_transmit(&mut self, qp: QpId, out: &mut [u8]) -> Option<usize> {
+        let qp = self.qp_slot(qp).ok()?;
         loop {
             let Rnic { mem, qps, .. } = self;
             let q = qps.get_mut(qp as usize)?.as_mut()?;
@@ -100,8 +102,8 @@ impl Rnic {
     }
 
     /// Whether the QP has anything to transmit right now.
-    pub fn wants_transmit(&self, qp: u32) -> bool {
-        let Some(Some(q)) = self.qps.get(qp as usize) else {
+    pub fn wants_transmit(&self, qp: QpId) -> bool {
+        let Some(Some(q)) = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize)) else {
             return false;
         };
         let Some(conn) = q.conn.as_ref() else {
@@ -303,7 +305,7 @@ fn max_payload(conn: &Conn, header: usize) -> u32 {
 /// The WR's payload from `offset`: its inline data, or gathered from its SGL.
 fn payload(
     mem: &MemTable,
-    pd: u32,
+    pd: PdId,
     wr: &crate::types::SendWr,
     offset: u64,
     dst: &mut [u8],
@@ -320,7 +322,7 @@ fn payload(
 /// checking every local STag (valid, same PD, in bounds).
 fn gather(
     mem: &MemTable,
-    pd: u32,
+    pd: PdId,
     sgl: &[Sge],
     mut offset: u64,
     dst: &mut [u8],
@@ -354,7 +356,7 @@ fn gather(
 /// copy of the connection's transmit cursor; a function puts it back when the WR goes on.
 struct Tx<'a> {
     mem: &'a MemTable,
-    pd: u32,
+    pd: PdId,
     conn: &'a mut Conn,
     out: &'a mut [u8],
     wr: &'a SendWr,
@@ -547,7 +549,7 @@ fn start_wr(mem: &mut MemTable, q: &mut Qp) -> Option<(Option<usize>, Done)> {
 /// Local Invalidate, Bind Memory Window and Fast-Register: work that touches only the local
 /// STag table and completes without going on the wire. Their status, or `None` for an
 /// operation that goes on the wire.
-fn tx_local(mem: &mut MemTable, pd: u32, qp: u32, op: &SendOp) -> Option<Status> {
+fn tx_local(mem: &mut MemTable, pd: PdId, qp: QpId, op: &SendOp) -> Option<Status> {
     let result = match *op {
         SendOp::LocalInvalidate { stag } => mem.invalidate(stag, pd, qp, false),
         SendOp::BindMw {
@@ -859,8 +861,8 @@ fn failed(seq: u64) -> Done {
 /// [`Irq`]). `Err` with the Terminate's cause when that check fails.
 fn tx_irq(
     mem: &MemTable,
-    pd: u32,
-    qp: u32,
+    pd: PdId,
+    qp: QpId,
     conn: &mut Conn,
     out: &mut [u8],
 ) -> Result<Option<usize>, TermCause> {

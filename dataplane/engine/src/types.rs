@@ -2,46 +2,13 @@
 //! (draft-hilland-rddp-verbs-00) names them.
 
 use core::fmt;
-
-/// Memory access rights (Verbs section 7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Access(pub u8);
-
-impl Access {
-    pub const LOCAL_READ: Access = Access(0);
-    pub const LOCAL_WRITE: Access = Access(1);
-    pub const REMOTE_READ: Access = Access(2);
-    pub const REMOTE_WRITE: Access = Access(4);
-    pub const REMOTE_ATOMIC: Access = Access(8);
-    pub const BIND: Access = Access(16);
-    pub const ALL: Access = Access(31);
-
-    pub const fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, rhs: Access) -> Access {
-        Access(self.0 | rhs.0)
-    }
-}
-
-/// A scatter/gather element: `len` bytes at tagged offset `to` of the region named by `stag`.
-/// Laid out as the SQ/RQ rings' element (stag, len, to), so the daemon's conversion of a
-/// posted entry is a plain 16-octet copy: with fields in another order it was built from
-/// 8-octet stores then read back 16 octets at a time, a stalled load per element.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Sge {
-    pub stag: u32,
-    pub len: u32,
-    pub to: u64,
-}
-
-/// Maximum scatter/gather elements per work request.
-pub const MAX_SGE: usize = 4;
+use iwarp_abi::id::{CqId, QpId, SrqId};
+/// Memory access rights, completion statuses and opcodes are the ring records' own: the
+/// engine's completions are the CQEs' values before they are written out.
+pub use iwarp_abi::wqe::{Access, CqeOpcode as WcOpcode, CqeStatus as Status};
+/// A work request's scatter/gather elements and inline data are the ring entries' too, so
+/// converting a posted entry copies them as they are.
+pub use iwarp_abi::wqe::{Sge, MAX_INLINE, MAX_SGE};
 
 /// The operation of a Send Queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,9 +116,6 @@ impl SendOp {
     }
 }
 
-/// The most inline data a Send or Write may carry in the WR itself.
-pub const MAX_INLINE: usize = 64;
-
 /// A Send Queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendWr {
@@ -247,65 +211,11 @@ impl RecvWr {
     }
 }
 
-/// Completion status (Verbs section 8.3.2, with libibverbs' spellings in mind).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Status {
-    #[default]
-    Success,
-    /// The message was longer than the receive buffers.
-    LocalLengthError,
-    /// A local STag was invalid, of another PD, lacked the right, or out of bounds.
-    LocalProtectionError,
-    LocalQpOperationError,
-    /// The QP went to Error before the WR completed.
-    WrFlushed,
-    /// The remote peer reported a protection error (Terminate, RDMAP remote protection).
-    RemoteAccessError,
-    /// The remote peer reported another error (Terminate).
-    RemoteOperationError,
-    /// The connection ended abnormally.
-    LlpError,
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            Status::Success => "success",
-            Status::LocalLengthError => "local length error",
-            Status::LocalProtectionError => "local protection error",
-            Status::LocalQpOperationError => "local QP operation error",
-            Status::WrFlushed => "work request flushed",
-            Status::RemoteAccessError => "remote access error",
-            Status::RemoteOperationError => "remote operation error",
-            Status::LlpError => "LLP (connection) error",
-        };
-        f.write_str(s)
-    }
-}
-
-/// What a completion completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum WcOpcode {
-    #[default]
-    Send,
-    Write,
-    Read,
-    FetchAdd,
-    CmpSwap,
-    Immediate,
-    LocalInvalidate,
-    BindMw,
-    FastRegister,
-    Recv,
-    /// Receive of Immediate Data (RFC 7306), or the immediate part of Write with Immediate.
-    RecvImmediate,
-}
-
 /// A work completion. `Default` is a blank slot for `poll_cq` output arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkCompletion {
     pub wr_id: u64,
-    pub qp: u32,
+    pub qp: QpId,
     pub opcode: WcOpcode,
     pub status: Status,
     pub byte_len: u32,
@@ -318,7 +228,7 @@ impl WorkCompletion {
     /// A completion with no immediate data, invalidated STag or solicited flag.
     pub fn new(
         wr_id: u64,
-        qp: u32,
+        qp: QpId,
         opcode: WcOpcode,
         status: Status,
         byte_len: u32,
@@ -388,20 +298,20 @@ impl std::error::Error for VerbsError {}
 pub enum AsyncEvent {
     /// The peer sent a Terminate.
     TerminateReceived {
-        qp: u32,
+        qp: QpId,
         cause: iwarp_wire::TermCause,
     },
     /// We sent a Terminate because of what the peer sent.
     TerminateSent {
-        qp: u32,
+        qp: QpId,
         cause: iwarp_wire::TermCause,
     },
     /// A CQ overflowed: completions were lost, the QPs using it go to Error.
-    CqOverflow { cq: u32 },
+    CqOverflow { cq: CqId },
     /// The QP entered Error.
-    QpError { qp: u32 },
+    QpError { qp: QpId },
     /// The peer closed the connection gracefully.
-    ConnectionClosed { qp: u32 },
+    ConnectionClosed { qp: QpId },
     /// An S-RQ fell below the limit its consumer armed (Verbs section 8.4).
-    SrqLimitReached { srq: u32 },
+    SrqLimitReached { srq: SrqId },
 }

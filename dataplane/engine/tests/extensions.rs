@@ -251,7 +251,7 @@ fn fast_register_then_remote_read() {
         ),
     );
     p.drive();
-    assert_eq!(p.one_wc(B).opcode, WcOpcode::FastRegister);
+    assert_eq!(p.one_wc(B).opcode, WcOpcode::FastReg);
     let sink = p.buffer(A, 1024, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     p.post_send(
         A,
@@ -343,7 +343,7 @@ fn send_with_immediate_all_variants_v2() {
             assert_eq!(
                 (wc.opcode, wc.byte_len, wc.imm, wc.solicited),
                 (
-                    WcOpcode::RecvImmediate,
+                    WcOpcode::RecvImm,
                     len as u32,
                     Some(0xabcdef ^ len as u64),
                     solicited

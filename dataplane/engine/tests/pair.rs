@@ -311,7 +311,7 @@ fn immediate_data_and_write_with_immediate() {
     let wc = p.one_wc(B);
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.imm, wc.byte_len),
-        (11, WcOpcode::RecvImmediate, Some(0xfeed), 0)
+        (11, WcOpcode::RecvImm, Some(0xfeed), 0)
     );
     assert!(!p.b.rnic.take_cq_event(p.b.cq), "not solicited: no event");
     assert_eq!(p.one_wc(A).opcode, WcOpcode::Immediate);
@@ -405,7 +405,7 @@ fn local_invalidate() {
     let wc = p.one_wc(A);
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.status),
-        (8, WcOpcode::LocalInvalidate, Status::Success)
+        (8, WcOpcode::LocalInv, Status::Success)
     );
     assert!(p.wcs(B).is_empty());
 }

@@ -7,8 +7,8 @@ mod util;
 
 use core::ptr::NonNull;
 use iwarp_engine::{
-    Access, AsyncEvent, ConnParams, QpCaps, QpState, RecvWr, Rnic, SendOp, SendWr, Sge, Status,
-    VerbsError, WcOpcode, WorkCompletion,
+    Access, AsyncEvent, ConnParams, CqId, PdId, QpCaps, QpId, QpState, RecvWr, Rnic, SendOp,
+    SendWr, Sge, Status, VerbsError, WcOpcode, WorkCompletion,
 };
 use iwarp_wire::terminate::{self as t, TermCause};
 use util::{Pair, A, B, MSS};
@@ -155,7 +155,7 @@ fn local_invalidate_of_a_region_with_a_bound_window_fails() {
     let wc = p.one_wc(B);
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.status),
-        (2, WcOpcode::LocalInvalidate, Status::LocalProtectionError)
+        (2, WcOpcode::LocalInv, Status::LocalProtectionError)
     );
     assert_eq!(p.sent_cause(B), Some(t::RDMAP_LOCAL_CATASTROPHIC));
     assert_eq!(p.received_cause(A), Some(t::RDMAP_LOCAL_CATASTROPHIC));
@@ -207,13 +207,13 @@ fn send_with_invalidate_of_a_region_with_a_bound_window_fails() {
 /// Two QPs of one PD on B, each connected to its own peer.
 struct TwoQps {
     b: Rnic,
-    b_pd: u32,
-    b_cq: u32,
-    b_qp: [u32; 2],
+    b_pd: PdId,
+    b_cq: CqId,
+    b_qp: [QpId; 2],
     peers: [Rnic; 2],
-    peer_qp: [u32; 2],
-    peer_pd: [u32; 2],
-    peer_cq: [u32; 2],
+    peer_qp: [QpId; 2],
+    peer_pd: [PdId; 2],
+    peer_cq: [CqId; 2],
     events: Vec<AsyncEvent>,
 }
 
@@ -223,7 +223,7 @@ fn leak(len: usize) -> NonNull<u8> {
 }
 
 /// Registers a fresh VA-based buffer and returns (STag, its address as TO).
-fn register(rnic: &mut Rnic, pd: u32, len: usize, access: Access) -> (u32, u64) {
+fn register(rnic: &mut Rnic, pd: PdId, len: usize, access: Access) -> (u32, u64) {
     let ptr = leak(len);
     let to = ptr.as_ptr() as u64;
     // SAFETY: the buffer is leaked, so it stays valid for the rest of the test.
@@ -248,13 +248,17 @@ impl TwoQps {
         let mut b = Rnic::new();
         let b_pd = b.alloc_pd();
         let b_cq = b.create_cq(64);
-        let mut b_qp = [0; 2];
+        let mut b_qp = [QpId::default(); 2];
         for q in &mut b_qp {
             *q = b.create_qp(b_pd, b_cq, b_cq, caps).unwrap();
             b.connect(*q, params).unwrap();
         }
         let mut peers = [Rnic::new(), Rnic::new()];
-        let (mut peer_qp, mut peer_pd, mut peer_cq) = ([0; 2], [0; 2], [0; 2]);
+        let (mut peer_qp, mut peer_pd, mut peer_cq) = (
+            [QpId::default(); 2],
+            [PdId::default(); 2],
+            [CqId::default(); 2],
+        );
         for i in 0..2 {
             peer_pd[i] = peers[i].alloc_pd();
             peer_cq[i] = peers[i].create_cq(64);
@@ -306,7 +310,7 @@ impl TwoQps {
         out
     }
 
-    fn sent_on(&self, qp: u32) -> Option<TermCause> {
+    fn sent_on(&self, qp: QpId) -> Option<TermCause> {
         self.events.iter().find_map(|e| match e {
             AsyncEvent::TerminateSent { qp: q, cause } if *q == qp => Some(*cause),
             _ => None,

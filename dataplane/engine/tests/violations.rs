@@ -195,7 +195,7 @@ fn invalidated_stag() {
     let (stag, addr) = p.remote(B, target, 0);
     p.post_send(B, SendWr::new(1, SendOp::LocalInvalidate { stag }, &[]));
     p.drive();
-    assert_eq!(p.one_wc(B).opcode, WcOpcode::LocalInvalidate);
+    assert_eq!(p.one_wc(B).opcode, WcOpcode::LocalInv);
     let local = p.buffer(A, 8, Access::LOCAL_WRITE);
     p.post_send(
         A,

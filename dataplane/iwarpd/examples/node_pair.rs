@@ -163,8 +163,8 @@ enum RateOp {
 
 struct End<P: Port> {
     node: Node<P>,
-    qp: u32,
-    cq: u32,
+    qp: iwarp_engine::QpId,
+    cq: iwarp_engine::CqId,
     stag: u32,
     buf: NonNull<u8>,
     conn: usize,
@@ -184,7 +184,7 @@ struct Rings {
 }
 
 impl Rings {
-    fn new(qp: u32, cq: u32) -> Rings {
+    fn new(qp: iwarp_engine::QpId, cq: iwarp_engine::CqId) -> Rings {
         fn segment(what: &str, len: usize) -> Arc<Segment> {
             let name = format!("node-pair-{what}-{}", std::process::id());
             let seg = Segment::create_anonymous(&name, SegmentKind::Other, len, HugePolicy::Auto);
@@ -201,7 +201,7 @@ impl Rings {
             sq,
             rq,
             cq: cq_app,
-            host_qp: HostQp::new(qp, qp, sq_host, Some(rq_host)),
+            host_qp: HostQp::new(qp, sq_host, Some(rq_host)),
             host_cq: HostCq::new(cq, cq_host, None),
         }
     }
@@ -215,7 +215,7 @@ impl Rings {
             let s = host_qp.pump_sq(rnic);
             worked |= r.posted + r.rejected + s.posted + s.rejected > 0;
         });
-        let d = self.host_cq.drain(&mut node.rnic, |q| q);
+        let d = self.host_cq.drain(&mut node.rnic);
         worked | (d.completed > 0)
     }
 }

@@ -26,7 +26,7 @@ const IDLE: usize = 400;
 const BURST: usize = 200;
 
 /// A QP with small queues, so hundreds fit in a test's memory.
-fn qp(end: &mut End<UnixPort>) -> u32 {
+fn qp(end: &mut End<UnixPort>) -> iwarp_engine::QpId {
     let caps = QpCaps {
         sq_depth: 4,
         rq_depth: 4,
@@ -39,7 +39,7 @@ fn qp(end: &mut End<UnixPort>) -> u32 {
 }
 
 /// A connection: its index on A and on B, and its QP on A and on B.
-type Pair = (usize, usize, u32, u32);
+type Pair = (usize, usize, iwarp_engine::QpId, iwarp_engine::QpId);
 
 /// Opens connections `range` (B connects to A, one listening port each).
 fn open(a: &mut End<UnixPort>, b: &mut End<UnixPort>, range: std::ops::Range<usize>) -> Vec<Pair> {

@@ -2,12 +2,12 @@
 //! a reader that turns the input into fields.
 #![allow(dead_code)]
 
-use iwarp_engine::{ConnParams, QpCaps, Rnic};
+use iwarp_engine::{ConnParams, CqId, PdId, QpCaps, QpId, Rnic};
 use std::ptr::NonNull;
 
 /// A QP of `pd` in RTS (MPA CRC on, IRD/ORD 4, 1460-octet FPDUs, RDMAP version 2 if `v2`),
 /// its SQ and RQ `depth` deep, with a CQ of its own: the QP and the CQ.
-pub fn rts_qp(rnic: &mut Rnic, pd: u32, depth: usize, v2: bool) -> (u32, u32) {
+pub fn rts_qp(rnic: &mut Rnic, pd: PdId, depth: usize, v2: bool) -> (QpId, CqId) {
     let cq = rnic.create_cq(1024);
     let caps = QpCaps {
         sq_depth: depth,

@@ -6,9 +6,9 @@
 
 use crate::codec;
 use crate::command::ShmPath;
+pub use crate::limits::Limits;
 use crate::qp::{QpState, Terminated};
 use core::fmt;
-pub use iwarp_config::Limits;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -45,6 +45,9 @@ impl Rtr {
         write: false,
         read: false,
     };
+    pub fn is_empty(&self) -> bool {
+        !(self.send || self.write || self.read)
+    }
 }
 
 /// MPA settings of a connection (RFC 5044 section 7, RFC 6581): what the application asks

@@ -14,6 +14,7 @@
 
 use crate::codec;
 use crate::error::Error;
+use crate::id::{CqId, PdId, QpId, SrqId, Stag};
 use crate::qp::{QpState, Terminated};
 use crate::ring::Slot;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -29,6 +30,8 @@ pub const MAX_CHUNK: usize = 512;
 pub const MSG_PAYLOAD: usize = 624;
 /// "No S-RQ" / "no id" in id fields.
 pub const NO_ID: u32 = u32::MAX;
+/// "No S-RQ" in [`Command::CreateQp`].
+pub const NO_SRQ: SrqId = SrqId(NO_ID);
 
 /// One ring slot: 640 octets, ten cache lines.
 #[repr(C)]
@@ -194,51 +197,51 @@ pub struct RtsParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     AllocPd {
-        pd: u32,
+        pd: PdId,
     },
     DeallocPd {
-        pd: u32,
+        pd: PdId,
     },
     /// Map a CQ ring segment (a ring of [`crate::wqe::Cqe`]) and create the CQ.
     CreateCq {
-        cq: u32,
+        cq: CqId,
         depth: u32,
         ring: ShmPath,
     },
     DestroyCq {
-        cq: u32,
+        cq: CqId,
     },
     /// Resize CQ (Verbs Modify CQ, section 5.3.3): completions go to the new ring segment from
     /// now on; the application drains what the old ring still holds. Refused with
     /// [`reply_status::IN_USE`] when more completions are present than `depth` holds.
     ResizeCq {
-        cq: u32,
+        cq: CqId,
         depth: u32,
         ring: ShmPath,
     },
     /// Map an S-RQ ring segment (a ring of [`crate::wqe::RecvWqe`]).
     CreateSrq {
-        srq: u32,
-        pd: u32,
+        srq: SrqId,
+        pd: PdId,
         depth: u32,
         ring: ShmPath,
     },
     /// Arm the S-RQ limit event (Verbs section 8.4).
     ArmSrq {
-        srq: u32,
+        srq: SrqId,
         limit: u32,
     },
     DestroySrq {
-        srq: u32,
+        srq: SrqId,
     },
     /// Map the SQ ring (of [`crate::wqe::SendWqe`]) and RQ ring (of [`crate::wqe::RecvWqe`];
-    /// unused with an S-RQ) and create the QP; `srq` is [`NO_ID`] without one.
+    /// unused with an S-RQ) and create the QP; `srq` is [`NO_SRQ`] without one.
     CreateQp {
-        qp: u32,
-        pd: u32,
-        send_cq: u32,
-        recv_cq: u32,
-        srq: u32,
+        qp: QpId,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        srq: SrqId,
         sq_depth: u32,
         rq_depth: u32,
         sq: ShmPath,
@@ -247,17 +250,17 @@ pub enum Command {
     /// Destroy QP: refused with [`reply_status::IN_USE`], the QP untouched, while memory
     /// windows are bound on it (Verbs section 6.1.4).
     DestroyQp {
-        qp: u32,
+        qp: QpId,
     },
     ModifyQp {
-        qp: u32,
+        qp: QpId,
         state: QpState,
     },
     /// Register `len` octets at `offset` of the data area of segment `segment` as region
     /// `stag` (control chose it: index + key), VA-based at `va` or zero-based.
     RegisterMr {
-        stag: u32,
-        pd: u32,
+        stag: Stag,
+        pd: PdId,
         access: u32,
         zero_based: bool,
         offset: u64,
@@ -266,19 +269,19 @@ pub enum Command {
         segment: ShmPath,
     },
     DeregisterMr {
-        stag: u32,
+        stag: Stag,
     },
     AllocMw {
-        stag: u32,
-        pd: u32,
+        stag: Stag,
+        pd: PdId,
     },
     DeallocMw {
-        stag: u32,
+        stag: Stag,
     },
     /// Reserve `stag` for Fast-Register work requests of `pd`.
     AllocFastRegStag {
-        stag: u32,
-        pd: u32,
+        stag: Stag,
+        pd: PdId,
     },
     TcpListen {
         port: u16,
@@ -290,13 +293,13 @@ pub enum Command {
     /// Open connection `conn` (control's id) for `qp` to `remote`.
     TcpConnect {
         conn: u32,
-        qp: u32,
+        qp: QpId,
         remote: SocketAddr,
     },
     /// Accept an incoming connection (from [`Upcall::TcpIncoming`]) for `qp`.
     TcpAccept {
         conn: u32,
-        qp: u32,
+        qp: QpId,
     },
     /// Bytes to send on a connection not yet in RTS (MPA frames).
     TcpSend {
@@ -311,7 +314,7 @@ pub enum Command {
     },
     /// MPA is done: from now on the connection's byte stream belongs to the QP's engine.
     QpRts {
-        qp: u32,
+        qp: QpId,
         conn: u32,
         params: RtsParams,
     },
@@ -475,46 +478,49 @@ mod tests {
         use Command::*;
         let long = "/dev/hugepages/".to_string() + &"q".repeat(SHM_PATH_LEN - 15);
         vec![
-            AllocPd { pd: 1 },
-            DeallocPd { pd: 2 },
+            AllocPd { pd: PdId(1) },
+            DeallocPd { pd: PdId(2) },
             CreateCq {
-                cq: 3,
+                cq: CqId(3),
                 depth: 64,
                 ring: path("/dev/shm/cq3"),
             },
-            DestroyCq { cq: 3 },
+            DestroyCq { cq: CqId(3) },
             ResizeCq {
-                cq: 3,
+                cq: CqId(3),
                 depth: 256,
                 ring: path("/dev/shm/cq3b"),
             },
             CreateSrq {
-                srq: 4,
-                pd: 1,
+                srq: SrqId(4),
+                pd: PdId(1),
                 depth: 128,
                 ring: path("/dev/shm/srq4"),
             },
-            ArmSrq { srq: 4, limit: 10 },
-            DestroySrq { srq: 4 },
+            ArmSrq {
+                srq: SrqId(4),
+                limit: 10,
+            },
+            DestroySrq { srq: SrqId(4) },
             CreateQp {
-                qp: 5,
-                pd: 1,
-                send_cq: 3,
-                recv_cq: 6,
-                srq: NO_ID,
+                qp: QpId(5),
+                pd: PdId(1),
+                send_cq: CqId(3),
+                recv_cq: CqId(6),
+                srq: NO_SRQ,
                 sq_depth: 256,
                 rq_depth: 512,
                 sq: path(&long),
                 rq: path("/dev/shm/rq5"),
             },
-            DestroyQp { qp: 5 },
+            DestroyQp { qp: QpId(5) },
             ModifyQp {
-                qp: 5,
+                qp: QpId(5),
                 state: QpState::Error,
             },
             RegisterMr {
-                stag: 0x1234_56ab,
-                pd: 1,
+                stag: Stag(0x1234_56ab),
+                pd: PdId(1),
                 access: 0x1f,
                 zero_based: true,
                 offset: 4096,
@@ -522,10 +528,16 @@ mod tests {
                 va: u64::MAX,
                 segment: path("/dev/shm/mem"),
             },
-            DeregisterMr { stag: 7 },
-            AllocMw { stag: 8, pd: 1 },
-            DeallocMw { stag: 8 },
-            AllocFastRegStag { stag: 9, pd: 1 },
+            DeregisterMr { stag: Stag(7) },
+            AllocMw {
+                stag: Stag(8),
+                pd: PdId(1),
+            },
+            DeallocMw { stag: Stag(8) },
+            AllocFastRegStag {
+                stag: Stag(9),
+                pd: PdId(1),
+            },
             TcpListen {
                 port: 4791,
                 backlog: 16,
@@ -533,15 +545,18 @@ mod tests {
             TcpUnlisten { port: 4791 },
             TcpConnect {
                 conn: 10,
-                qp: 5,
+                qp: QpId(5),
                 remote: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 4791),
             },
             TcpConnect {
                 conn: 11,
-                qp: 5,
+                qp: QpId(5),
                 remote: "[fe80::1]:99".parse().unwrap(),
             },
-            TcpAccept { conn: 12, qp: 5 },
+            TcpAccept {
+                conn: 12,
+                qp: QpId(5),
+            },
             TcpSend {
                 conn: 10,
                 bytes: Chunk::new(&[0xa5; MAX_CHUNK]),
@@ -553,7 +568,7 @@ mod tests {
             TcpClose { conn: 10 },
             TcpAbort { conn: 10 },
             QpRts {
-                qp: 5,
+                qp: QpId(5),
                 conn: 10,
                 params: RtsParams {
                     crc_tx: true,
@@ -671,7 +686,7 @@ mod tests {
         );
         // ModifyQp: variant, QP number, state.
         let mut m = Command::ModifyQp {
-            qp: 1,
+            qp: QpId(1),
             state: QpState::Rts,
         }
         .encode(0);
@@ -692,19 +707,19 @@ mod tests {
         let long = path(&"/".repeat(SHM_PATH_LEN));
         for c in [
             Command::CreateQp {
-                qp: u32::MAX,
-                pd: u32::MAX,
-                send_cq: u32::MAX,
-                recv_cq: u32::MAX,
-                srq: u32::MAX,
+                qp: QpId(u32::MAX),
+                pd: PdId(u32::MAX),
+                send_cq: CqId(u32::MAX),
+                recv_cq: CqId(u32::MAX),
+                srq: SrqId(u32::MAX),
                 sq_depth: u32::MAX,
                 rq_depth: u32::MAX,
                 sq: long,
                 rq: long,
             },
             Command::RegisterMr {
-                stag: u32::MAX,
-                pd: u32::MAX,
+                stag: Stag(u32::MAX),
+                pd: PdId(u32::MAX),
                 access: u32::MAX,
                 zero_based: false,
                 offset: u64::MAX,
@@ -718,7 +733,7 @@ mod tests {
             },
             Command::TcpConnect {
                 conn: u32::MAX,
-                qp: u32::MAX,
+                qp: QpId(u32::MAX),
                 remote: "[ffff::1]:65535".parse().unwrap(),
             },
         ] {

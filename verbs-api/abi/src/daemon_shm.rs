@@ -501,10 +501,25 @@ mod tests {
         }
         assert_eq!((c.heartbeat(0), c.heartbeat(1), c.heartbeat(2)), (1, 2, 3));
         // A command for worker 2 reaches worker 2 only; its reply comes back on its ring.
-        c.send_command(2, 42, &Command::AllocPd { pd: 7 }).unwrap();
+        c.send_command(
+            2,
+            42,
+            &Command::AllocPd {
+                pd: crate::id::PdId(7),
+            },
+        )
+        .unwrap();
         assert!(d[0].recv_command().is_none() && d[1].recv_command().is_none());
         let (req, cmd) = d[2].recv_command().unwrap().unwrap();
-        assert_eq!((req, cmd), (42, Command::AllocPd { pd: 7 }));
+        assert_eq!(
+            (req, cmd),
+            (
+                42,
+                Command::AllocPd {
+                    pd: crate::id::PdId(7)
+                }
+            )
+        );
         let reply = Upcall::Reply {
             req_id: 42,
             status: reply_status::OK,

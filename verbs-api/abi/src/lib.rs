@@ -15,6 +15,8 @@
 //!   [`command::Upcall`]) in fixed-size [`command::Msg`] slots.
 //! - [`app`]: the application <-> control messages of control.sock ([`app::Request`],
 //!   [`app::Reply`], [`app::Event`]).
+//! - [`id`]: the typed ids of QPs, CQs, PDs, S-RQs and STags, control's, used by all.
+//! - [`limits`]: the RNIC's resource limits (Query RNIC), which the configuration sets.
 //! - [`qp`]: the QP state and Terminate cause both of those speak of.
 //! - `codec`: the one encoding of every message (serde and postcard), panic-free on any
 //!   input.
@@ -35,6 +37,8 @@ pub mod command;
 pub mod daemon_shm;
 pub mod error;
 pub mod fdpass;
+pub mod id;
+pub mod limits;
 #[cfg(not(loom))]
 pub mod notify;
 pub mod port_file;

@@ -11,6 +11,7 @@
 use crate::error::Error;
 use crate::ring::Slot;
 use num_enum::TryFromPrimitive;
+use serde::{Deserialize, Serialize};
 
 /// The error of an octet (or word) that names no value of its enum.
 mod unknown {
@@ -33,9 +34,9 @@ mod unknown {
     }
 }
 
-/// Scatter/gather elements carried in a WQE (the engine's `MAX_SGE`).
+/// Scatter/gather elements per work request (a WQE and the engine's work requests alike).
 pub const MAX_SGE: usize = 4;
-/// Inline data a Send or Write WQE may carry (the engine's `MAX_INLINE`).
+/// Inline data a Send or Write may carry in the work request itself.
 pub const MAX_INLINE: usize = 64;
 
 /// A scatter/gather element: `len` octets at tagged offset `to` of the region `stag`.
@@ -103,14 +104,53 @@ pub mod send_flags {
     pub const ALL: u8 = 0x1f;
 }
 
-/// Memory access rights (Verbs section 7.2), the engine's `Access` bits.
+/// Memory access rights (Verbs section 7.2): what a registration, a window bind or a
+/// fast-register grants, and what the engine checks every access against. Local Read is
+/// always held, so it is no bit.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Access(pub u32);
+
+impl Access {
+    pub const LOCAL_READ: Access = Access(0);
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_READ: Access = Access(2);
+    pub const REMOTE_WRITE: Access = Access(4);
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    pub const BIND: Access = Access(16);
+    pub const ALL: Access = Access(31);
+
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The rights `bits` name, or `None` when a bit outside [`Access::ALL`] is set.
+    pub const fn from_bits(bits: u32) -> Option<Access> {
+        if bits & !Access::ALL.0 == 0 {
+            Some(Access(bits))
+        } else {
+            None
+        }
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// [`Access`]'s bits as the integers records and messages carry (`SendWqe::access`).
 pub mod access {
-    pub const LOCAL_WRITE: u32 = 1;
-    pub const REMOTE_READ: u32 = 2;
-    pub const REMOTE_WRITE: u32 = 4;
-    pub const REMOTE_ATOMIC: u32 = 8;
-    pub const BIND: u32 = 16;
-    pub const ALL: u32 = 31;
+    use super::Access;
+    pub const LOCAL_WRITE: u32 = Access::LOCAL_WRITE.0;
+    pub const REMOTE_READ: u32 = Access::REMOTE_READ.0;
+    pub const REMOTE_WRITE: u32 = Access::REMOTE_WRITE.0;
+    pub const REMOTE_ATOMIC: u32 = Access::REMOTE_ATOMIC.0;
+    pub const BIND: u32 = Access::BIND.0;
+    pub const ALL: u32 = Access::ALL.0;
 }
 
 /// A Send Queue entry, 256 octets (four cache lines).
@@ -317,27 +357,51 @@ impl RecvWqe {
     }
 }
 
-/// Completion statuses (Verbs section 8.3.2; the engine's `Status`). Values are ABI.
+/// Completion statuses (Verbs section 8.3.2, with libibverbs' spellings in mind), the
+/// engine's completions' too. Values are ABI.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, TryFromPrimitive)]
 #[num_enum(error_type(name = Error, constructor = unknown::completion_status))]
 pub enum CqeStatus {
+    #[default]
     Success = 0,
+    /// The message was longer than the receive buffers.
     LocalLengthError = 1,
+    /// A local STag was invalid, of another PD, lacked the right, or out of bounds.
     LocalProtectionError = 2,
     /// Also: a corrupted WQE (bad opcode, flags or counts).
     LocalQpOperationError = 3,
+    /// The QP went to Error before the WR completed.
     WrFlushed = 4,
+    /// The remote peer reported a protection error (Terminate, RDMAP remote protection).
     RemoteAccessError = 5,
+    /// The remote peer reported another error (Terminate).
     RemoteOperationError = 6,
+    /// The connection ended abnormally.
     LlpError = 7,
 }
 
-/// What a completion completed (the engine's `WcOpcode`). Values are ABI.
+impl core::fmt::Display for CqeStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            CqeStatus::Success => "success",
+            CqeStatus::LocalLengthError => "local length error",
+            CqeStatus::LocalProtectionError => "local protection error",
+            CqeStatus::LocalQpOperationError => "local QP operation error",
+            CqeStatus::WrFlushed => "work request flushed",
+            CqeStatus::RemoteAccessError => "remote access error",
+            CqeStatus::RemoteOperationError => "remote operation error",
+            CqeStatus::LlpError => "LLP (connection) error",
+        })
+    }
+}
+
+/// What a completion completed, the engine's completions' too. Values are ABI.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, TryFromPrimitive)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, TryFromPrimitive)]
 #[num_enum(error_type(name = Error, constructor = unknown::completion_opcode))]
 pub enum CqeOpcode {
+    #[default]
     Send = 0,
     Write = 1,
     Read = 2,

@@ -6,8 +6,9 @@
 //! What the library sends is checked where it ends up: in the commands control gives the
 //! daemon (ids, ring segment paths that exist, region offsets and lengths, addresses).
 
-use iwarp_abi::command::{Command, ShmPath, NO_ID};
+use iwarp_abi::command::{Command, ShmPath, NO_SRQ};
 use iwarp_abi::daemon_shm::DaemonShm;
+use iwarp_abi::id::{CqId, PdId, QpId, Stag};
 use iwarp_abi::segment::HugePolicy;
 use iwarp_verbs::{
     access, ConnSettings, Context, Error, ErrorCode, Event, QpInitAttr, QpState, QueuePair,
@@ -133,7 +134,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     );
 
     let pd = ctx.alloc_pd().unwrap();
-    ep.expect("AllocPd", |c| *c == Command::AllocPd { pd: pd.pd() });
+    ep.expect("AllocPd", |c| *c == Command::AllocPd { pd: PdId(pd.pd()) });
 
     // A CQ: its ring is a segment this process created, which the daemon is told to map.
     let cq = ctx.create_cq(64).unwrap();
@@ -143,7 +144,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "CreateCq",
-        |c| matches!(c, Command::CreateCq { cq: n, .. } if *n == cq.cq_num()),
+        |c| matches!(c, Command::CreateCq { cq: n, .. } if *n == CqId(cq.cq_num())),
     )
     else {
         unreachable!()
@@ -165,16 +166,16 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "CreateQp",
-        |c| matches!(c, Command::CreateQp { qp: n, .. } if *n == qp.qp_num()),
+        |c| matches!(c, Command::CreateQp { qp: n, .. } if *n == QpId(qp.qp_num())),
     )
     else {
         unreachable!()
     };
     assert_eq!(
         (qp_pd, send_cq, recv_cq),
-        (pd.pd(), cq.cq_num(), cq.cq_num())
+        (PdId(pd.pd()), CqId(cq.cq_num()), CqId(cq.cq_num()))
     );
-    assert_eq!((srq, sq_depth, rq_depth), (NO_ID, 32, 32));
+    assert_eq!((srq, sq_depth, rq_depth), (NO_SRQ, 32, 32));
     assert!(exists(&sq) && exists(&rq) && sq != rq && sq != cq_ring);
     assert_eq!(ctx.query_qp(&qp).unwrap(), QpState::Idle);
 
@@ -200,14 +201,14 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "RegisterMr",
-        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == mr.stag()),
+        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == Stag(mr.stag())),
     )
     else {
         unreachable!()
     };
     assert_eq!(
         (mr_pd, mr_access, offset, len),
-        (pd.pd(), rights, 4096, 8192)
+        (PdId(pd.pd()), rights, 4096, 8192)
     );
     assert_eq!(mr.len(), 8192);
     assert!(exists(&buf_seg));
@@ -215,7 +216,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     assert_ne!(mr2.stag(), mr.stag());
     let Command::RegisterMr { segment, len, .. } = ep.expect(
         "the second RegisterMr",
-        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == mr2.stag()),
+        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == Stag(mr2.stag())),
     ) else {
         unreachable!()
     };
@@ -259,18 +260,26 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     let (stag, stag2, qp_num, cq_num, pd_num) =
         (mr.stag(), mr2.stag(), qp.qp_num(), cq.cq_num(), pd.pd());
     mr.deregister().map_err(|(_, e)| e).unwrap();
-    ep.expect("DeregisterMr", |c| *c == Command::DeregisterMr { stag });
+    ep.expect("DeregisterMr", |c| {
+        *c == Command::DeregisterMr { stag: Stag(stag) }
+    });
     drop(mr2);
     ep.expect("DeregisterMr", |c| {
-        *c == Command::DeregisterMr { stag: stag2 }
+        *c == Command::DeregisterMr { stag: Stag(stag2) }
     });
     drop(qp);
-    ep.expect("DestroyQp", |c| *c == Command::DestroyQp { qp: qp_num });
+    ep.expect("DestroyQp", |c| {
+        *c == Command::DestroyQp { qp: QpId(qp_num) }
+    });
     drop(cq);
-    ep.expect("DestroyCq", |c| *c == Command::DestroyCq { cq: cq_num });
+    ep.expect("DestroyCq", |c| {
+        *c == Command::DestroyCq { cq: CqId(cq_num) }
+    });
     drop(buf);
     drop(pd);
-    ep.expect("DeallocPd", |c| *c == Command::DeallocPd { pd: pd_num });
+    ep.expect("DeallocPd", |c| {
+        *c == Command::DeallocPd { pd: PdId(pd_num) }
+    });
     drop(ctx);
     wait_removed(&[sq, rq, cq_ring, buf_seg].map(|p| p.to_path()));
 }
@@ -318,7 +327,7 @@ fn connect_accept_reject_refusal_and_disconnect_with_events() {
     ep.expect("TcpConnect", |c| {
         *c == Command::TcpConnect {
             conn,
-            qp: qa.qp_num(),
+            qp: QpId(qa.qp_num()),
             remote,
         }
     });
@@ -355,7 +364,7 @@ fn connect_accept_reject_refusal_and_disconnect_with_events() {
     );
     ep.expect(
         "QpRts",
-        |c| matches!(c, Command::QpRts { qp, .. } if *qp == qa.qp_num()),
+        |c| matches!(c, Command::QpRts { qp, .. } if *qp == QpId(qa.qp_num())),
     );
 
     // A second QP of A is rejected with private data.

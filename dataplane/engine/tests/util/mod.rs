@@ -3,7 +3,8 @@
 
 use core::ptr::NonNull;
 use iwarp_engine::{
-    Access, AsyncEvent, ConnParams, QpCaps, RecvWr, Rnic, SendWr, Sge, WorkCompletion,
+    Access, AsyncEvent, ConnParams, CqId, PdId, QpCaps, QpId, RecvWr, Rnic, SendWr, Sge, SrqId,
+    WorkCompletion,
 };
 use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::TermCause;
@@ -24,10 +25,10 @@ pub struct Buf {
 
 pub struct Side {
     pub rnic: Rnic,
-    pub qp: u32,
-    pub cq: u32,
-    pub pd: u32,
-    pub srq: Option<u32>,
+    pub qp: QpId,
+    pub cq: CqId,
+    pub pd: PdId,
+    pub srq: Option<SrqId>,
     pub bufs: Vec<Buf>,
     pub events: Vec<AsyncEvent>,
 }

@@ -3,36 +3,17 @@
 use iwarp_abi::command::Upcall;
 use iwarp_abi::qp::Terminated;
 use iwarp_abi::wqe::{
-    self, cqe_flags, send_flags, AsyncEventKind, Cqe, CqeOpcode, CqeStatus, RecvWqe, SendOpcode,
-    SendWqe,
+    self, cqe_flags, send_flags, AsyncEventKind, Cqe, RecvWqe, SendOpcode, SendWqe,
 };
-use iwarp_engine::{
-    Access, AsyncEvent, RecvWr, SendOp, SendWr, Sge, Status, WcOpcode, WorkCompletion,
-};
-
-const _: () = assert!(wqe::MAX_SGE == iwarp_engine::MAX_SGE);
-
-/// An entry's scatter/gather list in the engine's terms, in place (a WR per message must not
-/// cost an allocation): the list and how many of its elements count.
-fn sges(s: &[wqe::Sge]) -> ([Sge; wqe::MAX_SGE], usize) {
-    let mut out = [Sge::default(); wqe::MAX_SGE];
-    for (o, g) in out.iter_mut().zip(s) {
-        *o = Sge {
-            stag: g.stag,
-            to: g.to,
-            len: g.len,
-        };
-    }
-    (out, s.len().min(wqe::MAX_SGE))
-}
+use iwarp_engine::{Access, AsyncEvent, RecvWr, SendOp, SendWr, WorkCompletion};
 
 /// Converts an application's SQ entry. `Err(())` for a corrupted or meaningless entry: the
-/// caller completes it with [`CqeStatus::LocalQpOperationError`].
+/// caller completes it with [`wqe::CqeStatus::LocalQpOperationError`].
 #[allow(clippy::result_unit_err)]
 pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
     let op = w.validate().map_err(|_| ())?;
     let se = w.has(send_flags::SOLICITED);
-    let access = Access(u8::try_from(w.access).map_err(|_| ())?);
+    let access = Access::from_bits(w.access).ok_or(())?;
     let (rs, rt) = (w.remote_stag, w.remote_to);
     let send_op = match op {
         SendOpcode::Send => SendOp::Send {
@@ -103,8 +84,7 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
     let mut wr = if w.has(send_flags::INLINE) {
         SendWr::with_inline(w.wr_id, send_op, w.inline()).ok_or(())?
     } else {
-        let (sgl, n) = sges(w.sgl());
-        SendWr::new(w.wr_id, send_op, &sgl[..n])
+        SendWr::new(w.wr_id, send_op, w.sgl())
     };
     wr.signaled = w.has(send_flags::SIGNALED);
     wr.read_fence = w.has(send_flags::FENCE);
@@ -116,41 +96,11 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
 #[allow(clippy::result_unit_err)]
 pub fn recv_wr(w: &RecvWqe) -> Result<RecvWr, ()> {
     w.validate().map_err(|_| ())?;
-    let (sgl, n) = sges(w.sgl());
-    Ok(RecvWr::new(w.wr_id, &sgl[..n]))
+    Ok(RecvWr::new(w.wr_id, w.sgl()))
 }
 
-pub fn cqe_status(s: Status) -> CqeStatus {
-    match s {
-        Status::Success => CqeStatus::Success,
-        Status::LocalLengthError => CqeStatus::LocalLengthError,
-        Status::LocalProtectionError => CqeStatus::LocalProtectionError,
-        Status::LocalQpOperationError => CqeStatus::LocalQpOperationError,
-        Status::WrFlushed => CqeStatus::WrFlushed,
-        Status::RemoteAccessError => CqeStatus::RemoteAccessError,
-        Status::RemoteOperationError => CqeStatus::RemoteOperationError,
-        Status::LlpError => CqeStatus::LlpError,
-    }
-}
-
-pub fn cqe_opcode(o: WcOpcode) -> CqeOpcode {
-    match o {
-        WcOpcode::Send => CqeOpcode::Send,
-        WcOpcode::Write => CqeOpcode::Write,
-        WcOpcode::Read => CqeOpcode::Read,
-        WcOpcode::FetchAdd => CqeOpcode::FetchAdd,
-        WcOpcode::CmpSwap => CqeOpcode::CmpSwap,
-        WcOpcode::Immediate => CqeOpcode::Immediate,
-        WcOpcode::LocalInvalidate => CqeOpcode::LocalInv,
-        WcOpcode::BindMw => CqeOpcode::BindMw,
-        WcOpcode::FastRegister => CqeOpcode::FastReg,
-        WcOpcode::Recv => CqeOpcode::Recv,
-        WcOpcode::RecvImmediate => CqeOpcode::RecvImm,
-    }
-}
-
-/// The CQE for an engine completion; `qp_num` is the application's (control's) QP number.
-pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
+/// The CQE for an engine completion; its QP number is control's, which the engine was given.
+pub fn cqe(wc: &WorkCompletion) -> Cqe {
     let mut flags = 0;
     if wc.imm.is_some() {
         flags |= cqe_flags::IMM;
@@ -163,9 +113,9 @@ pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
     }
     Cqe {
         wr_id: wc.wr_id,
-        qp_num,
-        opcode: cqe_opcode(wc.opcode) as u8,
-        status: cqe_status(wc.status) as u8,
+        qp_num: wc.qp.0,
+        opcode: wc.opcode as u8,
+        status: wc.status as u8,
         flags,
         byte_len: wc.byte_len,
         invalidated_stag: wc.invalidated_stag.unwrap_or(0),
@@ -176,76 +126,26 @@ pub fn cqe(wc: &WorkCompletion, qp_num: u32) -> Cqe {
 
 /// The stand-in for an SQ entry [`send_wr`] refused: its id and, as far as its opcode is
 /// readable, its operation (what its error completion reports), nothing else. Posted as a
-/// failed WR, it never runs.
+/// failed WR, it never runs, so it is the entry's opcode alone, converted as any entry is.
 pub fn stand_in(w: &SendWqe) -> SendWr {
-    let (rs, rt) = (0, 0);
-    let op = match opcode_of(w) {
-        CqeOpcode::Write => SendOp::Write {
-            remote_stag: rs,
-            remote_to: rt,
-        },
-        CqeOpcode::Read => SendOp::Read {
-            remote_stag: rs,
-            remote_to: rt,
-        },
-        CqeOpcode::FetchAdd => SendOp::FetchAdd {
-            remote_stag: rs,
-            remote_to: rt,
-            add: 0,
-            add_mask: 0,
-        },
-        CqeOpcode::CmpSwap => SendOp::cmp_swap(rs, rt, 0, 0),
-        CqeOpcode::Immediate => SendOp::Immediate {
-            imm: 0,
-            solicited: false,
-        },
-        CqeOpcode::LocalInv => SendOp::LocalInvalidate { stag: 0 },
-        CqeOpcode::FastReg => SendOp::FastRegister {
-            stag: 0,
-            source: 0,
-            offset: 0,
-            len: 0,
-            access: Access::LOCAL_READ,
-            base_to: 0,
-        },
-        CqeOpcode::BindMw => SendOp::BindMw {
-            mw: 0,
-            mr: 0,
-            to: 0,
-            len: 0,
-            access: Access::LOCAL_READ,
-        },
-        _ => SendOp::Send {
+    let opcode = w.op().unwrap_or(SendOpcode::Send);
+    let blank = SendWqe {
+        wr_id: w.wr_id,
+        opcode: opcode as u8,
+        ..SendWqe::default()
+    };
+    // A known opcode with nothing else set always converts; a Send is the last resort.
+    send_wr(&blank).unwrap_or_else(|()| {
+        let send = SendOp::Send {
             solicited: false,
             invalidate: None,
-        },
-    };
-    SendWr::new(w.wr_id, op, &[])
+        };
+        SendWr::new(w.wr_id, send, &[])
+    })
 }
 
-/// The completion opcode an SQ entry would have (for its error completion).
-fn opcode_of(w: &SendWqe) -> CqeOpcode {
-    match w.op() {
-        Ok(SendOpcode::Write | SendOpcode::WriteImm) => CqeOpcode::Write,
-        Ok(SendOpcode::Read | SendOpcode::ReadV2) => CqeOpcode::Read,
-        Ok(SendOpcode::FetchAdd) => CqeOpcode::FetchAdd,
-        Ok(SendOpcode::CmpSwap) => CqeOpcode::CmpSwap,
-        Ok(SendOpcode::Immediate) => CqeOpcode::Immediate,
-        Ok(SendOpcode::LocalInv) => CqeOpcode::LocalInv,
-        Ok(SendOpcode::FastReg) => CqeOpcode::FastReg,
-        Ok(SendOpcode::BindMw) => CqeOpcode::BindMw,
-        _ => CqeOpcode::Send,
-    }
-}
-
-/// The async-event record and the control upcall for an engine event. `qp_num` and `cq_num`
-/// map engine ids to the application's.
-pub fn event(
-    e: &AsyncEvent,
-    qp_num: impl Fn(u32) -> u32,
-    cq_num: impl Fn(u32) -> u32,
-    srq_num: impl Fn(u32) -> u32,
-) -> (wqe::AsyncEvent, Upcall) {
+/// The async-event record and the control upcall for an engine event (its ids are control's).
+pub fn event(e: &AsyncEvent) -> (wqe::AsyncEvent, Upcall) {
     let mut r;
     let up;
     match *e {
@@ -256,7 +156,7 @@ pub fn event(
             } else {
                 AsyncEventKind::TerminateSent
             });
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             r.term_layer = cause.layer as u8;
             r.term_type = cause.etype;
             r.term_code = cause.code;
@@ -270,17 +170,17 @@ pub fn event(
         }
         AsyncEvent::CqOverflow { cq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::CqOverflow);
-            r.cq = cq_num(cq);
+            r.cq = cq.0;
             up = Upcall::CqOverflow { cq: r.cq };
         }
         AsyncEvent::QpError { qp } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::QpError);
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             up = Upcall::QpError { qp: r.qp };
         }
         AsyncEvent::ConnectionClosed { qp } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::ConnectionClosed);
-            r.qp = qp_num(qp);
+            r.qp = qp.0;
             // Control learns of the close from the TCP side (TcpClosed) and tells the
             // application; this records the QP's move out of RTS (to Idle, or on to Error,
             // which a QpError reports after it).
@@ -288,7 +188,7 @@ pub fn event(
         }
         AsyncEvent::SrqLimitReached { srq } => {
             r = wqe::AsyncEvent::new(AsyncEventKind::SrqLimit);
-            r.srq = srq_num(srq);
+            r.srq = srq.0;
             up = Upcall::SrqLimit { srq: r.srq };
         }
     }
@@ -298,11 +198,12 @@ pub fn event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iwarp_abi::wqe::Sge as WSge;
+    use iwarp_abi::wqe::{CqeOpcode, CqeStatus, Sge};
+    use iwarp_engine::{Status, WcOpcode};
 
     #[test]
     fn every_send_opcode_converts_with_its_fields() {
-        let sge = WSge {
+        let sge = Sge {
             stag: 0x100,
             len: 8,
             to: 0x2000,
@@ -407,19 +308,67 @@ mod tests {
     fn completion_fields_map() {
         let wc = WorkCompletion {
             wr_id: 5,
-            qp: 0,
-            opcode: WcOpcode::RecvImmediate,
+            qp: iwarp_engine::QpId(42),
+            opcode: WcOpcode::RecvImm,
             status: Status::WrFlushed,
             byte_len: 33,
             imm: Some(1),
             invalidated_stag: None,
             solicited: true,
         };
-        let c = cqe(&wc, 42);
+        let c = cqe(&wc);
         assert_eq!(c.qp_num, 42);
         assert_eq!(c.op().unwrap(), CqeOpcode::RecvImm);
         assert_eq!(c.status().unwrap(), CqeStatus::WrFlushed);
         assert_eq!((c.imm(), c.invalidated(), c.byte_len), (Some(1), None, 33));
         assert_ne!(c.flags & cqe_flags::SOLICITED, 0);
+    }
+
+    /// Verbs section 8.3.2: a WQE that cannot be decoded completes in error, reporting the
+    /// operation its opcode names (a Send where even that is unreadable).
+    #[test]
+    fn a_corrupted_entry_completes_as_its_opcode() {
+        use iwarp_engine::{CqId, PdId, QpCaps, QpId, Rnic};
+        let expect = [
+            (SendOpcode::Send as u8, CqeOpcode::Send),
+            (SendOpcode::SendInv as u8, CqeOpcode::Send),
+            (SendOpcode::SendImm as u8, CqeOpcode::Send),
+            (SendOpcode::SendInvImm as u8, CqeOpcode::Send),
+            (SendOpcode::Write as u8, CqeOpcode::Write),
+            (SendOpcode::WriteImm as u8, CqeOpcode::Write),
+            (SendOpcode::Read as u8, CqeOpcode::Read),
+            (SendOpcode::ReadV2 as u8, CqeOpcode::Read),
+            (SendOpcode::FetchAdd as u8, CqeOpcode::FetchAdd),
+            (SendOpcode::CmpSwap as u8, CqeOpcode::CmpSwap),
+            (SendOpcode::Immediate as u8, CqeOpcode::Immediate),
+            (SendOpcode::LocalInv as u8, CqeOpcode::LocalInv),
+            (SendOpcode::FastReg as u8, CqeOpcode::FastReg),
+            (SendOpcode::BindMw as u8, CqeOpcode::BindMw),
+            (200, CqeOpcode::Send),
+        ];
+        let mut rnic = Rnic::new();
+        let (cq, qp) = (CqId(1), QpId(2));
+        rnic.create_cq_at(cq, 32).unwrap();
+        let caps = QpCaps {
+            sq_depth: 32,
+            rq_depth: 1,
+            srq: None,
+        };
+        rnic.create_qp_at(qp, PdId(1), cq, cq, caps).unwrap();
+        for (i, &(opcode, _)) in expect.iter().enumerate() {
+            let mut w = SendWqe::new(i as u64, SendOpcode::Send, &[]).unwrap();
+            w.opcode = opcode;
+            w.num_sge = 99;
+            assert!(send_wr(&w).is_err());
+            rnic.post_send_failed(qp, stand_in(&w), Status::LocalQpOperationError)
+                .unwrap();
+        }
+        rnic.force_error(qp).unwrap();
+        let mut wcs = [WorkCompletion::default(); 32];
+        let n = rnic.poll_cq(cq, &mut wcs).unwrap();
+        assert_eq!(n, expect.len());
+        for (wc, (_, op)) in wcs[..n].iter().zip(expect) {
+            assert_eq!(wc.opcode, op, "wr {}", wc.wr_id);
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! engine's CQ, which then overflows with the Verbs semantics (event, QPs to Error).
 
 use super::convert;
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 use iwarp_abi::ring::{Consumer, Producer};
 use iwarp_abi::segment::Segment;
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
@@ -22,7 +23,7 @@ pub const BURST: usize = 32;
 
 /// A CQ: the engine's CQ and the application's CQE ring.
 pub struct HostCq {
-    pub engine_cq: u32,
+    pub cq: CqId,
     pub ring: Producer<Cqe>,
     /// The application's notification word, woken after completions are written.
     pub notify: Option<iwarp_abi::notify::Notify>,
@@ -46,9 +47,8 @@ pub struct Pumped {
 
 /// A QP's application-side rings.
 pub struct HostQp {
-    /// The QP number the application and control know.
-    pub qp_num: u32,
-    pub engine_qp: u32,
+    /// The QP number: control's, the application's and the engine's.
+    pub qp: QpId,
     pub sq: Consumer<SendWqe>,
     /// None when the QP takes receives from an S-RQ.
     pub rq: Option<Consumer<RecvWqe>>,
@@ -79,14 +79,14 @@ enum Posted {
     Gone,
 }
 
-/// Counts what posting an entry of QP `qp_num` came to. `Some` with the entry's status
+/// Counts what posting an entry of queue `queue` came to. `Some` with the entry's status
 /// when the engine's queue was full: the caller stashes the entry and stops.
-fn tally(qp_num: u32, r: Posted, p: &mut Pumped) -> Option<Option<Status>> {
+fn tally(queue: impl core::fmt::Display, r: Posted, p: &mut Pumped) -> Option<Option<Status>> {
     match r {
         Posted::Accepted { failed: false } => p.posted += 1,
         Posted::Accepted { failed: true } => p.rejected += 1,
         Posted::Gone => {
-            tracing::warn!("QP {qp_num}: entry dropped, the engine has no such QP");
+            tracing::warn!("{queue}: entry dropped, the engine has no such queue");
             p.rejected += 1;
         }
         Posted::Full(failed) => return Some(failed),
@@ -95,17 +95,17 @@ fn tally(qp_num: u32, r: Posted, p: &mut Pumped) -> Option<Option<Status>> {
 }
 
 /// The engine's post verb for a queue (QP or S-RQ `id`), and its failed-WR twin.
-type Post<W> = fn(&mut Rnic, u32, W) -> Result<(), VerbsError>;
-type PostFailed<W> = fn(&mut Rnic, u32, W, Status) -> Result<(), VerbsError>;
+type Post<I, W> = fn(&mut Rnic, I, W) -> Result<(), VerbsError>;
+type PostFailed<I, W> = fn(&mut Rnic, I, W, Status) -> Result<(), VerbsError>;
 
 /// Posts `wr` to queue `id`, or, when it is failed already or the engine refuses it, posts
 /// it as a failed WR.
-fn post_or_fail<W: Copy>(
+fn post_or_fail<I: Copy, W: Copy>(
     rnic: &mut Rnic,
-    id: u32,
+    id: I,
     (wr, failed): (W, Option<Status>),
-    post: Post<W>,
-    post_failed: PostFailed<W>,
+    post: Post<I, W>,
+    post_failed: PostFailed<I, W>,
 ) -> Posted {
     let status = match failed {
         Some(s) => s,
@@ -136,15 +136,9 @@ fn recv_entry(w: &RecvWqe) -> (RecvWr, Option<Status>) {
 }
 
 impl HostQp {
-    pub fn new(
-        qp_num: u32,
-        engine_qp: u32,
-        sq: Consumer<SendWqe>,
-        rq: Option<Consumer<RecvWqe>>,
-    ) -> HostQp {
+    pub fn new(qp: QpId, sq: Consumer<SendWqe>, rq: Option<Consumer<RecvWqe>>) -> HostQp {
         HostQp {
-            qp_num,
-            engine_qp,
+            qp,
             sq,
             rq,
             sq_stash: None,
@@ -158,7 +152,7 @@ impl HostQp {
         if self.sq.is_corrupt() {
             return p;
         }
-        let qp = self.engine_qp;
+        let qp = self.qp;
         for _ in 0..BURST {
             let (wr, failed) = match self.sq_stash.take() {
                 Some(stashed) => stashed,
@@ -178,7 +172,7 @@ impl HostQp {
                 Rnic::post_send,
                 Rnic::post_send_failed,
             );
-            if let Some(failed) = tally(self.qp_num, r, &mut p) {
+            if let Some(failed) = tally(qp, r, &mut p) {
                 self.sq_stash = Some((wr, failed));
                 break;
             }
@@ -196,7 +190,7 @@ impl HostQp {
         if rq.is_corrupt() {
             return p;
         }
-        let qp = self.engine_qp;
+        let qp = self.qp;
         loop {
             let (wr, failed) = match self.rq_stash.take() {
                 Some(stashed) => stashed,
@@ -212,7 +206,7 @@ impl HostQp {
                 Rnic::post_recv,
                 Rnic::post_recv_failed,
             );
-            if let Some(failed) = tally(self.qp_num, r, &mut p) {
+            if let Some(failed) = tally(qp, r, &mut p) {
                 self.rq_stash = Some((wr, failed));
                 break;
             }
@@ -228,13 +222,9 @@ impl HostQp {
 }
 
 impl HostCq {
-    pub fn new(
-        engine_cq: u32,
-        ring: Producer<Cqe>,
-        notify: Option<iwarp_abi::notify::Notify>,
-    ) -> HostCq {
+    pub fn new(cq: CqId, ring: Producer<Cqe>, notify: Option<iwarp_abi::notify::Notify>) -> HostCq {
         HostCq {
-            engine_cq,
+            cq,
             ring,
             notify,
             wcs: Box::new([WorkCompletion::default(); BURST]),
@@ -243,18 +233,15 @@ impl HostCq {
     }
 
     /// Writes up to [`BURST`] engine completions, as far as the CQE ring has room.
-    /// `qp_num` maps an engine QP id to the application's.
-    pub fn drain(&mut self, rnic: &mut Rnic, qp_num: impl Fn(u32) -> u32) -> Pumped {
+    pub fn drain(&mut self, rnic: &mut Rnic) -> Pumped {
         let mut p = Pumped::default();
         let room = self.ring.free_slots().min(BURST);
         if room == 0 {
             return p;
         }
-        let n = rnic
-            .poll_cq(self.engine_cq, &mut self.wcs[..room])
-            .unwrap_or(0);
+        let n = rnic.poll_cq(self.cq, &mut self.wcs[..room]).unwrap_or(0);
         for (c, wc) in self.cqes.iter_mut().zip(&self.wcs[..n]) {
-            *c = convert::cqe(wc, qp_num(wc.qp));
+            *c = convert::cqe(wc);
         }
         // `room` slots were free and only we produce: all n fit, one doorbell.
         let written = self.ring.push_batch(&self.cqes[..n]);
@@ -271,15 +258,15 @@ impl HostCq {
 
 /// An S-RQ's application ring.
 pub struct HostSrq {
-    pub engine_srq: u32,
+    pub srq: SrqId,
     ring: Consumer<RecvWqe>,
     stash: Option<(RecvWr, Option<Status>)>,
 }
 
 impl HostSrq {
-    pub fn new(engine_srq: u32, ring: Consumer<RecvWqe>) -> HostSrq {
+    pub fn new(srq: SrqId, ring: Consumer<RecvWqe>) -> HostSrq {
         HostSrq {
-            engine_srq,
+            srq,
             ring,
             stash: None,
         }
@@ -293,7 +280,7 @@ impl HostSrq {
         if self.ring.is_corrupt() {
             return p;
         }
-        let srq = self.engine_srq;
+        let srq = self.srq;
         loop {
             let (wr, failed) = match self.stash.take() {
                 Some(stashed) => stashed,
@@ -337,12 +324,12 @@ pub struct HostMr {
 }
 
 /// A registration request: `len` octets at `offset` of a segment's data area, as `stag`
-/// (chosen by iwarp-control) in engine PD `pd`; `base_to` is the tagged offset of its first
+/// (chosen by iwarp-control) in PD `pd`; `base_to` is the tagged offset of its first
 /// octet (its virtual address, or 0 when zero-based).
 #[derive(Debug, Clone, Copy)]
 pub struct Registration {
     pub stag: u32,
-    pub pd: u32,
+    pub pd: PdId,
     pub offset: u64,
     pub len: u64,
     pub access: u32,
@@ -363,23 +350,13 @@ pub fn register_segment(
     if end > seg.data_len() as u64 || r.len == 0 {
         return Err(RegisterError::OutOfBounds);
     }
-    let access = u8::try_from(r.access)
-        .ok()
-        .filter(|a| u32::from(*a) & !iwarp_abi::wqe::access::ALL == 0)
-        .ok_or(RegisterError::BadAccess)?;
+    let access = Access::from_bits(r.access).ok_or(RegisterError::BadAccess)?;
     // SAFETY: [offset, offset+len) lies in the segment's data area (checked above), which
     // stays mapped while the returned HostMr holds the Arc; the engine only copies into it
     // or runs atomics on it, as its contract requires.
     unsafe {
         let base = core::ptr::NonNull::new_unchecked(seg.data().as_ptr().add(r.offset as usize));
-        rnic.register_mr_at(
-            r.stag,
-            r.pd,
-            base,
-            r.len as usize,
-            Access(access),
-            r.base_to,
-        )
+        rnic.register_mr_at(r.stag, r.pd, base, r.len as usize, access, r.base_to)
     }
     .map_err(|e| match e {
         VerbsError::InvalidAccess => RegisterError::BadAccess,
@@ -412,18 +389,20 @@ mod tests {
         let mut rnic = Rnic::new();
         let pd = rnic.alloc_pd();
         let ecq = rnic.create_cq(64);
-        let eqp = rnic
-            .create_qp(
-                pd,
-                ecq,
-                ecq,
-                QpCaps {
-                    sq_depth: 16,
-                    rq_depth: 16,
-                    srq: None,
-                },
-            )
-            .unwrap();
+        // The QP number control chose, which completions carry.
+        let eqp = QpId(7);
+        rnic.create_qp_at(
+            eqp,
+            pd,
+            ecq,
+            ecq,
+            QpCaps {
+                sq_depth: 16,
+                rq_depth: 16,
+                srq: None,
+            },
+        )
+        .unwrap();
 
         let sq_seg = seg("sq", ring::ring_bytes::<SendWqe>(16));
         let rq_seg = seg("rq", ring::ring_bytes::<RecvWqe>(16));
@@ -431,7 +410,7 @@ mod tests {
         let (mut app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 16).unwrap();
         let (mut app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 16).unwrap();
         let (cq_p, mut app_cq) = ring::init_segment::<Cqe>(&cq_seg, 64).unwrap();
-        let mut qp = HostQp::new(7, eqp, sq_c, Some(rq_c));
+        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
         let mut cq = HostCq::new(ecq, cq_p, None);
 
         let mem = seg("mem", 4096);
@@ -483,11 +462,10 @@ mod tests {
             .push(SendWqe::new(50, SendOpcode::Send, &[sge]).unwrap())
             .unwrap();
         assert_eq!(qp.pump_sq(&mut rnic).posted, 1);
-        let map = |e: u32| if e == eqp { 7 } else { u32::MAX };
-        assert_eq!(cq.drain(&mut rnic, map).completed, 0);
+        assert_eq!(cq.drain(&mut rnic).completed, 0);
 
         rnic.modify_qp(eqp, QpState::Error).unwrap();
-        let d = cq.drain(&mut rnic, map);
+        let d = cq.drain(&mut rnic);
         let got: Vec<Cqe> = std::iter::from_fn(|| app_cq.pop()).collect();
         assert_eq!(got.len(), d.completed);
         assert!(got.iter().all(|c| c.qp_num == 7));
@@ -529,7 +507,7 @@ mod tests {
         let cq_seg = seg("cq4", ring::ring_bytes::<Cqe>(64));
         let (mut app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 16).unwrap();
         let (cq_p, mut app_cq) = ring::init_segment::<Cqe>(&cq_seg, 64).unwrap();
-        let mut qp = HostQp::new(4, eqp, sq_c, None);
+        let mut qp = HostQp::new(eqp, sq_c, None);
         let mut cq = HostCq::new(ecq, cq_p, None);
 
         let mem = seg("mem4", 4096);
@@ -562,15 +540,11 @@ mod tests {
             .unwrap();
         let p = qp.pump_sq(&mut rnic);
         assert_eq!((p.posted, p.rejected), (2, 2));
-        assert_eq!(
-            cq.drain(&mut rnic, |_| 4).completed,
-            0,
-            "nothing jumps ahead"
-        );
+        assert_eq!(cq.drain(&mut rnic).completed, 0, "nothing jumps ahead");
 
         let mut wire = [0u8; 1460];
         while rnic.poll_transmit(eqp, &mut wire).is_some() {}
-        cq.drain(&mut rnic, |_| 4);
+        cq.drain(&mut rnic);
         let got: Vec<(u64, CqeOpcode, CqeStatus)> = std::iter::from_fn(|| app_cq.pop())
             .map(|c| (c.wr_id, c.op().unwrap(), c.status().unwrap()))
             .collect();
@@ -604,7 +578,7 @@ mod tests {
         let rq_seg = seg("rq3", ring::ring_bytes::<RecvWqe>(128));
         let (_app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 4).unwrap();
         let (mut app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 128).unwrap();
-        let mut qp = HostQp::new(3, eqp, sq_c, Some(rq_c));
+        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
         for i in 0..100 {
             app_rq.push(RecvWqe::new(i, &[]).unwrap()).unwrap();
         }
@@ -648,21 +622,21 @@ mod tests {
         let (mut app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 16).unwrap();
         let (_, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 16).unwrap();
         let (cq_p, mut app_cq) = ring::init_segment::<Cqe>(&cq_seg, 4).unwrap();
-        let mut qp = HostQp::new(1, eqp, sq_c, Some(rq_c));
+        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
         let mut cq = HostCq::new(ecq, cq_p, None);
         for i in 0..10 {
             app_rq.push(RecvWqe::new(i, &[]).unwrap()).unwrap();
         }
         assert_eq!(qp.pump_rq(&mut rnic).posted, 10);
         rnic.modify_qp(eqp, QpState::Error).unwrap();
-        assert_eq!(cq.drain(&mut rnic, |_| 1).completed, 4);
-        assert_eq!(cq.drain(&mut rnic, |_| 1).completed, 0, "ring full");
+        assert_eq!(cq.drain(&mut rnic).completed, 4);
+        assert_eq!(cq.drain(&mut rnic).completed, 0, "ring full");
         let mut ids = Vec::new();
         while ids.len() < 10 {
             while let Some(c) = app_cq.pop() {
                 ids.push(c.wr_id);
             }
-            cq.drain(&mut rnic, |_| 1);
+            cq.drain(&mut rnic);
         }
         assert_eq!(
             ids,

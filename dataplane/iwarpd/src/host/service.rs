@@ -3,9 +3,9 @@
 //! applications created (their SQ/RQ/S-RQ rings into the engine, completions out to their
 //! CQ rings), once per poll-loop turn.
 //!
-//! Ids are iwarp-control's (QP numbers, CQ, S-RQ and PD ids, STags, connection ids); the
-//! engine has its own for everything but STags, which are on the wire and so must be the
-//! ones control handed out (`Rnic::register_mr_at`). Every command gets one
+//! Ids are iwarp-control's (QP numbers, CQ, S-RQ and PD ids, STags, connection ids), and
+//! the engine is given the same ones (`Rnic::create_qp_at`, `Rnic::register_mr_at`, ...), so
+//! its completions and events name what control and the application know. Every command gets one
 //! [`Upcall::Reply`]; upcalls wait in order in a local queue while the ring is full, so
 //! none is lost when control is slow.
 //!
@@ -20,8 +20,11 @@ use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registr
 use crate::node::{Node, NodeEvent};
 use crate::port::Port;
 use crate::worker::Service;
-use iwarp_abi::command::{reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_ID};
+use iwarp_abi::command::{
+    reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_SRQ,
+};
 use iwarp_abi::daemon_shm::DaemonSide;
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::Cqe;
@@ -44,8 +47,8 @@ struct Cq {
 
 struct Qp {
     host: HostQp,
-    send_cq: u32,
-    recv_cq: u32,
+    send_cq: CqId,
+    recv_cq: CqId,
     /// The process that created its rings (control checked it is the application's).
     owner: u32,
 }
@@ -91,21 +94,17 @@ fn exited(fds: &HashMap<u32, OwnedFd>) -> Vec<u32> {
 /// end of the command ring.
 pub struct Host {
     side: DaemonSide,
-    pds: HashMap<u32, u32>,
-    cqs: HashMap<u32, Cq>,
-    srqs: HashMap<u32, HostSrq>,
-    qps: HashMap<u32, Qp>,
-    mrs: HashMap<u32, HostMr>,
+    pds: HashSet<PdId>,
+    cqs: HashMap<CqId, Cq>,
+    srqs: HashMap<SrqId, HostSrq>,
+    qps: HashMap<QpId, Qp>,
+    mrs: HashMap<Stag, HostMr>,
     /// Window and fast-register STags: they may point into the regions, so they go first.
-    windows: std::collections::HashSet<u32>,
+    windows: std::collections::HashSet<Stag>,
     /// Memory segments mapped for registrations, shared by the regions in them, by (device,
     /// inode): a path such as `/proc/<pid>/fd/<n>` may name another file once its
     /// descriptor is closed and the number reused.
     segments: HashMap<(u64, u64), Arc<Segment>>,
-    /// Engine id → control id, for completions and events.
-    qp_num: HashMap<u32, u32>,
-    cq_num: HashMap<u32, u32>,
-    srq_num: HashMap<u32, u32>,
     /// Upcalls the full ring could not take yet.
     backlog: VecDeque<Upcall>,
     /// Ports listened on and connections opened for control: what it owns in the node
@@ -131,16 +130,13 @@ impl Host {
     pub fn new(side: DaemonSide, max_fpdu: usize) -> Host {
         Host {
             side,
-            pds: HashMap::new(),
+            pds: HashSet::new(),
             cqs: HashMap::new(),
             srqs: HashMap::new(),
             qps: HashMap::new(),
             mrs: HashMap::new(),
             windows: Default::default(),
             segments: HashMap::new(),
-            qp_num: HashMap::new(),
-            cq_num: HashMap::new(),
-            srq_num: HashMap::new(),
             backlog: VecDeque::new(),
             listening: HashSet::new(),
             relay_conns: HashSet::new(),
@@ -173,12 +169,10 @@ impl Host {
     /// old control are dropped.
     fn reset<P: Port>(&mut self, node: &mut Node<P>) {
         let (qps, mrs) = (self.qps.len(), self.mrs.len());
-        for q in self.qps.values() {
-            let eqp = q.host.engine_qp;
-            if let Some(conn) = node.conn_of_qp(eqp) {
+        for &qp in self.qps.keys() {
+            if let Some(conn) = node.conn_of_qp(qp) {
                 let _ = node.relay_abort(conn);
             }
-            let _ = node.rnic.destroy_qp(eqp);
         }
         for conn in self.relay_conns.drain() {
             let _ = node.relay_abort(conn);
@@ -190,18 +184,26 @@ impl Host {
         // The engine stops pointing into a segment before the segment is unmapped; windows
         // first, since a region they point into cannot be deregistered before them.
         for &stag in self.windows.iter().chain(self.mrs.keys()) {
-            let _ = node.rnic.deregister_mr(stag);
+            let _ = node.rnic.deregister_mr(stag.0);
+        }
+        // The new control hands out the same ids again: the engine forgets every one, QPs
+        // (with no window bound on them any more) before the CQs and S-RQs they use.
+        for &qp in self.qps.keys() {
+            let _ = node.rnic.destroy_qp(qp);
         }
         self.qps.clear();
         self.mrs.clear();
         self.windows.clear();
         self.segments.clear();
+        for &srq in self.srqs.keys() {
+            let _ = node.rnic.destroy_srq(srq);
+        }
+        for &cq in self.cqs.keys() {
+            let _ = node.rnic.destroy_cq(cq);
+        }
         self.cqs.clear();
         self.srqs.clear();
         self.pds.clear();
-        self.qp_num.clear();
-        self.cq_num.clear();
-        self.srq_num.clear();
         self.backlog.clear();
         tracing::warn!(
             "a new iwarp-control attached: {qps} QPs and {mrs} regions of the previous one \
@@ -255,12 +257,7 @@ impl Host {
         while let Some(e) = node.rnic.poll_event() {
             worked = true;
             tracing::info!("{e:?}");
-            let (_, up) = convert::event(
-                &e,
-                |q| self.qp_num.get(&q).copied().unwrap_or(NO_ID),
-                |c| self.cq_num.get(&c).copied().unwrap_or(NO_ID),
-                |s| self.srq_num.get(&s).copied().unwrap_or(NO_ID),
-            );
+            let (_, up) = convert::event(&e);
             self.upcall(up);
         }
         worked
@@ -274,11 +271,9 @@ impl Host {
         let gone = exited(&self.owners);
         for pid in &gone {
             self.owners.remove(pid);
-            for (num, q) in self.qps.iter().filter(|(_, q)| q.owner == *pid) {
-                if let Some(conn) = node.conn_of_qp(q.host.engine_qp) {
-                    tracing::info!(
-                        "QP {num}: its application (pid {pid}) exited; connection ended"
-                    );
+            for (&qp, _) in self.qps.iter().filter(|(_, q)| q.owner == *pid) {
+                if let Some(conn) = node.conn_of_qp(qp) {
+                    tracing::info!("{qp}: its application (pid {pid}) exited; connection ended");
                     let _ = node.relay_release(conn);
                 }
             }
@@ -354,21 +349,22 @@ impl Host {
     /// Every QP's SQ into the engine.
     fn pump_sqs(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
-        for (num, qp) in self.qps.iter_mut() {
-            worked |= Self::pump_qp(*num, qp, rnic);
+        for qp in self.qps.values_mut() {
+            worked |= Self::pump_qp(qp, rnic);
         }
         worked
     }
 
     /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
     /// corrupt, puts it in Error).
-    fn pump_qp(num: u32, qp: &mut Qp, rnic: &mut Rnic) -> bool {
+    fn pump_qp(qp: &mut Qp, rnic: &mut Rnic) -> bool {
+        let id = qp.host.qp;
         if qp.host.is_corrupt() {
-            if rnic.qp_state(qp.host.engine_qp) == Some(QpState::Error) {
+            if rnic.qp_state(id) == Some(QpState::Error) {
                 return false;
             }
-            tracing::warn!("QP {num}: ring indices corrupt, QP to Error");
-            let _ = rnic.force_error(qp.host.engine_qp);
+            tracing::warn!("{id}: ring indices corrupt, QP to Error");
+            let _ = rnic.force_error(id);
             return true;
         }
         let s = qp.host.pump_sq(rnic);
@@ -377,13 +373,9 @@ impl Host {
 
     /// Moves completions into every CQ ring.
     fn drain_cqs(&mut self, rnic: &mut Rnic) -> bool {
-        let qp_num = &self.qp_num;
         let mut worked = false;
         for cq in self.cqs.values_mut() {
-            let d = cq
-                .host
-                .drain(rnic, |q| qp_num.get(&q).copied().unwrap_or(NO_ID));
-            worked |= d.completed > 0;
+            worked |= cq.host.drain(rnic).completed > 0;
         }
         worked
     }
@@ -397,14 +389,16 @@ impl Host {
         }
     }
 
-    fn engine_pd(&self, pd: u32) -> Result<u32, u32> {
-        self.pds.get(&pd).copied().ok_or(st::NO_SUCH_ID)
+    /// `pd`, when control allocated it here.
+    fn pd(&self, pd: PdId) -> Result<PdId, u32> {
+        self.pds.contains(&pd).then_some(pd).ok_or(st::NO_SUCH_ID)
     }
 
-    fn engine_qp(&self, qp: u32) -> Result<u32, u32> {
+    /// `qp`, when it was created here.
+    fn qp(&self, qp: QpId) -> Result<QpId, u32> {
         self.qps
-            .get(&qp)
-            .map(|q| q.host.engine_qp)
+            .contains_key(&qp)
+            .then_some(qp)
             .ok_or(st::NO_SUCH_ID)
     }
 
@@ -414,14 +408,14 @@ impl Host {
             st::NETWORK
         };
         match *c {
+            // A PD is a name the engine checks resources against: nothing to create there.
             Command::AllocPd { pd } => {
-                if self.pds.contains_key(&pd) {
+                if !self.pds.insert(pd) {
                     return Err(st::EXISTS);
                 }
-                self.pds.insert(pd, node.rnic.alloc_pd());
             }
             Command::DeallocPd { pd } => {
-                self.pds.remove(&pd).ok_or(st::NO_SUCH_ID)?;
+                self.pds.remove(&pd).then_some(()).ok_or(st::NO_SUCH_ID)?;
             }
             Command::CreateCq { cq, depth, ring } => {
                 if self.cqs.contains_key(&cq) {
@@ -431,12 +425,13 @@ impl Host {
                 let (producer, _) =
                     ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
                 let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
-                let engine_cq = node.rnic.create_cq(depth as usize);
-                self.cq_num.insert(engine_cq, cq);
+                node.rnic
+                    .create_cq_at(cq, depth as usize)
+                    .map_err(|_| st::EXISTS)?;
                 self.cqs.insert(
                     cq,
                     Cq {
-                        host: HostCq::new(engine_cq, producer, notify),
+                        host: HostCq::new(cq, producer, notify),
                     },
                 );
             }
@@ -449,8 +444,8 @@ impl Host {
                 {
                     return Err(st::INVALID);
                 }
-                let c = self.cqs.remove(&cq).ok_or(st::NO_SUCH_ID)?;
-                self.cq_num.remove(&c.host.engine_cq);
+                self.cqs.remove(&cq).ok_or(st::NO_SUCH_ID)?;
+                let _ = node.rnic.destroy_cq(cq);
             }
             Command::CreateSrq {
                 srq,
@@ -461,22 +456,23 @@ impl Host {
                 if self.srqs.contains_key(&srq) {
                     return Err(st::EXISTS);
                 }
-                let pd = self.engine_pd(pd)?;
+                let pd = self.pd(pd)?;
                 let seg = open(&ring.to_path(), SegmentKind::SharedRecvQueue)?;
                 let (_, consumer) = ring::attach_segment(&seg).map_err(|_| st::BAD_SEGMENT)?;
-                let engine_srq = node.rnic.create_srq(pd, depth as usize);
-                self.srq_num.insert(engine_srq, srq);
-                self.srqs.insert(srq, HostSrq::new(engine_srq, consumer));
+                node.rnic
+                    .create_srq_at(srq, pd, depth as usize)
+                    .map_err(|_| st::EXISTS)?;
+                self.srqs.insert(srq, HostSrq::new(srq, consumer));
             }
             Command::ArmSrq { srq, limit } => {
-                let s = self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
+                self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
                 node.rnic
-                    .arm_srq_limit(s.engine_srq, limit as usize)
+                    .arm_srq_limit(srq, limit as usize)
                     .map_err(|_| st::INVALID)?;
             }
             Command::DestroySrq { srq } => {
-                let s = self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
-                self.srq_num.remove(&s.engine_srq);
+                self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
+                let _ = node.rnic.destroy_srq(srq);
             }
             Command::CreateQp {
                 qp,
@@ -492,22 +488,22 @@ impl Host {
                 if self.qps.contains_key(&qp) {
                     return Err(st::EXISTS);
                 }
-                let pd = self.engine_pd(pd)?;
-                let ecq = |cq: u32| {
+                let pd = self.pd(pd)?;
+                let known = |cq: CqId| {
                     self.cqs
-                        .get(&cq)
-                        .map(|c| c.host.engine_cq)
+                        .contains_key(&cq)
+                        .then_some(cq)
                         .ok_or(st::NO_SUCH_ID)
                 };
-                let (scq, rcq) = (ecq(send_cq)?, ecq(recv_cq)?);
-                let esrq = match srq {
-                    NO_ID => None,
-                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.engine_srq),
+                let (send_cq, recv_cq) = (known(send_cq)?, known(recv_cq)?);
+                let srq = match srq {
+                    NO_SRQ => None,
+                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.srq),
                 };
                 let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
                 let owner = sq_seg.header().creator_pid;
                 let (_, sq_ring) = ring::attach_segment(&sq_seg).map_err(|_| st::BAD_SEGMENT)?;
-                let rq_ring = match esrq {
+                let rq_ring = match srq {
                     Some(_) => None,
                     None => {
                         let rq_seg = open(&rq.to_path(), SegmentKind::RecvQueue)?;
@@ -518,27 +514,21 @@ impl Host {
                         )
                     }
                 };
-                let eqp = node
-                    .rnic
-                    .create_qp(
-                        pd,
-                        scq,
-                        rcq,
-                        QpCaps {
-                            sq_depth: sq_depth as usize,
-                            rq_depth: rq_depth as usize,
-                            srq: esrq,
-                        },
-                    )
+                let caps = QpCaps {
+                    sq_depth: sq_depth as usize,
+                    rq_depth: rq_depth as usize,
+                    srq,
+                };
+                node.rnic
+                    .create_qp_at(qp, pd, send_cq, recv_cq, caps)
                     .map_err(|_| st::INVALID)?;
-                self.qp_num.insert(eqp, qp);
                 if let std::collections::hash_map::Entry::Vacant(e) = self.owners.entry(owner) {
                     match pidfd(owner) {
                         Some(fd) => {
                             e.insert(fd);
                         }
                         None => tracing::warn!(
-                            "QP {qp}: cannot watch its application (pid {owner}): {}",
+                            "{qp}: cannot watch its application (pid {owner}): {}",
                             std::io::Error::last_os_error()
                         ),
                     }
@@ -546,7 +536,7 @@ impl Host {
                 self.qps.insert(
                     qp,
                     Qp {
-                        host: HostQp::new(qp, eqp, sq_ring, rq_ring),
+                        host: HostQp::new(qp, sq_ring, rq_ring),
                         send_cq,
                         recv_cq,
                         owner,
@@ -554,29 +544,28 @@ impl Host {
                 );
             }
             Command::DestroyQp { qp } => {
-                let eqp = self.engine_qp(qp)?;
+                let qp = self.qp(qp)?;
                 // Windows still bound on it (Verbs section 6.1.4): refused before its
                 // connection or its work is touched, so the QP goes on as it was.
-                node.rnic.can_destroy_qp(eqp).map_err(|_| st::IN_USE)?;
+                node.rnic.can_destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 // A connection closing gracefully finishes that close without the QP; any
                 // other is reset.
-                if let Some(conn) = node.conn_of_qp(eqp) {
+                if let Some(conn) = node.conn_of_qp(qp) {
                     let _ = node.relay_release(conn);
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
-                let _ = node.rnic.force_error(eqp);
+                let _ = node.rnic.force_error(qp);
                 self.pump_sqs(&mut node.rnic);
                 self.drain_cqs(&mut node.rnic);
-                node.rnic.destroy_qp(eqp).map_err(|_| st::IN_USE)?;
+                node.rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
-                self.qp_num.remove(&eqp);
                 if !self.qps.values().any(|o| o.owner == q.owner) {
                     self.owners.remove(&q.owner);
                 }
             }
             Command::ModifyQp { qp, state } => {
-                let eqp = self.engine_qp(qp)?;
-                node.rnic.modify_qp(eqp, state).map_err(|_| st::INVALID)?;
+                let qp = self.qp(qp)?;
+                node.rnic.modify_qp(qp, state).map_err(|_| st::INVALID)?;
             }
             Command::RegisterMr {
                 stag,
@@ -591,12 +580,12 @@ impl Host {
                 if self.mrs.contains_key(&stag) {
                     return Err(st::EXISTS);
                 }
-                let pd = self.engine_pd(pd)?;
+                let pd = self.pd(pd)?;
                 let opened = open(&segment.to_path(), SegmentKind::Memory)?;
                 let id = opened.file_id().map_err(|_| st::BAD_SEGMENT)?;
                 let seg = self.segments.entry(id).or_insert(opened).clone();
                 let reg = Registration {
-                    stag,
+                    stag: stag.0,
                     pd,
                     offset,
                     len,
@@ -607,7 +596,7 @@ impl Host {
                 self.mrs.insert(stag, mr);
             }
             Command::DeregisterMr { stag } | Command::DeallocMw { stag } => {
-                node.rnic.deregister_mr(stag).map_err(|e| match e {
+                node.rnic.deregister_mr(stag.0).map_err(|e| match e {
                     iwarp_engine::VerbsError::StagInUse => st::IN_USE,
                     _ => st::NO_SUCH_ID,
                 })?;
@@ -617,14 +606,14 @@ impl Host {
                 self.segments.retain(|_, s| Arc::strong_count(s) > 1);
             }
             Command::AllocMw { stag, pd } => {
-                let pd = self.engine_pd(pd)?;
-                node.rnic.alloc_mw_at(stag, pd).map_err(|_| st::EXISTS)?;
+                let pd = self.pd(pd)?;
+                node.rnic.alloc_mw_at(stag.0, pd).map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
             Command::AllocFastRegStag { stag, pd } => {
-                let pd = self.engine_pd(pd)?;
+                let pd = self.pd(pd)?;
                 node.rnic
-                    .alloc_fastreg_at(stag, pd)
+                    .alloc_fastreg_at(stag.0, pd)
                     .map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
@@ -640,17 +629,17 @@ impl Host {
                 }
             }
             Command::TcpConnect { conn, qp, remote } => {
-                let eqp = self.engine_qp(qp)?;
+                let qp = self.qp(qp)?;
                 let SocketAddr::V4(remote) = remote else {
                     return Err(st::NETWORK);
                 };
                 node.relay_connect(conn, remote).map_err(net)?;
                 self.relay_conns.insert(conn);
-                node.relay_bind(conn, eqp).map_err(net)?;
+                node.relay_bind(conn, qp).map_err(net)?;
             }
             Command::TcpAccept { conn, qp } => {
-                let eqp = self.engine_qp(qp)?;
-                node.relay_bind(conn, eqp).map_err(net)?;
+                let qp = self.qp(qp)?;
+                node.relay_bind(conn, qp).map_err(net)?;
             }
             Command::TcpSend { conn, ref bytes } => {
                 node.relay_send(conn, bytes.as_bytes()).map_err(net)?;
@@ -660,11 +649,10 @@ impl Host {
             Command::TcpClose { conn } => {
                 // What the application posted on this connection's QP before it asked to
                 // disconnect goes out first (the other QPs wait for the next turn).
-                let closing = node.qp_of_conn(conn).and_then(|eqp| self.qp_num.get(&eqp));
-                if let Some(qp) = closing.and_then(|num| self.qps.get_mut(num)) {
-                    let num = closing.copied().unwrap_or(NO_ID);
+                let closing = node.qp_of_conn(conn);
+                if let Some(qp) = closing.and_then(|qp| self.qps.get_mut(&qp)) {
                     for _ in 0..64 {
-                        if !Self::pump_qp(num, qp, &mut node.rnic) {
+                        if !Self::pump_qp(qp, &mut node.rnic) {
                             break;
                         }
                     }
@@ -679,9 +667,9 @@ impl Host {
                 }
             }
             Command::QpRts { qp, conn, params } => {
-                let eqp = self.engine_qp(qp)?;
+                let qp = self.qp(qp)?;
                 let p = conn_params(&params, self.max_fpdu);
-                node.relay_rts(conn, eqp, p).map_err(|e| {
+                node.relay_rts(conn, qp, p).map_err(|e| {
                     tracing::warn!("{e}");
                     st::INVALID
                 })?;
@@ -702,13 +690,13 @@ impl Host {
     fn resize_cq<P: Port>(
         &mut self,
         node: &mut Node<P>,
-        cq: u32,
+        cq: CqId,
         depth: u32,
         ring: iwarp_abi::command::ShmPath,
     ) -> Result<(), u32> {
         let c = self.cqs.get_mut(&cq).ok_or(st::NO_SUCH_ID)?;
         let in_ring = c.host.ring.capacity() - c.host.ring.free_slots();
-        let in_engine = node.rnic.cq_status(c.host.engine_cq).map_or(0, |s| s.0);
+        let in_engine = node.rnic.cq_status(cq).map_or(0, |s| s.0);
         if in_ring + in_engine > depth as usize {
             return Err(st::IN_USE);
         }
@@ -718,7 +706,7 @@ impl Host {
             return Err(st::BAD_SEGMENT);
         }
         node.rnic
-            .resize_cq(c.host.engine_cq, depth as usize)
+            .resize_cq(cq, depth as usize)
             .map_err(|_| st::IN_USE)?;
         c.host.notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
         c.host.ring = producer;
@@ -793,6 +781,6 @@ impl<P: Port> Service<P> for Host {
             && self
                 .cqs
                 .values()
-                .all(|c| matches!(node.rnic.cq_status(c.host.engine_cq), None | Some((0, _))))
+                .all(|c| matches!(node.rnic.cq_status(c.host.cq), None | Some((0, _))))
     }
 }

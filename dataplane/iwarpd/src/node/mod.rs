@@ -22,7 +22,7 @@ use crate::neighbours::{self, NeighbourKeeper};
 use crate::peer_tcp::FlowKey;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
-use iwarp_engine::{ConnParams, PeerToPeer, Rnic, RtrKind};
+use iwarp_engine::{ConnParams, PeerToPeer, QpId, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use smoltcp::iface::{
     Config as IfaceConfig, Interface, PollIngressSingleResult, SocketHandle, SocketSet,
@@ -157,7 +157,7 @@ struct Conn {
     id: u32,
     handle: SocketHandle,
     /// The engine QP; in relay mode unknown until the control plane binds one.
-    qp: Option<u32>,
+    qp: Option<QpId>,
     initiator: bool,
     /// `None`: relay mode, the control plane runs MPA over [`Node::relay_send`] and
     /// [`NodeEvent::Bytes`]; `Some`: the node runs it with these settings.
@@ -211,7 +211,7 @@ impl Conn {
     fn new(
         id: u32,
         handle: SocketHandle,
-        qp: Option<u32>,
+        qp: Option<QpId>,
         initiator: bool,
         settings: Option<Settings>,
     ) -> Conn {

@@ -6,7 +6,7 @@ use super::*;
 
 impl<P: Port> Node<P> {
     /// Accepts one connection on `port` for engine QP `qp` (created by the caller in Idle).
-    pub fn listen(&mut self, port: u16, qp: u32, settings: Settings) -> Result<usize, String> {
+    pub fn listen(&mut self, port: u16, qp: QpId, settings: Settings) -> Result<usize, String> {
         self.claim(port)?;
         let h = self.socket();
         self.sockets
@@ -29,7 +29,7 @@ impl<P: Port> Node<P> {
         remote: Ipv4Addr,
         port: u16,
         local_port: u16,
-        qp: u32,
+        qp: QpId,
         settings: Settings,
     ) -> Result<usize, String> {
         let h = self.socket();

@@ -77,7 +77,7 @@ impl<P: Port> Node<P> {
     }
 
     /// Names the engine QP that will own relay connection `conn` once in RTS.
-    pub fn relay_bind(&mut self, conn: u32, qp: u32) -> Result<(), String> {
+    pub fn relay_bind(&mut self, conn: u32, qp: QpId) -> Result<(), String> {
         let i = self.live(conn)?;
         self.conns[i].qp = Some(qp);
         Ok(())
@@ -99,7 +99,7 @@ impl<P: Port> Node<P> {
 
     /// MPA is done: the engine QP bound to `conn` enters RTS with `params`, and every byte
     /// after the peer's MPA frame (still in the socket) goes to it.
-    pub fn relay_rts(&mut self, conn: u32, qp: u32, params: ConnParams) -> Result<(), String> {
+    pub fn relay_rts(&mut self, conn: u32, qp: QpId, params: ConnParams) -> Result<(), String> {
         let i = self.live(conn)?;
         if self.conns[i].state != ConnState::Relay {
             return Err(format!("connection {conn} is not in MPA setup"));
@@ -171,7 +171,7 @@ impl<P: Port> Node<P> {
     }
 
     /// The engine QP bound to relay connection `conn`, if it is live and has one.
-    pub fn qp_of_conn(&self, conn: u32) -> Option<u32> {
+    pub fn qp_of_conn(&self, conn: u32) -> Option<QpId> {
         self.conns
             .iter()
             .find(|c| c.id == conn && !c.socket_gone && !c.is_over())
@@ -179,7 +179,7 @@ impl<P: Port> Node<P> {
     }
 
     /// The relay connection owned by engine QP `qp`, if one is live.
-    pub fn conn_of_qp(&self, qp: u32) -> Option<u32> {
+    pub fn conn_of_qp(&self, qp: QpId) -> Option<u32> {
         self.conns
             .iter()
             .find(|c| c.qp == Some(qp) && !c.socket_gone && !c.is_over())

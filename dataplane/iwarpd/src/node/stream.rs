@@ -144,7 +144,7 @@ impl<P: Port> Node<P> {
 
     /// The QP's next FPDU emitted straight into the free space at the end of the socket's
     /// send ring, if that holds the largest FPDU in one piece.
-    fn transmit_into_socket(&mut self, handle: SocketHandle, qp: u32) -> Direct {
+    fn transmit_into_socket(&mut self, handle: SocketHandle, qp: QpId) -> Direct {
         let (rnic, largest) = (&mut self.rnic, self.fpdu.len());
         let sent = self.sockets.get_mut::<tcp::Socket>(handle).send(|ring| {
             if ring.len() < largest {

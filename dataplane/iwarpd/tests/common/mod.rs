@@ -43,9 +43,9 @@ impl Mem {
 
 pub struct End<P: Port> {
     pub node: Node<P>,
-    pub qp: u32,
-    pub cq: u32,
-    pub pd: u32,
+    pub qp: iwarp_engine::QpId,
+    pub cq: iwarp_engine::CqId,
+    pub pd: iwarp_engine::PdId,
     pub conn: usize,
 }
 

@@ -44,27 +44,9 @@ pub enum FrameKind {
     Reply,
 }
 
-/// The RTR message kinds a peer offers or picks (RFC 6581 section 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Rtr {
-    /// A zero-length Send.
-    pub send: bool,
-    /// A zero-length RDMA Write.
-    pub write: bool,
-    /// A zero-length RDMA Read.
-    pub read: bool,
-}
-
-impl Rtr {
-    pub const NONE: Rtr = Rtr {
-        send: false,
-        write: false,
-        read: false,
-    };
-    pub fn is_empty(&self) -> bool {
-        !(self.send || self.write || self.read)
-    }
-}
+/// The RTR message kinds a peer offers or picks (RFC 6581 section 3): the same the
+/// application asks for, so one type.
+pub use iwarp_abi::app::Rtr;
 
 /// The first four octets of private data when the enhanced flag is set (RFC 6581 section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -21,37 +21,9 @@ use super::frame::{EnhancedData, FrameKind, FrameRepr, Rtr, FRAME_HEADER_LEN, IR
 use super::MAX_PRIVATE_DATA;
 use crate::error::Error;
 
-/// What this side wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    pub crc: bool,
-    /// Ask for markers in the stream we receive.
-    pub markers: bool,
-    /// 1 or 2.
-    pub revision: u8,
-    pub ird: u16,
-    pub ord: u16,
-    /// Peer-to-peer: the RTR kinds we offer (initiator) or accept (responder).
-    pub peer_to_peer: Option<Rtr>,
-    pub rdmap_v2: bool,
-    /// The ULP's private data (at most 512 octets less the 4 of the enhanced data).
-    pub private_data: Vec<u8>,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            crc: true,
-            markers: false,
-            revision: 2,
-            ird: 16,
-            ord: 16,
-            peer_to_peer: None,
-            rdmap_v2: false,
-            private_data: Vec::new(),
-        }
-    }
-}
+/// What this side wants: what the application asked for when it listened, connected or
+/// accepted, unchanged.
+pub use iwarp_abi::app::ConnSettings as Settings;
 
 /// The outcome both sides agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]
