@@ -229,8 +229,9 @@ pub struct Tcp {
     /// (RFC 5681/6582), "dctcp" (RFC 8257, for ECN-marking data-centre links) or "none"
     /// (`max_inflight` alone, for dedicated links).
     pub congestion: Congestion,
-    /// How long a peer may hold the ACK of a lone segment (microseconds): a lone segment is
-    /// not resent before its RTT plus this. Linux delays ACKs 40 ms and more.
+    /// How long a peer may hold an ACK (microseconds): nothing is resent on a timeout before
+    /// its RTT plus this. Linux delays ACKs 40 ms and more; losses within a flight are
+    /// repaired by SACK and duplicate ACKs without waiting for it.
     pub peer_ack_delay_us: u64,
     /// Explicit Congestion Notification (RFC 3168): ask for it in our SYNs, accept it when a
     /// peer's SYN asks, mark our data ECN-capable and answer the peer's congestion echoes.

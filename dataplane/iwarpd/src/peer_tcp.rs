@@ -387,32 +387,23 @@ impl PeerTcp {
         if let Some(sender) = &mut flow.sender {
             new = sender.is_new(o.seq);
             let len = o.payload + usize::from(o.fin);
-            if sender.on_send(o.seq, len, now) == Verdict::Hold {
-                return false;
-            }
-            if new && flow.sack && len > 0 {
-                // As smoltcp made it: a resend carries neither ECT nor CWR.
-                flow.copies
-                    .keep(o.seq, o.seq.wrapping_add(len as u32), frame);
-            }
-        }
-        if flow.ecn {
-            let mut flags = 0;
-            if flow.echo.ece() {
-                flags |= ecn::ECE;
-            }
-            // RFC 3168 sections 6.1.1 and 6.1.5: ECT on first transmissions of data only,
-            // not on pure ACKs, window probes or retransmissions.
-            if o.payload > 0 && new {
-                ecn::set_ecn_field(frame, o.at, ecn::ECT0);
-                if flow.sender.as_mut().is_some_and(|s| s.take_cwr()) {
-                    flags |= ecn::CWR;
+            match sender.on_send(o.seq, len, now) {
+                Verdict::Send => {}
+                Verdict::Hold => return false,
+                Verdict::From(from) => {
+                    // Only the data never sent goes: a segment of its own, cut from this
+                    // one, sent beside smoltcp's (which is held).
+                    if let Some(mut cut) = cut_from(frame, from) {
+                        if let Some(c) = Outgoing::read(&cut) {
+                            dress(flow, &mut cut, &c, true);
+                            self.outbox.push(cut);
+                        }
+                    }
+                    return false;
                 }
             }
-            if flags != 0 {
-                ecn::set_tcp_flags(frame, o.at, flags);
-            }
         }
+        dress(flow, frame, &o, new);
         true
     }
 
@@ -627,6 +618,59 @@ fn sack_blocks(tcp: &TcpPacket<&[u8]>) -> [Option<(u32, u32)>; 4] {
 /// A pure ACK answering `frame` (a peer's segment): addresses and ports swapped, our
 /// sequence number `seq`, acknowledging `ack`, advertising `window` (the field, scaled as
 /// our last segment's), with ECE when `ece`; no options.
+/// What a segment that goes gets at the device: a copy for resending holes (first
+/// transmissions only, as smoltcp made them: a resend carries neither ECT nor CWR), and its
+/// ECN flags and field.
+fn dress(flow: &mut Flow, frame: &mut [u8], o: &Outgoing, new: bool) {
+    let len = o.payload + usize::from(o.fin);
+    if new && flow.sack && len > 0 && flow.sender.is_some() {
+        flow.copies
+            .keep(o.seq, o.seq.wrapping_add(len as u32), frame);
+    }
+    if flow.ecn {
+        let mut flags = 0;
+        if flow.echo.ece() {
+            flags |= ecn::ECE;
+        }
+        // RFC 3168 sections 6.1.1 and 6.1.5: ECT on first transmissions of data only,
+        // not on pure ACKs, window probes or retransmissions.
+        if o.payload > 0 && new {
+            ecn::set_ecn_field(frame, o.at, ecn::ECT0);
+            if flow.sender.as_mut().is_some_and(|s| s.take_cwr()) {
+                flags |= ecn::CWR;
+            }
+        }
+        if flags != 0 {
+            ecn::set_tcp_flags(frame, o.at, flags);
+        }
+    }
+}
+
+/// The segment in `frame` cut down to its octets from sequence number `from` on (headers,
+/// options and flags kept, checksums made anew); none when `from` is outside its data.
+fn cut_from(frame: &[u8], from: u32) -> Option<Vec<u8>> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let skip = from.wrapping_sub(tcp.seq_number().0 as u32) as usize;
+    let (ip_len, tcp_len) = (usize::from(ip.header_len()), usize::from(tcp.header_len()));
+    if skip == 0 || skip > tcp.payload().len() {
+        return None;
+    }
+    let head = 14 + ip_len + tcp_len;
+    let mut out = Vec::with_capacity(frame.len() - skip);
+    out.extend_from_slice(&frame[..head]);
+    out.extend_from_slice(&tcp.payload()[skip..]);
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let mut ip = Ipv4Packet::new_unchecked(&mut out[14..]);
+    ip.set_total_len((ip_len + tcp_len + tcp.payload().len() - skip) as u16);
+    ip.fill_checksum();
+    let mut seg = TcpPacket::new_unchecked(&mut out[14 + ip_len..]);
+    seg.set_seq_number(TcpSeqNumber(from as i32));
+    seg.fill_checksum(&src.into(), &dst.into());
+    Some(out)
+}
+
 fn pure_ack(frame: &[u8], seq: u32, ack: u32, window: u16, ece: bool) -> Vec<u8> {
     let eth = EthernetFrame::new_unchecked(frame);
     let ip = Ipv4Packet::new_unchecked(eth.payload());
@@ -960,6 +1004,24 @@ mod tests {
             w.admits(&mut our_syn(1234), at(601)),
             "a new attempt starts afresh"
         );
+    }
+
+    #[test]
+    fn a_segment_cut_keeps_its_headers_and_carries_only_the_later_octets() {
+        let payload: Vec<u8> = (0..100).collect();
+        let frame = ecn_segment(false, TcpControl::Psh, 1000, Some(77), &payload, 0, 0);
+        let cut = cut_from(&frame, 1040).expect("inside the data");
+        assert!(crate::port::tcp_checksum::tcp_checksum_ok(&cut));
+        let ip = Ipv4Packet::new_checked(&cut[14..]).expect("ip");
+        assert!(ip.verify_checksum());
+        let tcp = TcpPacket::new_checked(ip.payload()).expect("tcp");
+        assert_eq!(tcp.seq_number(), TcpSeqNumber(1040));
+        assert_eq!(tcp.ack_number(), TcpSeqNumber(77));
+        assert!(tcp.psh());
+        assert_eq!(tcp.payload(), &payload[40..]);
+        assert_eq!(cut.len(), frame.len() - 40);
+        assert!(cut_from(&frame, 1000).is_none(), "nothing to cut");
+        assert!(cut_from(&frame, 1101).is_none(), "past its data");
     }
 
     /// A segment with `payload`, from the peer (`from_peer`) or from us, its ECN flags and

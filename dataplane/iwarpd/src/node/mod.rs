@@ -51,8 +51,8 @@ pub struct TcpSettings {
     pub ack_delay: std::time::Duration,
     /// The congestion controller of every connection (`tcp.congestion`).
     pub congestion: cc::Algorithm,
-    /// How long a peer may hold the ACK of a lone segment (Linux: 40 ms and more): a lone
-    /// segment is not resent before its RTT plus this (`tcp.peer_ack_delay_us`).
+    /// How long a peer may hold an ACK (Linux: 40 ms and more): nothing is resent on a
+    /// timeout before its RTT plus this (`tcp.peer_ack_delay_us`).
     pub peer_ack_delay: std::time::Duration,
     /// Whether connections negotiate ECN (RFC 3168; `tcp.ecn`).
     pub ecn: bool,

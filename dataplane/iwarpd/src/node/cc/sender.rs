@@ -78,6 +78,9 @@ pub enum Verdict {
     Send,
     /// A resend not due yet, or of data the peer holds: not sent (smoltcp believes it was).
     Hold,
+    /// A resend not due yet that also carries data never sent: only the octets from this
+    /// sequence number on go (the caller cuts the segment down to them).
+    From(Seq),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -142,7 +145,7 @@ pub struct Sender {
     pub cc: Window,
     pub rtt: RttEstimator,
     mss: usize,
-    /// How long a peer may hold the ACK of a lone segment (its delayed ACK).
+    /// How long a peer may hold an ACK (its delayed ACK, or a stall of its machine).
     peer_ack_delay: Duration,
     /// The first sequence number seen, once one was.
     started: bool,
@@ -224,16 +227,16 @@ impl Sender {
         self.cc.cwnd()
     }
 
-    /// Our retransmission timeout now: RFC 6298's, and for a lone segment (less than two
-    /// full ones unacknowledged, which a receiver may hold its ACK for: RFC 5681 section
-    /// 4.2 lets it wait for a second) at least the RTT plus the peer's ACK delay.
+    /// Our retransmission timeout now: RFC 6298's, and at least the RTT plus the peer's ACK
+    /// delay. A receiver may hold the ACK of the last segment of a flight (RFC 5681 section
+    /// 4.2 lets it wait for a second one that never comes), and a peer in a virtual machine
+    /// stalls its ACKs whenever its CPU waits for the host's; the timer covers the oldest
+    /// segment, so either would make it resend data the peer holds. Losses inside a flight
+    /// are repaired by SACK and duplicate ACKs long before this timer.
     pub fn rto(&self) -> Duration {
-        let rto = self.rtt.rto();
-        if self.in_flight() < 2 * self.mss {
-            rto.max(self.rtt.srtt().unwrap_or(Duration::ZERO) + self.peer_ack_delay)
-        } else {
-            rto
-        }
+        self.rtt
+            .rto()
+            .max(self.rtt.srtt().unwrap_or(Duration::ZERO) + self.peer_ack_delay)
     }
 
     /// When our timer expires, while data is outstanding.
@@ -319,8 +322,22 @@ impl Sender {
         } else if !new_part {
             self.counters.held += 1;
             return Verdict::Hold;
+        } else {
+            // smoltcp's own timer resent from the first unacknowledged octet and coalesced
+            // new data behind it: the old part is not due (a delayed ACK is still on its way),
+            // so only the new part goes.
+            self.counters.held += 1;
+            let from = self.nxt;
+            self.sent.push_back(Sent {
+                start: from,
+                end,
+                at: stamp(now),
+                last: stamp(now),
+                resent: false,
+            });
+            self.nxt = end;
+            return Verdict::From(from);
         }
-        // (A resend not due that carries data never sent goes, the new data with it.)
         self.counters.retransmits += 1;
         self.mark_resent(seq, end, now);
         if new_part {
@@ -747,19 +764,22 @@ mod tests {
     }
 
     #[test]
-    fn a_resend_carrying_new_data_is_never_held() {
+    fn a_resend_not_due_carrying_new_data_sends_only_the_new_data() {
         // smoltcp's timeout resends from the first unacknowledged octet up to what the
-        // window allows, which may reach past what was ever sent.
+        // window allows, which may reach past what was ever sent. RFC 6298 section 5: the
+        // old part waits for our timer (a delayed ACK may be on its way); the new part goes.
         let mut s = sender(Algorithm::NewReno);
         send(&mut s, 0, 2, ms(0));
         assert_eq!(s.on_send(0, MSS, ms(1)), Verdict::Hold, "not due");
         assert_eq!(
             s.on_send(1000, 2 * MSS, ms(1)),
-            Verdict::Send,
+            Verdict::From(2000),
             "half of it new"
         );
         assert_eq!(s.in_flight(), 3 * MSS);
         assert_eq!(s.counters.rtos, 0);
+        assert_eq!(s.counters.retransmits, 0);
+        send(&mut s, 3000, 1, ms(1));
     }
 
     #[test]
