@@ -59,10 +59,6 @@ struct State {
     conns: HashMap<(usize, u32), usize>,
     /// Listening identifier by (context, port).
     listeners: HashMap<(usize, u16), usize>,
-    /// Ports each context listens on. Control has no way to stop listening, so a port stays
-    /// listened on after its identifier is destroyed (requests for it are then rejected),
-    /// and a new identifier listening on it takes it over.
-    listening: Vec<(usize, u16)>,
     /// A PD per context for `rdma_create_qp` without one.
     pds: HashMap<usize, usize>,
     /// Every open context, whose events are collected (until its control is gone).
@@ -561,7 +557,16 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         s.ids.retain(|v| *v != key);
     });
     // SAFETY: an identifier of rdma_create_id (or of a request), destroyed once.
-    drop(unsafe { Box::from_raw(id.cast::<Id>()) });
+    let i = unsafe { Box::from_raw(id.cast::<Id>()) };
+    if let Some(port) = i.listen {
+        // SAFETY: a listening identifier's context is one of the connection manager's,
+        // never closed.
+        if let Some(ctx) = unsafe { device::Ctx::from_ibv(i.ibv.verbs) } {
+            // The port closes: connects to it are refused, and it can be listened on again.
+            // A control that is gone listens on nothing, so its error changes nothing.
+            let _ = ctx.rnic.unlisten(port);
+        }
+    }
     0
 }
 
@@ -713,48 +718,70 @@ pub(crate) unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int
         return -1;
     };
     let key = (i.ibv.verbs as usize, src.port());
-    let (taken, known) =
-        with_state(|st| (st.listeners.contains_key(&key), st.listening.contains(&key)));
-    if taken {
+    if i.listen == Some(src.port()) {
+        // Listening already (the kernel's rdma_cm answers a second call the same way).
+        return 0;
+    }
+    if with_state(|st| st.listeners.contains_key(&key)) {
         set_errno(libc::EADDRINUSE);
         return -1;
     }
-    if !known {
-        // SAFETY: no parameters: the endpoint's limits.
-        let s = unsafe { settings(ctx, core::ptr::null()) };
-        if ctx.rnic.listen(src.port(), &s).is_err() {
-            set_errno(libc::EADDRINUSE);
-            return -1;
-        }
-        with_state(|st| st.listening.push(key));
+    // SAFETY: no parameters: the endpoint's limits.
+    let s = unsafe { settings(ctx, core::ptr::null()) };
+    if ctx.rnic.listen(src.port(), &s).is_err() {
+        set_errno(libc::EADDRINUSE);
+        return -1;
     }
     i.listen = Some(src.port());
     with_state(|st| st.listeners.insert(key, id as usize));
     0
 }
 
+/// What connecting and accepting start from: the caller's identifier with a QP, its
+/// context, the QP, and the MPA settings of `param`. `None` (with errno `EINVAL`) when the
+/// identifier is not one or has no QP yet.
+///
+/// # Safety
+/// `id` must be NULL or a live identifier of this library, `param` NULL or the caller's
+/// parameters.
+unsafe fn connection_start<'a>(
+    id: *mut rdma_cm_id,
+    param: *const rdma_conn_param,
+) -> Option<(
+    &'a mut Id,
+    &'a device::Ctx,
+    &'a iwarp_verbs::QueuePair,
+    ConnSettings,
+)> {
+    // SAFETY: the caller's identifier.
+    let i = unsafe { id_of(id) }.filter(|i| !i.ibv.qp.is_null());
+    // SAFETY: an identifier's context, when set, is one of ours.
+    let ctx = i
+        .as_ref()
+        .and_then(|i| unsafe { device::Ctx::from_ibv(i.ibv.verbs) });
+    let (Some(i), Some(ctx)) = (i, ctx) else {
+        set_errno(libc::EINVAL);
+        return None;
+    };
+    // SAFETY: the identifier's QP, made by rdma_create_qp.
+    let qp = unsafe { verbs::queue_pair(i.ibv.qp) };
+    // SAFETY: the caller's parameters.
+    let s = unsafe { settings(ctx, param) };
+    Some((i, ctx, qp, s))
+}
+
 pub(crate) unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's identifier.
-    let Some(i) = (unsafe { id_of(id) }) else {
+    // SAFETY: the caller's identifier and parameters.
+    let Some((i, ctx, qp, s)) = (unsafe { connection_start(id, param) }) else {
+        return -1;
+    };
+    let Some(dst) = dst_of(i) else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let (Some(dst), false) = (dst_of(i), i.ibv.qp.is_null()) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the identifier's context and QP are ours.
-    let (Some(ctx), qp) = (unsafe { device::Ctx::from_ibv(i.ibv.verbs) }, unsafe {
-        verbs::queue_pair(i.ibv.qp)
-    }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the caller's parameters.
-    let s = unsafe { settings(ctx, param) };
     match ctx.rnic.connect(qp, SocketAddr::V4(dst), &s) {
         Ok(conn) => {
             i.conn = Some(conn);
@@ -773,24 +800,14 @@ pub(crate) unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's identifier.
-    let Some(i) = (unsafe { id_of(id) }) else {
+    // SAFETY: the caller's identifier and parameters.
+    let Some((i, ctx, qp, s)) = (unsafe { connection_start(id, param) }) else {
+        return -1;
+    };
+    let Some(req) = i.req.take() else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let (Some(req), false) = (i.req.take(), i.ibv.qp.is_null()) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the identifier's context and QP are ours.
-    let (Some(ctx), qp) = (unsafe { device::Ctx::from_ibv(i.ibv.verbs) }, unsafe {
-        verbs::queue_pair(i.ibv.qp)
-    }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the caller's parameters.
-    let s = unsafe { settings(ctx, param) };
     let key = (i.ibv.verbs as usize, req.conn);
     with_state(|st| st.conns.insert(key, id as usize));
     match ctx.rnic.accept(&req, qp, &s) {

@@ -1,6 +1,6 @@
 //! rdma-core semantics that need a connection, checked with C programs built here against
 //! rdma-core's headers and our libraries, both ends in one process on two endpoints:
-//! solicited-only completion notification.
+//! solicited-only completion notification and the end of a listen.
 
 mod common;
 
@@ -26,5 +26,16 @@ fn solicited_only_notification() {
     let text = run_c("solicited");
     if !text.is_empty() {
         assert_eq!(text.matches(": ok").count(), 27, "{text}");
+    }
+}
+
+/// `rdma_destroy_id` on a listening identifier closes the port: it can be listened on
+/// again, and a connect while nobody listens is refused (UNREACHABLE) with no request on
+/// the old listener's channel.
+#[test]
+fn destroying_a_listener_stops_listening() {
+    let text = run_c("listen");
+    if !text.is_empty() {
+        assert_eq!(text.matches(": ok").count(), 15, "{text}");
     }
 }
