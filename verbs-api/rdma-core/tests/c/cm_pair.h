@@ -13,7 +13,7 @@
 
 #define CHECK(what, cond) printf("%s: %s\n", what, (cond) ? "ok" : "FAILED")
 
-static struct sockaddr_in addr_of(const char *ip, int port)
+static inline struct sockaddr_in addr_of(const char *ip, int port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
 	inet_pton(AF_INET, ip, &sin.sin_addr);
@@ -21,7 +21,7 @@ static struct sockaddr_in addr_of(const char *ip, int port)
 }
 
 /* The next event on `ch` (waiting up to 20 s), or NULL; the caller acknowledges it. */
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch)
+static inline struct rdma_cm_event *next_event(struct rdma_event_channel *ch)
 {
 	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 	struct rdma_cm_event *ev;
@@ -31,7 +31,7 @@ static struct rdma_cm_event *next_event(struct rdma_event_channel *ch)
 }
 
 /* Whether the next event on `ch` is `want`; it is acknowledged. */
-static int expect_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+static inline int expect_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {
 	struct rdma_cm_event *ev = next_event(ch);
 	if (!ev) {
@@ -46,7 +46,7 @@ static int expect_event(struct rdma_event_channel *ch, enum rdma_cm_event_type w
 }
 
 /* A client identifier on `ch` with address and route resolved towards 10.42.0.1:`port`. */
-static struct rdma_cm_id *resolved_client(struct rdma_event_channel *ch, int port)
+static inline struct rdma_cm_id *resolved_client(struct rdma_event_channel *ch, int port)
 {
 	struct rdma_cm_id *id;
 	struct sockaddr_in src = addr_of("10.42.0.2", 0), dst = addr_of("10.42.0.1", port);
@@ -59,7 +59,7 @@ static struct rdma_cm_id *resolved_client(struct rdma_event_channel *ch, int por
 }
 
 /* A listening identifier on `ch` at 10.42.0.1:`port`, or NULL (errno says why). */
-static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int port)
+static inline struct rdma_cm_id *listener(struct rdma_event_channel *ch, int port)
 {
 	struct rdma_cm_id *id;
 	struct sockaddr_in sin = addr_of("10.42.0.1", port);
@@ -75,7 +75,7 @@ static struct rdma_cm_id *listener(struct rdma_event_channel *ch, int port)
 }
 
 /* Sets `fd` to O_NONBLOCK. */
-static void nonblocking(int fd)
+static inline void nonblocking(int fd)
 {
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
