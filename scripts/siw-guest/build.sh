@@ -7,10 +7,10 @@
 #
 # OUT gets `vmlinuz` and `initrd.gz`. Everything comes from Debian 12's packages: the kernel
 # image, and siw.ko built from Debian's kernel source against its headers (Debian's kernel
-# is built without CONFIG_RDMA_SIW), busybox, rping, ucmatose, perftest and the `rdma` tool with their
-# libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this version of the
-# script (its `contents` stamp says which programs it holds) is left alone; an older one is
-# rebuilt.
+# is built without CONFIG_RDMA_SIW), busybox, rping, ucmatose, perftest and the `rdma` tool
+# with their libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this
+# version of the script (its `contents` stamp says which programs it holds) is left alone; an
+# older one is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-target/siw-guest}")
@@ -70,8 +70,9 @@ for m in virtio_pci virtio_net crc32c_generic ib_uverbs rdma_ucm iw_cm siw; do
     add_module "$m"
 done
 
-# rping, ucmatose, perftest and the rdma tool, their libraries, the dynamic loader and the siw provider;
-# and libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end with it).
+# rping, ucmatose, perftest and the rdma tool, their libraries, the dynamic loader and the siw
+# provider; and libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end
+# with it).
 provider=$(dpkg -L ibverbs-providers | grep '/libsiw-rdmav[0-9]*\.so$' | head -1)
 libgcc=$(ldconfig -p | sed -n 's/.*libgcc_s\.so\.1 (libc6,x86-64) => //p' | head -1)
 for bin in $programs "$provider" "$libgcc"; do

@@ -418,8 +418,9 @@ fn collect(c: usize) {
     }
 }
 
-/// Hands the connection request `req` on context `c` to the listening identifier `parent`:
-/// CONNECT_REQUEST with a new identifier for the request, offering the endpoint's IRD/ORD.
+/// Hands the connection request `req` of context `ctx` to the listening identifier
+/// `parent`: CONNECT_REQUEST with a new identifier for the request, offering the endpoint's
+/// IRD/ORD.
 fn deliver(ctx: &device::Ctx, parent: *mut Id, req: ConnectRequest) {
     // SAFETY: a live listening identifier (rdma_destroy_id takes it out of the table first).
     let p = unsafe { &*parent };
@@ -639,8 +640,6 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     if let Some(port) = i.listen {
         // The port closes once its linger time is over (the collector closes it), unless
         // an identifier listens on it again before.
-        let key = (i.ibv.verbs as usize, port);
-        let until = std::time::Instant::now() + linger();
         if linger().is_zero() {
             // SAFETY: a listening identifier's context is one of the connection manager's,
             // never closed.
@@ -649,6 +648,8 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
                 let _ = ctx.rnic.unlisten(port);
             }
         } else {
+            let key = (i.ibv.verbs as usize, port);
+            let until = std::time::Instant::now() + linger();
             let held = Vec::new();
             with_state(|s| s.lingering.insert(key, Lingering { until, held }));
         }
