@@ -62,12 +62,16 @@ fn run_pair_in_order(
         p.dir.path().join("server.out"),
         p.dir.path().join("client.out"),
     );
+    let read = |f: &Path| std::fs::read_to_string(f).unwrap_or_default();
     let t = Instant::now();
     let start_server = || spawn(program, server, &p.runtimes[0], &so);
     let mut s = (!client_first).then(start_server);
+    // What the client's earlier tries said, for a failure's message.
+    let mut tries = String::new();
     let ok = loop {
         let mut c = spawn(program, client, &p.runtimes[1], &co);
         let ok = finish(&mut c, Instant::now());
+        tries += &format!("--- client try ({ok:?}):\n{}", read(&co));
         let s = s.get_or_insert_with(start_server);
         let server_gone = s.try_wait().unwrap().is_some();
         if ok == Some(true) || server_gone || t.elapsed() > LIMIT {
@@ -77,12 +81,11 @@ fn run_pair_in_order(
     };
     let mut s = s.expect("the server started after the client's first try");
     let server_ok = finish(&mut s, t);
-    let read = |f: &Path| std::fs::read_to_string(f).unwrap_or_default();
     let (st, ct) = (read(&so), read(&co));
     assert_eq!(
         (server_ok, ok),
         (Some(true), Some(true)),
-        "{program}\n--- server:\n{st}\n--- client:\n{ct}"
+        "{program}\n--- server:\n{st}\n{tries}"
     );
     (st, ct)
 }
