@@ -295,6 +295,7 @@ impl Core {
             Request::AttachSegment { .. }
             | Request::Placement
             | Request::Listen { .. }
+            | Request::Unlisten { .. }
             | Request::Connect { .. }
             | Request::Accept { .. }
             | Request::Reject { .. }

@@ -32,6 +32,8 @@ pub enum CmError {
     PortInUse,
     /// No such connection of this application.
     NoSuchConnection,
+    /// The application does not listen on that port.
+    NotListening,
 }
 
 #[derive(Debug)]
@@ -156,6 +158,18 @@ impl ConnManager {
     /// Forgets the listener on `port` (the daemon could not listen there).
     pub fn unlisten(&mut self, port: u16) {
         self.listeners.remove(&port);
+    }
+
+    /// `app` stops listening on `port`: the daemon closes the port, so connections to it
+    /// are refused and the port can be listened on again. Requests that already arrived
+    /// stay the application's to accept or reject.
+    pub fn stop_listening(&mut self, app: AppId, port: u16) -> Result<Vec<Action>, CmError> {
+        match self.listeners.get(&port) {
+            Some((owner, _)) if *owner == app => {}
+            _ => return Err(CmError::NotListening),
+        }
+        self.listeners.remove(&port);
+        Ok(vec![Action::Daemon(Command::TcpUnlisten { port })])
     }
 
     /// Active open for `qp` to `remote` (the initiator sends the MPA Request).
@@ -642,6 +656,9 @@ mod tests {
                     Action::Daemon(Command::QpRts { qp, params, .. }) => {
                         self.rts.push((s, qp, params))
                     }
+                    Action::Daemon(Command::TcpUnlisten { port }) => {
+                        self.listening.retain(|l| *l != (s, port))
+                    }
                     Action::Daemon(_) => {}
                 }
                 for (to, u) in ups {
@@ -827,6 +844,32 @@ mod tests {
         n.run(0, acts);
         assert!(!established_on(&n, 0), "no Established after the loss");
         assert_eq!(n.rts.iter().filter(|r| r.0 == 0).count(), 0);
+    }
+
+    /// Stopping a listen closes the port in the daemon: a connect is then refused, and the
+    /// port can be listened on again. Only the listening application may stop it.
+    #[test]
+    fn stop_listening_refuses_connects_and_frees_the_port() {
+        let mut n = Net::new();
+        let acts = n.cms[1].listen(B, 5000, ConnSettings::default()).unwrap();
+        n.run(1, acts);
+        assert_eq!(n.cms[1].stop_listening(A, 5000), Err(CmError::NotListening));
+        let acts = n.cms[1].stop_listening(B, 5000).unwrap();
+        assert_eq!(
+            acts,
+            vec![Action::Daemon(Command::TcpUnlisten { port: 5000 })]
+        );
+        n.run(1, acts);
+        assert_eq!(n.cms[1].stop_listening(B, 5000), Err(CmError::NotListening));
+        let (conn, acts) = n.cms[0].connect(A, 7, remote(), settings(4, 8, b""), 0);
+        n.run(0, acts);
+        assert!(n.app_events.iter().any(|(s, app, e)| *s == 0
+            && *app == A
+            && matches!(e, Event::ConnectFailed { conn: c, .. } if *c == conn)));
+        assert!(!n.app_events.iter().any(|(s, ..)| *s == 1));
+        let acts = n.cms[1].listen(A, 5000, ConnSettings::default()).unwrap();
+        n.run(1, acts);
+        assert!(n.listening.contains(&(1, 5000)));
     }
 
     #[test]

@@ -186,7 +186,7 @@ fn cm_error(e: CmError, id: u32) -> Reply {
             id,
             users: 1,
         },
-        CmError::NoSuchConnection => Error::InvalidHandle {
+        CmError::NoSuchConnection | CmError::NotListening => Error::InvalidHandle {
             what: Resource::Connection,
             id,
         },
@@ -299,6 +299,25 @@ fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
         _ => return None,
     };
     Some(Action::App { app, event })
+}
+
+/// Stop listening on `port`: the daemon has closed the port before the reply, so a connect
+/// the application then asks a peer for is refused.
+fn unlisten(cm: &mut ConnManager, daemon: &mut Daemon, app: u32, port: u16) -> Reply {
+    let acts = match cm.stop_listening(app, port) {
+        Ok(a) => a,
+        Err(e) => return cm_error(e, port as u32),
+    };
+    for a in acts {
+        let Action::Daemon(c) = a else { continue };
+        // Whatever the daemon answers, nothing listens there any more: a status other than
+        // OK says it did not know the port, and a daemon that cannot be reached listens on
+        // nothing.
+        if let Err(e) = daemon.call(Some(app), &c) {
+            tracing::warn!("unlisten on port {port} for app {app}: {e}");
+        }
+    }
+    Reply::Done
 }
 
 /// Listen on `port`: the connection manager's listener, and the daemon's, before the reply.
@@ -676,6 +695,7 @@ fn main() -> ExitCode {
                     Ok(Request::Listen { port, settings }) => {
                         listen(&mut cm, &mut daemon, app.id, port, settings)
                     }
+                    Ok(Request::Unlisten { port }) => unlisten(&mut cm, &mut daemon, app.id, port),
                     Ok(Request::Placement) => Reply::Id(daemon.router.app_worker(app.id) as u32),
                     Ok(
                         req @ (Request::Connect { .. }

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# Builds a small Linux guest that runs the kernel's soft-iWARP (siw) and rdma-core's rping, so
-# the interop tests can put a real siw peer on the other end of a TAP link (QEMU, no KVM needed),
-# with perftest's ib_write_bw, ib_read_lat and ib_send_lat.
+# Builds a small Linux guest that runs the kernel's soft-iWARP (siw) and rdma-core's rping and
+# ucmatose, so the interop tests can put a real siw peer on the other end of a TAP link (QEMU,
+# no KVM needed), with perftest's ib_write_bw, ib_read_lat and ib_send_lat.
 #
 #   scripts/siw-guest/build.sh [OUT]     (root or sudo; default OUT: target/siw-guest)
 #
 # OUT gets `vmlinuz` and `initrd.gz`. Everything comes from Debian 12's packages: the kernel
 # image, and siw.ko built from Debian's kernel source against its headers (Debian's kernel
-# is built without CONFIG_RDMA_SIW), busybox, rping, perftest and the `rdma` tool with their
-# libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this version of the
-# script (its `contents` stamp says which programs it holds) is left alone; an older one is
-# rebuilt.
+# is built without CONFIG_RDMA_SIW), busybox, rping, ucmatose, perftest and the `rdma` tool
+# with their libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this
+# version of the script (its `contents` stamp says which programs it holds) is left alone; an
+# older one is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-target/siw-guest}")
-programs="/usr/bin/rping /usr/bin/rdma /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat"
+programs="/usr/bin/rping /usr/bin/ucmatose /usr/bin/rdma /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat"
 stamp="guest programs: $programs"
 [ -s "$out/vmlinuz" ] && [ -s "$out/initrd.gz" ] && [ "$(cat "$out/contents" 2>/dev/null)" = "$stamp" ] &&
     { echo "siw-guest: $out is built"; exit 0; }
@@ -70,8 +70,9 @@ for m in virtio_pci virtio_net crc32c_generic ib_uverbs rdma_ucm iw_cm siw; do
     add_module "$m"
 done
 
-# rping, perftest and the rdma tool, their libraries, the dynamic loader and the siw provider;
-# and libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end with it).
+# rping, ucmatose, perftest and the rdma tool, their libraries, the dynamic loader and the siw
+# provider; and libgcc_s, which glibc loads at run time for pthread_exit (rping's threads end
+# with it).
 provider=$(dpkg -L ibverbs-providers | grep '/libsiw-rdmav[0-9]*\.so$' | head -1)
 libgcc=$(ldconfig -p | sed -n 's/.*libgcc_s\.so\.1 (libc6,x86-64) => //p' | head -1)
 for bin in $programs "$provider" "$libgcc"; do

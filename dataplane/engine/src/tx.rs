@@ -464,11 +464,18 @@ fn tx_sq(mem: &mut MemTable, q: &mut Qp, out: &mut [u8]) -> (Option<usize>, Done
             remote_to,
             ..
         } if !cur.imm_phase => tx_write(t, remote_stag, remote_to),
-        SendOp::WriteImm { imm, .. }
-        | SendOp::Immediate {
+        SendOp::WriteImm { imm, solicited, .. } => {
+            let op = if solicited {
+                Opcode::ImmediateDataSe
+            } else {
+                Opcode::ImmediateData
+            };
+            tx_immediate(t, imm, op, total)
+        }
+        SendOp::Immediate {
             imm,
             solicited: false,
-        } => tx_immediate(t, imm, Opcode::ImmediateData, total),
+        } => tx_immediate(t, imm, Opcode::ImmediateData, 0),
         SendOp::Immediate {
             imm,
             solicited: true,

@@ -21,11 +21,14 @@ pub enum SendOp {
         remote_stag: u32,
         remote_to: u64,
     },
-    /// RDMA Write followed by Immediate Data (RFC 7306 section 6: two messages, one WR).
+    /// RDMA Write followed by Immediate Data (RFC 7306 section 6: two messages, one WR);
+    /// `solicited` sends the Immediate Data with SE, as rdma-core's Write with Immediate
+    /// and `IBV_SEND_SOLICITED` asks.
     WriteImm {
         remote_stag: u32,
         remote_to: u64,
         imm: u64,
+        solicited: bool,
     },
     /// Sink is the WR's single SGE, which must be registered with remote write access.
     Read {

@@ -324,6 +324,7 @@ fn immediate_data_and_write_with_immediate() {
                 remote_stag: stag,
                 remote_to: addr,
                 imm: 77,
+                solicited: false,
             },
             &[p.sge(A, src, 0, 4096)],
         ),
@@ -352,6 +353,30 @@ fn immediate_data_and_write_with_immediate() {
     assert!(
         p.b.rnic.take_cq_event(p.b.cq),
         "solicited Immediate Data raises the event"
+    );
+    // Write with Immediate and SE (RFC 7306 section 6): its Immediate Data carries the SE
+    // bit, so the receive completion is solicited (Verbs section 8.3.4).
+    p.post_recv(B, 14, &[]);
+    p.b.rnic.req_notify_cq(p.b.cq, true).unwrap();
+    p.post_send(
+        A,
+        SendWr::new(
+            4,
+            SendOp::WriteImm {
+                remote_stag: stag,
+                remote_to: addr,
+                imm: 78,
+                solicited: true,
+            },
+            &[p.sge(A, src, 0, 64)],
+        ),
+    );
+    p.drive();
+    let wc = p.one_wc(B);
+    assert_eq!((wc.wr_id, wc.imm, wc.solicited), (14, Some(78), true));
+    assert!(
+        p.b.rnic.take_cq_event(p.b.cq),
+        "Write with Immediate and SE raises the event"
     );
 }
 

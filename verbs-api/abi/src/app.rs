@@ -234,6 +234,11 @@ pub enum Request {
         len: u64,
         va: u64,
     },
+    /// Stop listening on a port this application listens on: connections to it are
+    /// refused from then on; those already requested or accepted stay.
+    Unlisten {
+        port: u16,
+    },
 }
 
 /// Why control refused a request: one class per failure cause of a verb (Verbs section 7,
@@ -473,6 +478,7 @@ mod tests {
                 port: 5000,
                 settings: ConnSettings::default(),
             },
+            Request::Unlisten { port: 5000 },
             Request::Connect {
                 qp: 3,
                 remote: "10.0.0.2:5000".parse().unwrap(),

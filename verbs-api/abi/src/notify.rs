@@ -3,9 +3,10 @@
 //! sleep in the kernel (a futex on shared memory) until the daemon writes a completion,
 //! instead of spinning.
 //!
-//! The application arms (stores 1), checks the ring once more, then waits while the word
-//! stays armed. The daemon, after publishing completions, loads the word and, when armed,
-//! clears it and wakes the waiters. Both sides put a SeqCst fence between their store and their load (the
+//! The application arms (stores [`NEXT`], or [`SOLICITED`] for solicited-only), checks the
+//! ring once more, then waits while the word stays armed. The daemon, after publishing
+//! completions, loads the word and, when armed for what it wrote, clears it and wakes the
+//! waiters. Both sides put a SeqCst fence between their store and their load (the
 //! head index for the application, the word for the daemon), so either the application sees
 //! the new completion or the daemon sees the armed word: no wake-up is lost. The daemon pays
 //! one load per burst of completions, and a system call only when someone sleeps.
@@ -21,6 +22,12 @@ use crate::wqe::Cqe;
 use core::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The word's value when armed for the next completion of any kind.
+pub const NEXT: u32 = 1;
+/// The word's value when armed for the next solicited completion (a received message with
+/// the Solicited Event bit) or error completion only (Verbs section 8.3.4).
+pub const SOLICITED: u32 = 2;
 
 /// Where the word lives in a CQ segment's data area with `slots` ring slots.
 pub const fn offset(slots: usize) -> usize {
@@ -68,7 +75,14 @@ impl Notify {
 
     /// Application: ask to be woken by the next completion. Check the ring after this.
     pub fn arm(&self) {
-        self.word().store(1, Ordering::SeqCst);
+        self.arm_for(false);
+    }
+
+    /// Application: ask to be woken by the next completion, or with `solicited_only` by the
+    /// next solicited or error completion only. Check the ring after this.
+    pub fn arm_for(&self, solicited_only: bool) {
+        let v = if solicited_only { SOLICITED } else { NEXT };
+        self.word().store(v, Ordering::SeqCst);
         fence(Ordering::SeqCst);
     }
 
@@ -80,19 +94,23 @@ impl Notify {
 
     /// Application: sleep until woken or `timeout` passes (returns at once if not armed).
     pub fn wait(&self, timeout: Duration) {
+        let armed = self.word().load(Ordering::SeqCst);
+        if armed == 0 {
+            return;
+        }
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         // SAFETY: FUTEX_WAIT on a 4-aligned word of a shared mapping that stays mapped; the
-        // kernel compares it with 1 and sleeps only then. Shared (not PRIVATE): the waker is
-        // another process.
+        // kernel compares it with the armed value and sleeps only while it holds. Shared
+        // (not PRIVATE): the waker is another process.
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 self.word,
                 libc::FUTEX_WAIT,
-                1u32,
+                armed,
                 &ts as *const libc::timespec,
                 core::ptr::null::<u32>(),
                 0u32,
@@ -102,9 +120,19 @@ impl Notify {
 
     /// Daemon: after publishing completions, wake an armed waiter. Returns whether it did.
     pub fn wake_if_armed(&self) -> bool {
+        self.wake_if_armed_for(true)
+    }
+
+    /// Daemon: after publishing completions, wake a waiter armed for them: any armed one
+    /// when `solicited` (one of them was solicited or in error), else only one armed for
+    /// the next completion of any kind. A solicited-only arming stays armed past
+    /// unsolicited completions. Returns whether it woke.
+    pub fn wake_if_armed_for(&self, solicited: bool) -> bool {
         fence(Ordering::SeqCst);
-        if self.word().load(Ordering::Relaxed) == 0 {
-            return false;
+        match self.word().load(Ordering::Relaxed) {
+            0 => return false,
+            SOLICITED if !solicited => return false,
+            _ => {}
         }
         self.word().store(0, Ordering::SeqCst);
         // SAFETY: FUTEX_WAKE on the same word; wakes every waiter.
@@ -120,5 +148,40 @@ impl Notify {
             );
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{HugePolicy, SegmentKind};
+
+    fn word() -> Notify {
+        let seg = Segment::create_anonymous(
+            "notify-test",
+            SegmentKind::CompletionQueue,
+            cq_segment_bytes(8),
+            HugePolicy::Off,
+        )
+        .unwrap();
+        Notify::of_cq_segment(&Arc::new(seg), 8).unwrap()
+    }
+
+    /// Verbs section 8.3.4: a solicited-only request is satisfied by a solicited or error
+    /// completion only; a request for the next completion by any.
+    #[test]
+    fn solicited_only_waits_for_a_solicited_completion() {
+        let n = word();
+        assert!(!n.wake_if_armed_for(true), "not armed: nobody to wake");
+        n.arm_for(true);
+        assert!(!n.wake_if_armed_for(false), "unsolicited: stays armed");
+        assert!(n.armed());
+        assert!(n.wake_if_armed_for(true));
+        assert!(!n.armed());
+        n.arm_for(false);
+        assert!(n.wake_if_armed_for(false), "next completion: any kind");
+        assert!(!n.armed());
+        // Not armed: wait returns at once instead of sleeping out its timeout.
+        n.wait(Duration::from_secs(3600));
     }
 }

@@ -5,9 +5,9 @@
 //! `ibv_req_notify_cq` arms the CQ's notification word in shared memory, which the daemon
 //! clears (and futex-wakes) when it writes the next completion; a thread per CQ with a
 //! channel sleeps on that word and, once it is cleared, queues the CQ on its channel and
-//! counts the event into the eventfd (one count per event, `EFD_SEMAPHORE`). Solicited-only
-//! requests are served as requests for the next completion (the word carries no kind), which
-//! only adds events the application then finds no solicited completion for.
+//! counts the event into the eventfd (one count per event, `EFD_SEMAPHORE`). A solicited-only
+//! request arms the word with its own value, which the daemon clears only for a solicited
+//! or an error completion.
 #![cfg_attr(test, allow(dead_code))]
 
 use crate::abi::*;
@@ -183,9 +183,10 @@ impl Watcher {
         }
     }
 
-    /// `ibv_req_notify_cq`: an event for the next completion.
-    pub(crate) fn arm(&self) {
-        self.notify.arm();
+    /// `ibv_req_notify_cq`: an event for the next completion, or with `solicited_only` for
+    /// the next solicited or error one.
+    pub(crate) fn arm(&self, solicited_only: bool) {
+        self.notify.arm_for(solicited_only);
         let (m, cv) = &*self.state;
         m.lock().unwrap_or_else(|p| p.into_inner()).armed = true;
         cv.notify_one();

@@ -59,16 +59,42 @@ struct State {
     conns: HashMap<(usize, u32), usize>,
     /// Listening identifier by (context, port).
     listeners: HashMap<(usize, u16), usize>,
-    /// Ports each context listens on. Control has no way to stop listening, so a port stays
-    /// listened on after its identifier is destroyed (requests for it are then rejected),
-    /// and a new identifier listening on it takes it over.
-    listening: Vec<(usize, u16)>,
+    /// Ports whose listener was destroyed less than [`linger`] ago, by (context, port):
+    /// still open in control, their requests held for a listener that comes back.
+    lingering: HashMap<(usize, u16), Lingering>,
     /// A PD per context for `rdma_create_qp` without one.
     pds: HashMap<usize, usize>,
     /// Every open context, whose events are collected (until its control is gone).
     watched: Vec<usize>,
     /// Every identifier, for DEVICE_REMOVAL.
     ids: Vec<usize>,
+}
+
+/// How long a port stays open after its listening identifier is destroyed. Programs
+/// listen again on the port they just closed (perftest closes the listener of its setup
+/// connection and, after a handshake over that connection, listens on the same port for
+/// the test's connections, while its client connects as soon as the handshake ends); a
+/// connect that came in between would otherwise be refused, which the kernel's rdma_cm
+/// makes unlikely by listening in a system call, and perftest's client does not survive.
+/// A request held this long without a new listener is rejected, and the port closes.
+/// `IWARP_LISTEN_LINGER_MS` in the environment sets it (0: close at once, as the kernel
+/// does).
+fn linger() -> Duration {
+    static LINGER: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LINGER.get_or_init(|| {
+        let ms = std::env::var("IWARP_LISTEN_LINGER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        Duration::from_millis(ms)
+    })
+}
+
+/// A port in its [`linger`] time.
+struct Lingering {
+    until: std::time::Instant,
+    /// Requests that came meanwhile, in order.
+    held: Vec<ConnectRequest>,
 }
 
 /// Held by the collector for each pass, so that closing a context can wait until no pass
@@ -276,6 +302,7 @@ fn start_collector() {
                     for c in with_state(|s| s.watched.clone()) {
                         collect(c);
                     }
+                    close_lingering();
                 }
                 std::thread::sleep(Duration::from_millis(1));
             });
@@ -299,46 +326,25 @@ fn collect(c: usize) {
         };
         match e {
             Event::ConnectRequest(req) => {
-                let Some(listener) = with_state(|s| s.listeners.get(&(c, req.port)).copied())
-                else {
-                    let _ = ctx.rnic.reject(&req, &[]);
-                    continue;
-                };
-                let parent = listener as *mut Id;
-                // SAFETY: a live listening identifier.
-                let p = unsafe { &*parent };
-                let mut child = Box::new(Id {
-                    ibv: rdma_cm_id {
-                        verbs: p.ibv.verbs,
-                        channel: p.ibv.channel,
-                        context: p.ibv.context,
-                        ps: p.ibv.ps,
-                        port_num: 1,
-                        qp_type: p.ibv.qp_type,
-                        ..Default::default()
-                    },
-                    conn: Some(req.conn),
-                    req: None,
-                    listen: None,
+                let key = (c, req.port);
+                let to = with_state(|s| match s.listeners.get(&key) {
+                    Some(l) => Ok(*l),
+                    None => Err(match s.lingering.get_mut(&key) {
+                        Some(l) => {
+                            l.held.push(req.clone());
+                            true
+                        }
+                        None => false,
+                    }),
                 });
-                if let Some(src) = src_of(p) {
-                    set_src(&mut child, SocketAddrV4::new(ctx.port().ipv4, src.port()));
+                match to {
+                    Ok(listener) => deliver(ctx, listener as *mut Id, req),
+                    // Held for a listener that may come back.
+                    Err(true) => {}
+                    Err(false) => {
+                        let _ = ctx.rnic.reject(&req, &[]);
+                    }
                 }
-                if let SocketAddr::V4(peer) = req.peer {
-                    set_dst(&mut child, peer);
-                }
-                let data = req.private_data.clone();
-                child.req = Some(req);
-                let limits = &ctx.limits;
-                let (ird, ord) = (limits.max_ird.min(255) as u8, limits.max_ord.min(255) as u8);
-                let id = Box::into_raw(child);
-                post(
-                    id,
-                    RDMA_CM_EVENT_CONNECT_REQUEST,
-                    0,
-                    Some((ird, ord, data)),
-                    parent,
-                );
             }
             Event::Established(est) => {
                 if let Some(id) = with_state(|s| s.conns.get(&(c, est.conn)).copied()) {
@@ -412,6 +418,74 @@ fn collect(c: usize) {
     }
 }
 
+/// Hands the connection request `req` of context `ctx` to the listening identifier
+/// `parent`: CONNECT_REQUEST with a new identifier for the request, offering the endpoint's
+/// IRD/ORD.
+fn deliver(ctx: &device::Ctx, parent: *mut Id, req: ConnectRequest) {
+    // SAFETY: a live listening identifier (rdma_destroy_id takes it out of the table first).
+    let p = unsafe { &*parent };
+    let mut child = Box::new(Id {
+        ibv: rdma_cm_id {
+            verbs: p.ibv.verbs,
+            channel: p.ibv.channel,
+            context: p.ibv.context,
+            ps: p.ibv.ps,
+            port_num: 1,
+            qp_type: p.ibv.qp_type,
+            ..Default::default()
+        },
+        conn: Some(req.conn),
+        req: None,
+        listen: None,
+    });
+    if let Some(src) = src_of(p) {
+        set_src(&mut child, SocketAddrV4::new(ctx.port().ipv4, src.port()));
+    }
+    if let SocketAddr::V4(peer) = req.peer {
+        set_dst(&mut child, peer);
+    }
+    let data = req.private_data.clone();
+    child.req = Some(req);
+    let limits = &ctx.limits;
+    let (ird, ord) = (limits.max_ird.min(255) as u8, limits.max_ord.min(255) as u8);
+    let id = Box::into_raw(child);
+    post(
+        id,
+        RDMA_CM_EVENT_CONNECT_REQUEST,
+        0,
+        Some((ird, ord, data)),
+        parent,
+    );
+}
+
+/// Closes the ports whose [`linger`] time is over: control stops listening on each, then
+/// the requests held for it are rejected.
+fn close_lingering() {
+    let now = std::time::Instant::now();
+    let due: Vec<((usize, u16), Lingering)> = with_state(|s| {
+        let keys: Vec<(usize, u16)> = s
+            .lingering
+            .iter()
+            .filter(|(_, l)| l.until <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| s.lingering.remove(&k).map(|l| (k, l)))
+            .collect()
+    });
+    for ((c, port), l) in due {
+        // SAFETY: the connection manager's contexts are never closed.
+        let Some(ctx) = (unsafe { device::Ctx::from_ibv(c as *mut ibv_context) }) else {
+            continue;
+        };
+        // A control that is gone listens on nothing, so its error changes nothing.
+        let _ = ctx.rnic.unlisten(port);
+        for req in l.held {
+            let _ = ctx.rnic.reject(&req, &[]);
+        }
+    }
+}
+
 fn async_event(
     kind: ibv_event_type,
     element: impl FnOnce(&mut ibv_async_event__bindgen_ty_1),
@@ -431,6 +505,7 @@ fn device_gone(c: usize, ctx: &device::Ctx) {
     let ids = with_state(|s| {
         s.watched.retain(|w| *w != c);
         s.conns.retain(|(k, _), _| *k != c);
+        s.lingering.retain(|(k, _), _| *k != c);
         s.ids.clone()
     });
     for id in ids {
@@ -561,7 +636,24 @@ pub(crate) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         s.ids.retain(|v| *v != key);
     });
     // SAFETY: an identifier of rdma_create_id (or of a request), destroyed once.
-    drop(unsafe { Box::from_raw(id.cast::<Id>()) });
+    let i = unsafe { Box::from_raw(id.cast::<Id>()) };
+    if let Some(port) = i.listen {
+        // The port closes once its linger time is over (the collector closes it), unless
+        // an identifier listens on it again before.
+        if linger().is_zero() {
+            // SAFETY: a listening identifier's context is one of the connection manager's,
+            // never closed.
+            if let Some(ctx) = unsafe { device::Ctx::from_ibv(i.ibv.verbs) } {
+                // A control that is gone listens on nothing, so its error changes nothing.
+                let _ = ctx.rnic.unlisten(port);
+            }
+        } else {
+            let key = (i.ibv.verbs as usize, port);
+            let until = std::time::Instant::now() + linger();
+            let held = Vec::new();
+            with_state(|s| s.lingering.insert(key, Lingering { until, held }));
+        }
+    }
     0
 }
 
@@ -713,48 +805,87 @@ pub(crate) unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int
         return -1;
     };
     let key = (i.ibv.verbs as usize, src.port());
-    let (taken, known) =
-        with_state(|st| (st.listeners.contains_key(&key), st.listening.contains(&key)));
-    if taken {
+    if i.listen == Some(src.port()) {
+        // Listening already (the kernel's rdma_cm answers a second call the same way).
+        return 0;
+    }
+    // A port whose listener was destroyed moments ago is still open: this identifier takes
+    // it over with the requests held meanwhile, in one step, so that the collector finds
+    // either the lingering port or its new listener.
+    let Ok(held) = with_state(|st| {
+        if st.listeners.contains_key(&key) {
+            return Err(());
+        }
+        let held = st.lingering.remove(&key).map(|l| l.held);
+        if held.is_some() {
+            st.listeners.insert(key, id as usize);
+        }
+        Ok(held)
+    }) else {
         set_errno(libc::EADDRINUSE);
         return -1;
-    }
-    if !known {
+    };
+    if held.is_none() {
         // SAFETY: no parameters: the endpoint's limits.
         let s = unsafe { settings(ctx, core::ptr::null()) };
         if ctx.rnic.listen(src.port(), &s).is_err() {
             set_errno(libc::EADDRINUSE);
             return -1;
         }
-        with_state(|st| st.listening.push(key));
     }
     i.listen = Some(src.port());
     with_state(|st| st.listeners.insert(key, id as usize));
+    for req in held.into_iter().flatten() {
+        deliver(ctx, id.cast(), req);
+    }
     0
+}
+
+/// What connecting and accepting start from: the caller's identifier with a QP, its
+/// context, the QP, and the MPA settings of `param`. `None` (with errno `EINVAL`) when the
+/// identifier is not one or has no QP yet.
+///
+/// # Safety
+/// `id` must be NULL or a live identifier of this library, `param` NULL or the caller's
+/// parameters.
+unsafe fn connection_start<'a>(
+    id: *mut rdma_cm_id,
+    param: *const rdma_conn_param,
+) -> Option<(
+    &'a mut Id,
+    &'a device::Ctx,
+    &'a iwarp_verbs::QueuePair,
+    ConnSettings,
+)> {
+    // SAFETY: the caller's identifier.
+    let i = unsafe { id_of(id) }.filter(|i| !i.ibv.qp.is_null());
+    // SAFETY: an identifier's context, when set, is one of ours.
+    let ctx = i
+        .as_ref()
+        .and_then(|i| unsafe { device::Ctx::from_ibv(i.ibv.verbs) });
+    let (Some(i), Some(ctx)) = (i, ctx) else {
+        set_errno(libc::EINVAL);
+        return None;
+    };
+    // SAFETY: the identifier's QP, made by rdma_create_qp.
+    let qp = unsafe { verbs::queue_pair(i.ibv.qp) };
+    // SAFETY: the caller's parameters.
+    let s = unsafe { settings(ctx, param) };
+    Some((i, ctx, qp, s))
 }
 
 pub(crate) unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's identifier.
-    let Some(i) = (unsafe { id_of(id) }) else {
+    // SAFETY: the caller's identifier and parameters.
+    let Some((i, ctx, qp, s)) = (unsafe { connection_start(id, param) }) else {
+        return -1;
+    };
+    let Some(dst) = dst_of(i) else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let (Some(dst), false) = (dst_of(i), i.ibv.qp.is_null()) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the identifier's context and QP are ours.
-    let (Some(ctx), qp) = (unsafe { device::Ctx::from_ibv(i.ibv.verbs) }, unsafe {
-        verbs::queue_pair(i.ibv.qp)
-    }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the caller's parameters.
-    let s = unsafe { settings(ctx, param) };
     match ctx.rnic.connect(qp, SocketAddr::V4(dst), &s) {
         Ok(conn) => {
             i.conn = Some(conn);
@@ -773,24 +904,14 @@ pub(crate) unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: the caller's identifier.
-    let Some(i) = (unsafe { id_of(id) }) else {
+    // SAFETY: the caller's identifier and parameters.
+    let Some((i, ctx, qp, s)) = (unsafe { connection_start(id, param) }) else {
+        return -1;
+    };
+    let Some(req) = i.req.take() else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let (Some(req), false) = (i.req.take(), i.ibv.qp.is_null()) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the identifier's context and QP are ours.
-    let (Some(ctx), qp) = (unsafe { device::Ctx::from_ibv(i.ibv.verbs) }, unsafe {
-        verbs::queue_pair(i.ibv.qp)
-    }) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    // SAFETY: the caller's parameters.
-    let s = unsafe { settings(ctx, param) };
     let key = (i.ibv.verbs as usize, req.conn);
     with_state(|st| st.conns.insert(key, id as usize));
     match ctx.rnic.accept(&req, qp, &s) {

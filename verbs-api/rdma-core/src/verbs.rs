@@ -437,18 +437,18 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     got as c_int
 }
 
-/// `ops.req_notify_cq`: an event on the CQ's channel for its next completion (see
-/// `channel.rs`; solicited-only is served as any completion).
-unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+/// `ops.req_notify_cq`: an event on the CQ's channel for its next completion, or with
+/// `solicited` for its next solicited or error completion (see `channel.rs`).
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: c_int) -> c_int {
     if cq.is_null() {
         return libc::EINVAL;
     }
     // SAFETY: a CQ of ibv_create_cq.
     let q = unsafe { &*cq.cast::<Cq>() };
     match (&q.watcher, q.cq.notifier()) {
-        (Some(w), _) => w.arm(),
+        (Some(w), _) => w.arm(solicited != 0),
         // No channel: armed all the same, nobody is told.
-        (None, Some(n)) => n.arm(),
+        (None, Some(n)) => n.arm_for(solicited != 0),
         (None, None) => return libc::EOPNOTSUPP,
     }
     0

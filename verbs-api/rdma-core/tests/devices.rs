@@ -4,47 +4,7 @@
 
 mod common;
 
-use common::{pair, Pair};
-use std::path::PathBuf;
-
-fn run(program: &str, args: &[&str], runtimes: &str) -> String {
-    let out = common::with_our_libs(program)
-        .args(args)
-        .env("IWARP_RUNTIME_DIR", runtimes)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
-/// `tests/c/<name>.c`, compiled against rdma-core's headers and linked with our library.
-fn compile(p: &Pair, name: &str) -> PathBuf {
-    let exe = p.dir.path().join(name);
-    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
-    let st = std::process::Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg(format!("-L{}", common::lib_dir().display()))
-        .arg("-l:libibverbs.so.1")
-        .arg("-l:librdmacm.so.1")
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc {src}");
-    exe
-}
-
-fn joined(p: &[PathBuf]) -> String {
-    p.iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(":")
-}
+use common::{compile, joined, pair, run};
 
 #[test]
 fn ibv_devices_lists_each_reachable_endpoint() {

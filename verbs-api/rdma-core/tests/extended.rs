@@ -13,7 +13,7 @@ fn every_operation_through_the_wr_api_and_cq_ex() {
         return;
     }
     let p = common::pair();
-    let exe = common::compile_c(p.dir.path(), "wr_api");
+    let exe = common::compile(&p, "wr_api");
     let runtimes = format!("{}:{}", p.runtimes[0].display(), p.runtimes[1].display());
     // A hung program is stopped after a minute; its output so far says where it stopped.
     let out = common::with_our_libs("timeout")

@@ -1,5 +1,5 @@
-//! Debian's unmodified `rping` and perftest, with our libibverbs/librdmacm, against Linux
-//! soft-iWARP: rdma-core's programs with siw's provider in the QEMU guest of
+//! Debian's unmodified `rping`, `ucmatose` and perftest, with our libibverbs/librdmacm, against
+//! Linux soft-iWARP: rdma-core's programs with siw's provider in the QEMU guest of
 //! `scripts/siw-guest` (`iwarp_testkit::siw`), both roles, every frame decoded by tshark.
 //!
 //! Root only (TAP and a bridge), and only where the guest is built, unless
@@ -201,4 +201,63 @@ fn ib_send_lat_siw_client_our_server() {
 #[test]
 fn ib_send_lat_our_client_siw_server() {
     perftest(2, "ib_send_lat", &[], false);
+}
+
+/// rdma-core's `ucmatose` between siw in the guest and our endpoint, ours the server when
+/// `ours_serves`: several connections on one listening identifier, `messages` each way on
+/// each, then disconnects. Both sides finish with status 0, every frame decodes and every
+/// CRC is good.
+fn ucmatose(n: u8, ours_serves: bool, messages: usize) {
+    let program = "/usr/bin/ucmatose";
+    let Some(guest) = testkit::siw::guest_with(program) else {
+        return;
+    };
+    if !common::have(program) {
+        return;
+    }
+    const CONNECTIONS: usize = 3;
+    let (c, m) = (CONNECTIONS.to_string(), messages.to_string());
+    let server_ip = format!("10.7{n}.0.{}", if ours_serves { 1 } else { 2 });
+    let server = ["-b", &server_ip, "-c", &c, "-C", &m];
+    let client = ["-s", &server_ip, "-c", &c, "-C", &m];
+    let (ours_args, theirs) = if ours_serves {
+        (&server[..], [&["ucmatose"], &client[..]].concat())
+    } else {
+        (&client[..], [&["ucmatose"], &server[..]].concat())
+    };
+    let r = testkit::siw::run(
+        &guest,
+        n,
+        |rt| {
+            if ours_serves {
+                ours(program, ours_args, rt, true)
+            } else {
+                client_retrying(program, ours_args, rt, true)
+            }
+        },
+        &theirs,
+    );
+    let said = r.ours_said();
+    assert!(r.ours.status.success(), "our ucmatose failed");
+    assert!(r.guest.contains("guest: exit 0"), "siw's ucmatose failed");
+    for text in [&said, &r.guest] {
+        assert!(text.contains("test complete"), "{text}");
+        assert!(text.contains("return status 0"), "{text}");
+    }
+    // Each connection's messages, one Send each, and as many back.
+    testkit::tshark_check(&r.pcap, CONNECTIONS * messages, true);
+}
+
+/// Connections and disconnects only: ucmatose's server sends its messages the moment its
+/// last connection is established, and our responder lets those FPDUs go before the
+/// initiator's first one (no RTR is negotiated with siw's client), so siw, still reading
+/// the MPA Reply, finds data behind it and fails the connection.
+#[test]
+fn ucmatose_siw_client_our_server() {
+    ucmatose(3, true, 0);
+}
+
+#[test]
+fn ucmatose_our_client_siw_server() {
+    ucmatose(4, false, 5);
 }

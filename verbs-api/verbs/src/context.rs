@@ -224,6 +224,13 @@ impl Context {
         })?)
     }
 
+    /// Stops listening on `port` (one this context listens on): connections to it are
+    /// refused from then on, and the port can be listened on again. Requests that already
+    /// arrived stay to be accepted or rejected.
+    pub fn unlisten(&self, port: u16) -> Result<(), Error> {
+        done(self.call(&Request::Unlisten { port })?)
+    }
+
     /// Starts connecting `qp` to `remote` (the MPA initiator); returns the connection id.
     /// The outcome is an [`Event`]: Established, Rejected or Failed.
     pub fn connect(

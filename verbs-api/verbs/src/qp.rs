@@ -401,8 +401,12 @@ impl QueuePair {
             }
             w.set_inline(data)?;
         }
-        // SendWqe::new marks every WQE signaled; an unsignaled one completes only in error.
-        if !wr.signaled {
+        // SendWqe::new starts signaled; an unsignaled WR that succeeds completes silently
+        // (Verbs section 8.1.3.1), which applications count on (perftest advances its
+        // completion count by its moderation per completion).
+        if wr.signaled {
+            w.flags |= send_flags::SIGNALED;
+        } else {
             w.flags &= !send_flags::SIGNALED;
         }
         if wr.solicited {

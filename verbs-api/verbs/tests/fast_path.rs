@@ -147,6 +147,12 @@ fn a_region_cannot_be_deregistered_while_posted_work_uses_it() {
     })
     .unwrap();
     assert_eq!(d.rq.pop().unwrap().wr_id, 10);
+    // Verbs section 8.1.3.1: only the signaled WR asks the daemon for a completion.
+    let flags: Vec<(u64, bool)> = (0..2)
+        .map(|_| d.sq.pop().unwrap())
+        .map(|w| (w.wr_id, w.flags & send_flags::SIGNALED != 0))
+        .collect();
+    assert_eq!(flags, [(1, false), (2, true)]);
     assert_eq!(mr.posted(), 3);
     let (mr, e) = mr.deregister().unwrap_err();
     assert!(matches!(e, Error::MrInUse { posted: 3, .. }), "{e}");

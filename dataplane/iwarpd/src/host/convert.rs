@@ -32,6 +32,7 @@ pub fn send_wr(w: &SendWqe) -> Result<SendWr, ()> {
             remote_stag: rs,
             remote_to: rt,
             imm: w.imm,
+            solicited: se,
         },
         SendOpcode::Read => SendOp::Read {
             remote_stag: rs,

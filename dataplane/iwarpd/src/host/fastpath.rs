@@ -249,7 +249,12 @@ impl HostCq {
         p.completed += written;
         if p.completed > 0 {
             if let Some(w) = &self.notify {
-                w.wake_if_armed();
+                // A solicited-only arming is met by a solicited or an error completion
+                // (Verbs section 8.3.4).
+                let solicited = self.wcs[..n]
+                    .iter()
+                    .any(|wc| wc.solicited || wc.status != Status::Success);
+                w.wake_if_armed_for(solicited);
             }
         }
         p

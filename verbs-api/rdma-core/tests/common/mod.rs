@@ -64,10 +64,9 @@ pub fn pair() -> Pair {
     }
 }
 
-/// `tests/c/<name>.c`, compiled against rdma-core's headers into `dir` and linked with our
-/// libraries.
-pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
-    let exe = dir.join(name);
+/// `tests/c/<name>.c`, compiled against rdma-core's headers and linked with our library.
+pub fn compile(p: &Pair, name: &str) -> PathBuf {
+    let exe = p.dir.path().join(name);
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let st = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
@@ -80,4 +79,29 @@ pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
         .unwrap();
     assert!(st.success(), "cc {src}");
     exe
+}
+
+/// Runtime directories as `IWARP_RUNTIME_DIR` lists them.
+pub fn joined(p: &[PathBuf]) -> String {
+    p.iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Runs `program` with our libraries on the endpoints `runtimes` (`IWARP_RUNTIME_DIR`);
+/// its standard output, once it succeeded.
+pub fn run(program: &str, args: &[&str], runtimes: &str) -> String {
+    let out = with_our_libs(program)
+        .args(args)
+        .env("IWARP_RUNTIME_DIR", runtimes)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
