@@ -22,6 +22,8 @@ pub struct Cq {
     event: bool,
     overflowed: bool,
     pub(crate) overflow_reported: bool,
+    /// In the RNIC's completion ready list (see [`crate::Rnic::next_cq_ready`]).
+    pub(crate) queued: bool,
 }
 
 impl Cq {
@@ -33,6 +35,7 @@ impl Cq {
             event: false,
             overflowed: false,
             overflow_reported: false,
+            queued: false,
         }
     }
 

@@ -39,6 +39,13 @@ pub struct Rnic {
     pub(crate) qps: Vec<Option<Qp>>,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) srqs: Vec<Option<Srq>>,
+    /// QPs that may have something to transmit because of a call from outside the receive
+    /// path (a post, a state change), each at most once: the caller's turn visits these
+    /// instead of every QP. Bytes fed to [`Rnic::handle_stream`] mark nothing, since the
+    /// caller that fed them transmits for that QP in the same step.
+    tx_ready: VecDeque<u32>,
+    /// CQs that received completions since the caller last took them, each at most once.
+    cq_ready: VecDeque<u32>,
     next_pd: u32,
     /// Error counters since creation, for the daemon's per-core statistics.
     pub stats: Stats,
@@ -61,6 +68,8 @@ impl Rnic {
             qps: Vec::new(),
             events: VecDeque::new(),
             srqs: Vec::new(),
+            tx_ready: VecDeque::new(),
+            cq_ready: VecDeque::new(),
             next_pd: 1,
             stats: Stats::default(),
         }
@@ -144,6 +153,9 @@ impl Rnic {
     pub fn create_cq(&mut self, depth: usize) -> u32 {
         let id = self.cqs.len() as u32;
         self.cqs.push(Some(Cq::new(depth)));
+        // Room for every CQ in the ready list now, so marking never allocates.
+        let n = self.cqs.len();
+        self.cq_ready.reserve(n.saturating_sub(self.cq_ready.len()));
         id
     }
 
@@ -242,8 +254,11 @@ impl Rnic {
             next_seq: 0,
             conn: None,
             closing: false,
+            tx_queued: false,
             srq: caps.srq,
         }));
+        let n = self.qps.len();
+        self.tx_ready.reserve(n.saturating_sub(self.tx_ready.len()));
         Ok(id)
     }
 
@@ -290,6 +305,56 @@ impl Rnic {
         Some(self.qps.get(qp as usize)?.as_ref()?.state)
     }
 
+    // ---- ready lists ----
+
+    /// The next QP marked as possibly having something to transmit, or whose state changed
+    /// (a post, Modify QP, an error), in marking order; each QP is listed once however often
+    /// it was marked. A QP that only received bytes is not listed: its caller transmits for
+    /// it after feeding them. A listed QP may turn out to have nothing to send, and one
+    /// destroyed since it was marked is listed too (it has no state).
+    pub fn next_tx_ready(&mut self) -> Option<u32> {
+        let qp = self.tx_ready.pop_front()?;
+        if let Ok(q) = self.qp_mut(qp) {
+            q.tx_queued = false;
+        }
+        Some(qp)
+    }
+
+    pub(crate) fn mark_tx(&mut self, qp: u32) {
+        if let Some(Some(q)) = self.qps.get_mut(qp as usize) {
+            if !q.tx_queued {
+                q.tx_queued = true;
+                self.tx_ready.push_back(qp);
+            }
+        }
+    }
+
+    /// The next CQ that received completions since it was last taken from this list (each
+    /// listed once). A caller that leaves completions in it marks it again
+    /// ([`Rnic::mark_cq`]), so that every CQ holding completions is listed.
+    pub fn next_cq_ready(&mut self) -> Option<u32> {
+        let cq = self.cq_ready.pop_front()?;
+        if let Some(Some(c)) = self.cqs.get_mut(cq as usize) {
+            c.queued = false;
+        }
+        Some(cq)
+    }
+
+    /// Lists `cq` among the CQs with completions (see [`Rnic::next_cq_ready`]).
+    pub fn mark_cq(&mut self, cq: u32) {
+        if let Some(Some(c)) = self.cqs.get_mut(cq as usize) {
+            if !c.queued {
+                c.queued = true;
+                self.cq_ready.push_back(cq);
+            }
+        }
+    }
+
+    /// Whether any CQ is listed as holding completions.
+    pub fn cqs_ready(&self) -> bool {
+        !self.cq_ready.is_empty()
+    }
+
     // ---- connection ----
 
     /// Idle -> RTS with what MPA negotiation agreed (the connection's byte stream now
@@ -301,6 +366,7 @@ impl Rnic {
         }
         q.conn = Some(Conn::new(params));
         q.state = QpState::Rts;
+        self.mark_tx(qp);
         Ok(())
     }
 
@@ -313,6 +379,7 @@ impl Rnic {
         if !from.modify_allowed(to) {
             return Err(VerbsError::InvalidModify);
         }
+        self.mark_tx(qp);
         match to {
             // Idle -> Idle and RTS -> RTS change attributes; this call carries none.
             _ if from == to => {}
@@ -346,6 +413,7 @@ impl Rnic {
     pub fn force_error(&mut self, qp: u32) -> Result<(), VerbsError> {
         self.qp_mut(qp)?;
         self.enter_error(qp, None);
+        self.mark_tx(qp);
         Ok(())
     }
 
@@ -411,6 +479,7 @@ impl Rnic {
             q.state = QpState::Idle;
             q.conn = None;
             self.flush_rq(qp, None);
+            self.mark_tx(qp);
         }
     }
 
@@ -464,6 +533,10 @@ impl Rnic {
             return Err(VerbsError::QueueFull);
         }
         q.sq.push_back(wr);
+        self.mark_tx(qp);
+        let Ok(q) = self.qp_mut(qp) else {
+            return Ok(());
+        };
         if q.state == QpState::Closing {
             // Figure 11, PostSQ in Closing: enqueue and flush, reset the stream, "Bad Close"
             // event, Error. The flush completes the WRs before this one first.
@@ -641,7 +714,12 @@ impl Rnic {
         let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else {
             return;
         };
-        if !c.push(wc) && !c.overflowed_reported() {
+        let pushed = c.push(wc);
+        if !c.queued {
+            c.queued = true;
+            self.cq_ready.push_back(cq);
+        }
+        if !pushed && !c.overflowed_reported() {
             c.set_overflow_reported();
             self.events.push_back(AsyncEvent::CqOverflow { cq });
             // The completions are lost: every QP using the CQ is in error (Verbs 8.3.3).
@@ -735,6 +813,8 @@ impl Rnic {
         }
         let was_idle = q.state == QpState::Idle;
         q.state = QpState::Error;
+        self.mark_tx(qp);
+        let Ok(q) = self.qp_mut(qp) else { return };
         q.closing = false;
         let (cq, id) = (q.send_cq, q.id);
         let inflight: Vec<Inflight> = q.inflight.drain(..).collect();
@@ -831,6 +911,7 @@ impl Rnic {
         }
         conn.terminate = Some(t);
         q.state = QpState::Terminate;
+        self.mark_tx(qp);
         self.events
             .push_back(AsyncEvent::TerminateSent { qp, cause });
         self.stats.terminates_sent += 1;

@@ -42,8 +42,8 @@ fn five_consecutive_segments_lost_mid_write_are_repaired_without_a_timeout() {
     // arrive last.
     while !(done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)) {
         assert!(start.elapsed() < Duration::from_secs(120), "stalled");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success);
             done = true;
