@@ -3,7 +3,7 @@
 
 use crate::cq::{Cq, Notify};
 use crate::mem::MemTable;
-use crate::qp::{Conn, ConnParams, Inflight, Qp, QpState};
+use crate::qp::{Conn, ConnParams, Qp, QpState};
 use crate::types::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion,
     MAX_SGE,
@@ -817,13 +817,15 @@ impl Rnic {
         let Ok(q) = self.qp_mut(qp) else { return };
         q.closing = false;
         let (cq, id) = (q.send_cq, q.id);
-        let inflight: Vec<Inflight> = q.inflight.drain(..).collect();
-        let pending: Vec<SendWr> = q.sq.drain(..).collect();
+        // The queues are taken whole and given back empty below: flushing allocates nothing,
+        // and the QP keeps their capacity.
+        let mut inflight = std::mem::take(&mut q.inflight);
+        let mut pending = std::mem::take(&mut q.sq);
         // A receive a Send was being placed into is outstanding too, ahead of the RQ.
         let partial = q.conn.take().and_then(|c| c.rx_recv);
         let recv_cq = q.recv_cq;
         let mut first = first;
-        for i in inflight {
+        for i in inflight.drain(..) {
             // An unsignaled WR that already succeeded stays silent; everything else
             // completes, flushed ones with the flush status whatever their signaling.
             if !i.signaled && matches!(i.done, Some((Status::Success, _))) {
@@ -847,8 +849,12 @@ impl Rnic {
                 },
             );
         }
-        for wr in pending {
+        for wr in pending.drain(..) {
             self.complete_now(cq, id, &wr, Status::WrFlushed);
+        }
+        if let Ok(q) = self.qp_mut(qp) {
+            q.inflight = inflight;
+            q.sq = pending;
         }
         if let Some(rx) = partial {
             self.push_wc(
@@ -865,9 +871,9 @@ impl Rnic {
     pub(crate) fn flush_rq(&mut self, qp: u32, first: Option<Status>) {
         let Ok(q) = self.qp_mut(qp) else { return };
         let (cq, id) = (q.recv_cq, q.id);
-        let rq: Vec<RecvWr> = q.rq.drain(..).collect();
+        let mut rq = std::mem::take(&mut q.rq);
         let mut first = first;
-        for wr in rq {
+        for wr in rq.drain(..) {
             self.push_wc(
                 cq,
                 WorkCompletion::new(
@@ -878,6 +884,9 @@ impl Rnic {
                     0,
                 ),
             );
+        }
+        if let Ok(q) = self.qp_mut(qp) {
+            q.rq = rq;
         }
     }
 

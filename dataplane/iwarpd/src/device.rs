@@ -42,8 +42,8 @@ pub struct PortDevice<P: Port> {
     /// [`Port::bad_checksums`] for those the device dropped).
     pub rx_bad_checksum: u64,
     /// The tracked flows smoltcp took segments of since the node last looked, for its ready
-    /// list; bounded (`TOUCHED`), with `touched_overflow` saying some were left out.
-    pub touched: Vec<crate::peer_tcp::FlowKey>,
+    /// list; bounded, with `touched_overflow` saying some were left out.
+    pub touched: arrayvec::ArrayVec<crate::peer_tcp::FlowKey, TOUCHED>,
     pub touched_overflow: bool,
 }
 
@@ -74,7 +74,7 @@ impl<P: Port> PortDevice<P> {
             rx_bytes: 0,
             tx_bytes: 0,
             rx_bad_checksum: 0,
-            touched: Vec::with_capacity(TOUCHED),
+            touched: arrayvec::ArrayVec::new(),
             touched_overflow: false,
         }
     }
@@ -100,12 +100,8 @@ impl<P: Port> PortDevice<P> {
                 continue;
             }
             if let Some(key) = self.peers.observe(&frame, now) {
-                if self.touched.last() != Some(&key) {
-                    if self.touched.len() < self.touched.capacity() {
-                        self.touched.push(key);
-                    } else {
-                        self.touched_overflow = true;
-                    }
+                if self.touched.last() != Some(&key) && self.touched.try_push(key).is_err() {
+                    self.touched_overflow = true;
                 }
             }
             if let Some(k) = &mut self.neighbours {
