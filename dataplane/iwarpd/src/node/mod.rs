@@ -361,6 +361,8 @@ pub struct Node<P: Port> {
     /// The TCP counters summed over the connections (see [`Node::counters`]), refreshed by
     /// the poll loop, and its turns.
     tcp_totals: (cc::sender::SendCounters, usize, usize),
+    /// Connections in setup or RTS, counted as often as `tcp_totals` is summed.
+    live_conns: u64,
     turns: u64,
     /// Real time the poll loop has lived through, each turn counting at most a keep-alive
     /// interval: a dead peer is one silent this long, so that time our own loop spent
@@ -395,8 +397,8 @@ pub struct Node<P: Port> {
     turn_busy: bool,
 }
 
-/// With more connections than this, the poll loop sums their TCP counters every
-/// [`TOTALS_EVERY`] turns rather than every turn.
+/// With more connections than this, the poll loop sums their TCP counters and counts the
+/// live ones every [`TOTALS_EVERY`] turns rather than every turn.
 const TOTALS_EACH_TURN: usize = 16;
 const TOTALS_EVERY: u64 = 256;
 
@@ -451,6 +453,7 @@ impl<P: Port> Node<P> {
             stage_timing: false,
             stages: StageNs::default(),
             tcp_totals: Default::default(),
+            live_conns: 0,
             turns: 0,
             live: std::time::Duration::ZERO,
             last_turn_us: 0,
@@ -533,7 +536,7 @@ impl<P: Port> Node<P> {
             bad_checksums: self.dev.port.bad_checksums() + self.dev.rx_bad_checksum,
             arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
-            connections: self.conns.iter().filter(|c| !c.is_over()).count() as u64,
+            connections: self.live_conns,
             stages: self.stage_timing.then_some(self.stages),
             ..Counters::default()
         }
@@ -633,6 +636,7 @@ impl<P: Port> Node<P> {
         }
         self.iface_poll();
         let _ = self.dev.port.flush();
+        self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
     }
 
     pub fn port(&self) -> &P {
@@ -782,6 +786,7 @@ impl<P: Port> Node<P> {
         self.turns += 1;
         if self.conns.len() <= TOTALS_EACH_TURN || self.turns.is_multiple_of(TOTALS_EVERY) {
             self.tcp_totals = self.dev.peers.totals();
+            self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
         }
         if self.turn_busy && self.stage_timing {
             self.stages.port += self.turn_t.port;
@@ -813,13 +818,19 @@ impl<P: Port> Node<P> {
         if self.index_stale {
             self.reindex();
         }
-        for i in self.indexed..self.conns.len() {
+        let n = self.conns.len();
+        if self.indexed < n {
+            // Room for every connection in the lists, so that marking never allocates.
+            self.ready.reserve(n.saturating_sub(self.ready.len()));
+            self.flight.reserve(n.saturating_sub(self.flight.len()));
+        }
+        for i in self.indexed..n {
             if let Some(qp) = self.conns[i].qp {
                 self.by_qp.insert(qp, i);
             }
             self.mark(i);
         }
-        self.indexed = self.conns.len();
+        self.indexed = n;
         while let Some(qp) = rnic.next_tx_ready() {
             if let Some(&i) = self.by_qp.get(&qp) {
                 self.mark(i);
