@@ -592,30 +592,28 @@ impl<P: Port> Node<P> {
         let mut any = false;
         let mut k = 0;
         while k < self.flight.len() {
-            let c = &mut self.conns[self.flight[k]];
+            let c = &self.conns[self.flight[k]];
             let key = c
                 .flow
                 .filter(|_| c.state == ConnState::Rts && !c.socket_gone);
-            let sending = key.is_some_and(|key| {
-                self.dev
-                    .peers
-                    .sender(key)
-                    .is_some_and(|s| s.in_flight() > 0)
-                    || self.sockets.get::<tcp::Socket>(c.handle).send_queue() > 0
-            });
-            if !sending {
+            if let Some(ack) = key.and_then(|key| self.dev.peers.nudge(key, now)) {
+                for _ in 0..3 {
+                    self.dev.push_local(ack.clone());
+                }
+                any = true;
+                k += 1;
+                continue;
+            }
+            // Off the list once TCP holds nothing unacknowledged: the sender's own count
+            // of what is in flight leaves out what it judged lost, which still needs its
+            // resend.
+            let c = &mut self.conns[self.flight[k]];
+            if key.is_none() || self.sockets.get::<tcp::Socket>(c.handle).send_queue() == 0 {
                 c.in_flight = false;
                 self.flight.swap_remove(k);
                 continue;
             }
             k += 1;
-            let Some(key) = key else { continue };
-            if let Some(ack) = self.dev.peers.nudge(key, now) {
-                for _ in 0..3 {
-                    self.dev.push_local(ack.clone());
-                }
-                any = true;
-            }
         }
         if any {
             self.iface_ingress(now);
