@@ -1,9 +1,9 @@
 //! Poll-mode cores: a worker thread pinned to one core owns its [`Node`] (port queue, TCP
 //! sockets), its engine ([`Rnic`]) and its host side ([`Service`]) side by side, so the fast
-//! path takes no lock; [`turn`] runs their steps in order, each part sans-IO and driven by it. The only shared state is
-//! the stop flag and the core's [`CoreCounters`], which the worker stores with relaxed atomics
-//! after each turn and anyone may read while it runs (the daemon writes them to
-//! `<runtime dir>/stats` and logs them on SIGUSR1).
+//! path takes no lock; [`turn`] runs their steps in order, each part sans-IO and driven by
+//! it. The only shared state is the stop flag and the core's [`CoreCounters`], which the
+//! worker stores with relaxed atomics after each turn and anyone may read while it runs (the
+//! daemon writes them to `<runtime dir>/stats` and logs them on SIGUSR1).
 //!
 //! Polling is busy (spin without pause: lowest latency, one core at 100 %) or adaptive:
 //! after `idle_spins` empty turns the worker sleeps in the kernel until a frame arrives on
