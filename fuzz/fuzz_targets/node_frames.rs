@@ -7,7 +7,7 @@
 //! parsed rather than refused by the CRC). No panic, whatever comes; and the node keeps
 //! polling after it.
 #![no_main]
-use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Sge};
+use iwarp_engine::{Access, QpCaps, Rnic, SendOp, SendWr, Sge};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::memory::MemoryPort;
@@ -78,31 +78,30 @@ impl Port for Injecting {
     }
 }
 
-/// A node with a QP and 4 KiB of memory registered for everything, which must outlive it.
-fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, iwarp_engine::QpId, Sge) {
-    let mut node = Node::new(port, ip, 24, TcpSettings::default());
-    let pd = node.rnic.alloc_pd();
-    let cq = node.rnic.create_cq(256);
+/// A node and its engine with a QP and 4 KiB of memory registered for everything, which
+/// must outlive them.
+fn end<P: Port>(port: P, ip: Ipv4Addr, mem: &mut [u64]) -> (Node<P>, Rnic, iwarp_engine::QpId, Sge) {
+    let node = Node::new(port, ip, 24, TcpSettings::default());
+    let mut rnic = Rnic::new();
+    let pd = rnic.alloc_pd();
+    let cq = rnic.create_cq(256);
     let caps = QpCaps {
         sq_depth: 64,
         rq_depth: 64,
         srq: None,
     };
-    let qp = node.rnic.create_qp(pd, cq, cq, caps).unwrap();
+    let qp = rnic.create_qp(pd, cq, cq, caps).unwrap();
     let len = mem.len() * 8;
     let ptr = NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
     // SAFETY: the caller keeps `mem` until the node is gone.
-    let stag = unsafe {
-        node.rnic
-            .register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64)
-    }
-    .expect("valid rights");
+    let stag = unsafe { rnic.register_mr(pd, ptr, len, Access::ALL, ptr.as_ptr() as u64) }
+        .expect("valid rights");
     let sge = Sge {
         stag,
         to: ptr.as_ptr() as u64,
         len: len as u32,
     };
-    (node, qp, sge)
+    (node, rnic, qp, sge)
 }
 
 /// `template` with `patches` (offset, octet) applied to its TCP payload, the sequence number
@@ -136,8 +135,8 @@ fuzz_target!(|data: &[u8]| {
         wire: Arc::clone(&wire),
     };
     let (mut a_buf, mut b_buf) = (vec![0u64; 512], vec![0u64; 512]);
-    let (mut a, a_qp, a_mem) = end(pa, A_IP, &mut a_buf);
-    let (mut b, b_qp, b_mem) = end(pb, B_IP, &mut b_buf);
+    let (mut a, mut ar, a_qp, a_mem) = end(pa, A_IP, &mut a_buf);
+    let (mut b, mut br, b_qp, b_mem) = end(pb, B_IP, &mut b_buf);
     let settings = Settings {
         crc: false,
         ..Settings::default()
@@ -148,8 +147,8 @@ fuzz_target!(|data: &[u8]| {
         if a.state(a_conn) == Some(&ConnState::Rts) && b.state(b_conn) == Some(&ConnState::Rts) {
             break;
         }
-        a.poll();
-        b.poll();
+        a.poll(&mut ar);
+        b.poll(&mut br);
     }
     assert_eq!(a.state(a_conn), Some(&ConnState::Rts), "setup");
     // A real segment of the connection, for the template.
@@ -158,10 +157,10 @@ fuzz_target!(|data: &[u8]| {
         remote_to: a_mem.to,
     };
     let src = Sge { len: 64, ..b_mem };
-    b.rnic.post_send(b_qp, SendWr::new(1, op, &[src])).unwrap();
+    br.post_send(b_qp, SendWr::new(1, op, &[src])).unwrap();
     for _ in 0..100 {
-        a.poll();
-        b.poll();
+        a.poll(&mut ar);
+        b.poll(&mut br);
     }
     let Some(template) = wire.lock().unwrap().last_data.clone() else {
         panic!("no data segment from B");
@@ -204,18 +203,18 @@ fuzz_target!(|data: &[u8]| {
             // A few turns of both nodes.
             _ => {
                 for _ in 0..4 {
-                    a.poll();
-                    b.poll();
+                    a.poll(&mut ar);
+                    b.poll(&mut br);
                 }
             }
         }
     }
     for _ in 0..16 {
-        a.poll();
-        b.poll();
+        a.poll(&mut ar);
+        b.poll(&mut br);
     }
     let _ = a.counters();
     // The nodes go before the memory registered with them.
-    drop((a, b));
+    drop((a, ar, b, br));
     drop((a_buf, b_buf));
 });

@@ -23,6 +23,8 @@ pub struct Cq {
     event: bool,
     overflowed: bool,
     pub(crate) overflow_reported: bool,
+    /// In the RNIC's completion ready list (see [`crate::Rnic::next_cq_ready`]).
+    pub(crate) queued: bool,
 }
 
 impl Cq {
@@ -35,6 +37,7 @@ impl Cq {
             event: false,
             overflowed: false,
             overflow_reported: false,
+            queued: false,
         }
     }
 

@@ -227,6 +227,8 @@ pub(crate) struct Qp {
     pub conn: Option<Conn>,
     /// A graceful close was asked for: go Idle once everything sent completed.
     pub closing: bool,
+    /// In the RNIC's transmit ready list (see [`crate::Rnic::next_tx_ready`]).
+    pub tx_queued: bool,
     /// Receives come from this shared receive queue (its slot in `Rnic::srqs`) instead of
     /// `rq`.
     pub srq: Option<u32>,

@@ -3,7 +3,7 @@
 
 use crate::cq::{Cq, Notify};
 use crate::mem::MemTable;
-use crate::qp::{Conn, ConnParams, Inflight, Qp, QpState};
+use crate::qp::{Conn, ConnParams, Qp, QpState};
 use crate::types::{
     Access, AsyncEvent, RecvWr, SendOp, SendWr, Status, VerbsError, WcOpcode, WorkCompletion,
     MAX_SGE,
@@ -105,6 +105,13 @@ pub struct Rnic {
     pub(crate) qp_slots: Slots<QpId>,
     pub(crate) cq_slots: Slots<CqId>,
     pub(crate) srq_slots: Slots<SrqId>,
+    /// QPs that may have something to transmit because of a call from outside the receive
+    /// path (a post, a state change), each at most once: the caller's turn visits these
+    /// instead of every QP. Bytes fed to [`Rnic::handle_stream`] mark nothing, since the
+    /// caller that fed them transmits for that QP in the same step.
+    tx_ready: VecDeque<u32>,
+    /// CQs that received completions since the caller last took them, each at most once.
+    cq_ready: VecDeque<u32>,
     next_pd: u32,
     /// Error counters since creation, for the daemon's per-core statistics.
     pub stats: Stats,
@@ -130,6 +137,8 @@ impl Rnic {
             qp_slots: Slots::default(),
             cq_slots: Slots::default(),
             srq_slots: Slots::default(),
+            tx_ready: VecDeque::new(),
+            cq_ready: VecDeque::new(),
             next_pd: 1,
             stats: Stats::default(),
         }
@@ -225,7 +234,11 @@ impl Rnic {
         self.cq_slots
             .insert(&mut self.cqs, id, Cq::new(id, depth))
             .map(drop)
-            .ok_or(VerbsError::InvalidCq)
+            .ok_or(VerbsError::InvalidCq)?;
+        // Room for every CQ in the ready list now, so marking never allocates.
+        let n = self.cqs.len();
+        self.cq_ready.reserve(n.saturating_sub(self.cq_ready.len()));
+        Ok(())
     }
 
     /// Destroy CQ: refused with [`VerbsError::InvalidCq`] while a QP uses it.
@@ -383,12 +396,17 @@ impl Rnic {
             next_seq: 0,
             conn: None,
             closing: false,
+            tx_queued: false,
             srq,
         };
         self.qp_slots
             .insert(&mut self.qps, id, qp)
             .map(drop)
-            .ok_or(VerbsError::InvalidQp)
+            .ok_or(VerbsError::InvalidQp)?;
+        // Room for every QP in the ready list now, so marking never allocates.
+        let n = self.qps.len();
+        self.tx_ready.reserve(n.saturating_sub(self.tx_ready.len()));
+        Ok(())
     }
 
     /// The slot of QP `id`, the index every call from outside starts from.
@@ -443,6 +461,65 @@ impl Rnic {
         Some(self.qps.get(qp as usize)?.as_ref()?.state)
     }
 
+    // ---- ready lists ----
+
+    /// The next QP marked as possibly having something to transmit, or whose state changed
+    /// (a post, Modify QP, an error), in marking order; each QP is listed once however often
+    /// it was marked. A QP that only received bytes is not listed: its caller transmits for
+    /// it after feeding them. A listed QP may turn out to have nothing to send, and one
+    /// destroyed since it was marked is listed too (it has no state).
+    pub fn next_tx_ready(&mut self) -> Option<QpId> {
+        loop {
+            let slot = self.tx_ready.pop_front()?;
+            // A slot freed since it was marked is skipped; one reused since lists its new QP
+            // once more than needed, which costs a visit and nothing else.
+            if let Ok(q) = self.qp_mut(slot) {
+                q.tx_queued = false;
+                return Some(q.id);
+            }
+        }
+    }
+
+    pub(crate) fn mark_tx(&mut self, qp: u32) {
+        if let Some(Some(q)) = self.qps.get_mut(qp as usize) {
+            if !q.tx_queued {
+                q.tx_queued = true;
+                self.tx_ready.push_back(qp);
+            }
+        }
+    }
+
+    /// The next CQ that received completions since it was last taken from this list (each
+    /// listed once). A caller that leaves completions in it marks it again
+    /// ([`Rnic::mark_cq`]), so that every CQ holding completions is listed.
+    pub fn next_cq_ready(&mut self) -> Option<CqId> {
+        loop {
+            let slot = self.cq_ready.pop_front()?;
+            if let Some(Some(c)) = self.cqs.get_mut(slot as usize) {
+                c.queued = false;
+                return Some(c.id);
+            }
+        }
+    }
+
+    /// Lists `cq` among the CQs with completions (see [`Rnic::next_cq_ready`]).
+    pub fn mark_cq(&mut self, cq: CqId) {
+        let Some(slot) = self.cq_slots.get(cq) else {
+            return;
+        };
+        if let Some(Some(c)) = self.cqs.get_mut(slot as usize) {
+            if !c.queued {
+                c.queued = true;
+                self.cq_ready.push_back(slot);
+            }
+        }
+    }
+
+    /// Whether any CQ is listed as holding completions.
+    pub fn cqs_ready(&self) -> bool {
+        !self.cq_ready.is_empty()
+    }
+
     // ---- connection ----
 
     /// Idle -> RTS with what MPA negotiation agreed (the connection's byte stream now
@@ -455,6 +532,7 @@ impl Rnic {
         }
         q.conn = Some(Conn::new(params));
         q.state = QpState::Rts;
+        self.mark_tx(qp);
         Ok(())
     }
 
@@ -468,6 +546,7 @@ impl Rnic {
         if !from.modify_allowed(to) {
             return Err(VerbsError::InvalidModify);
         }
+        self.mark_tx(qp);
         match to {
             // Idle -> Idle and RTS -> RTS change attributes; this call carries none.
             _ if from == to => {}
@@ -501,6 +580,7 @@ impl Rnic {
     pub fn force_error(&mut self, qp: QpId) -> Result<(), VerbsError> {
         let qp = self.qp_slot(qp)?;
         self.enter_error(qp, None);
+        self.mark_tx(qp);
         Ok(())
     }
 
@@ -569,6 +649,7 @@ impl Rnic {
             q.state = QpState::Idle;
             q.conn = None;
             self.flush_rq(qp, None);
+            self.mark_tx(qp);
         }
     }
 
@@ -623,6 +704,10 @@ impl Rnic {
             return Err(VerbsError::QueueFull);
         }
         q.sq.push_back(wr);
+        self.mark_tx(qp);
+        let Ok(q) = self.qp_mut(qp) else {
+            return Ok(());
+        };
         if q.state == QpState::Closing {
             // Figure 11, PostSQ in Closing: enqueue and flush, reset the stream, "Bad Close"
             // event, Error. The flush completes the WRs before this one first.
@@ -789,7 +874,12 @@ impl Rnic {
         let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else {
             return;
         };
-        if !c.push(wc) && !c.overflowed_reported() {
+        let pushed = c.push(wc);
+        if !c.queued {
+            c.queued = true;
+            self.cq_ready.push_back(cq);
+        }
+        if !pushed && !c.overflowed_reported() {
             c.set_overflow_reported();
             self.events.push_back(AsyncEvent::CqOverflow { cq: c.id });
             // The completions are lost: every QP using the CQ is in error (Verbs 8.3.3).
@@ -884,15 +974,19 @@ impl Rnic {
         }
         let was_idle = q.state == QpState::Idle;
         q.state = QpState::Error;
+        self.mark_tx(qp);
+        let Ok(q) = self.qp_mut(qp) else { return };
         q.closing = false;
         let (cq, id) = (q.send_cq, q.id);
-        let inflight: Vec<Inflight> = q.inflight.drain(..).collect();
-        let pending: Vec<SendWr> = q.sq.drain(..).collect();
+        // The queues are taken whole and given back empty below: flushing allocates nothing,
+        // and the QP keeps their capacity.
+        let mut inflight = std::mem::take(&mut q.inflight);
+        let mut pending = std::mem::take(&mut q.sq);
         // A receive a Send was being placed into is outstanding too, ahead of the RQ.
         let partial = q.conn.take().and_then(|c| c.rx_recv);
         let recv_cq = q.recv_cq;
         let mut first = first;
-        for i in inflight {
+        for i in inflight.drain(..) {
             // An unsignaled WR that already succeeded stays silent; everything else
             // completes, flushed ones with the flush status whatever their signaling.
             if !i.signaled && matches!(i.done, Some((Status::Success, _))) {
@@ -916,8 +1010,12 @@ impl Rnic {
                 },
             );
         }
-        for wr in pending {
+        for wr in pending.drain(..) {
             self.complete_now(cq, id, &wr, Status::WrFlushed);
+        }
+        if let Ok(q) = self.qp_mut(qp) {
+            q.inflight = inflight;
+            q.sq = pending;
         }
         if let Some(rx) = partial {
             self.push_wc(
@@ -934,9 +1032,9 @@ impl Rnic {
     pub(crate) fn flush_rq(&mut self, qp: u32, first: Option<Status>) {
         let Ok(q) = self.qp_mut(qp) else { return };
         let (cq, id) = (q.recv_cq, q.id);
-        let rq: Vec<RecvWr> = q.rq.drain(..).collect();
+        let mut rq = std::mem::take(&mut q.rq);
         let mut first = first;
-        for wr in rq {
+        for wr in rq.drain(..) {
             self.push_wc(
                 cq,
                 WorkCompletion::new(
@@ -947,6 +1045,9 @@ impl Rnic {
                     0,
                 ),
             );
+        }
+        if let Ok(q) = self.qp_mut(qp) {
+            q.rq = rq;
         }
     }
 
@@ -980,9 +1081,10 @@ impl Rnic {
         }
         conn.terminate = Some(t);
         q.state = QpState::Terminate;
-        let qp = q.id;
+        let id = q.id;
+        self.mark_tx(qp);
         self.events
-            .push_back(AsyncEvent::TerminateSent { qp, cause });
+            .push_back(AsyncEvent::TerminateSent { qp: id, cause });
         self.stats.terminates_sent += 1;
     }
 }

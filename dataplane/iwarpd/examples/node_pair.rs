@@ -45,7 +45,7 @@ use hdrhistogram::Histogram;
 use iwarp_abi::ring::{self, Consumer, Producer};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{self, send_flags, Cqe, CqeStatus, RecvWqe, SendOpcode, SendWqe};
-use iwarp_engine::{Access, QpCaps, RecvWr, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, RecvWr, Rnic, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::host::fastpath::{HostCq, HostQp};
 use iwarpd::node::{ConnState, Node, TcpSettings};
@@ -53,6 +53,7 @@ use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use iwarpd::port::memory::MemoryPort;
 use iwarpd::port::Port;
+use iwarpd::worker::Service;
 use std::net::Ipv4Addr;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -163,6 +164,7 @@ enum RateOp {
 
 struct End<P: Port> {
     node: Node<P>,
+    rnic: Rnic,
     qp: iwarp_engine::QpId,
     cq: iwarp_engine::CqId,
     stag: u32,
@@ -205,18 +207,21 @@ impl Rings {
             host_cq: HostCq::new(cq, cq_host, None),
         }
     }
+}
 
-    /// One turn of a daemon's worker on these rings, in its order: the RQ and the SQ into
-    /// the engine after the port's burst (inside the node's turn), completions out after.
-    fn turn<P: Port>(&mut self, node: &mut Node<P>) -> bool {
-        let (host_qp, mut worked) = (&mut self.host_qp, false);
-        worked |= node.poll_with(|rnic| {
-            let r = host_qp.pump_rq(rnic);
-            let s = host_qp.pump_sq(rnic);
-            worked |= r.posted + r.rejected + s.posted + s.rejected > 0;
-        });
-        let d = self.host_cq.drain(&mut node.rnic);
-        worked | (d.completed > 0)
+/// The daemon's host side on these rings, as a worker's turn drives it
+/// ([`iwarpd::worker::turn`]): the RQ and the SQ into the engine after the port's burst,
+/// completions out after the node transmitted.
+impl<P: Port> Service<P> for Rings {
+    fn post(&mut self, rnic: &mut Rnic) -> bool {
+        let r = self.host_qp.pump_rq(rnic);
+        let s = self.host_qp.pump_sq(rnic);
+        r.posted + r.rejected + s.posted + s.rejected > 0
+    }
+    fn serve(&mut self, _node: &mut Node<P>, rnic: &mut Rnic) -> bool {
+        // Only this QP's CQ: what the engine lists as ready is this one.
+        while rnic.next_cq_ready().is_some() {}
+        self.host_cq.drain(rnic).completed > 0
     }
 }
 
@@ -262,25 +267,27 @@ unsafe impl<P: Port + Send> Send for End<P> {}
 
 impl<P: Port> End<P> {
     fn new(port: P, ip: Ipv4Addr, tcp: TcpSettings, mem_len: usize, rings: bool) -> End<P> {
-        let mut node = Node::new(port, ip, 24, tcp);
-        let pd = node.rnic.alloc_pd();
-        let cq = node.rnic.create_cq(2 * STREAM_RECVS);
+        let node = Node::new(port, ip, 24, tcp);
+        let mut rnic = Rnic::new();
+        let pd = rnic.alloc_pd();
+        let cq = rnic.create_cq(2 * STREAM_RECVS);
         let caps = QpCaps {
             sq_depth: STREAM_RECVS,
             rq_depth: STREAM_RECVS,
             srq: None,
         };
-        let qp = node.rnic.create_qp(pd, cq, cq, caps).expect("QP");
+        let qp = rnic.create_qp(pd, cq, cq, caps).expect("QP");
         // Latency: two halves, what this end sends from and what the other end writes into.
         let mem = Box::leak(vec![0u64; mem_len / 8].into_boxed_slice());
         let buf = NonNull::new(mem.as_mut_ptr() as *mut u8).expect("non-null");
         let va = buf.as_ptr() as u64;
         // SAFETY: leaked, so valid for the whole run.
-        let stag = unsafe { node.rnic.register_mr(pd, buf, mem_len, Access::ALL, va) }
-            .expect("valid rights");
+        let stag =
+            unsafe { rnic.register_mr(pd, buf, mem_len, Access::ALL, va) }.expect("valid rights");
         let rings = rings.then(|| Rings::new(qp, cq));
         End {
             node,
+            rnic,
             qp,
             cq,
             stag,
@@ -294,8 +301,8 @@ impl<P: Port> End<P> {
     /// anything.
     fn poll(&mut self) -> bool {
         match &mut self.rings {
-            Some(r) => r.turn(&mut self.node),
-            None => self.node.poll(),
+            Some(r) => iwarpd::worker::turn(&mut self.node, &mut self.rnic, r),
+            None => self.node.poll(&mut self.rnic),
         }
     }
 
@@ -303,7 +310,7 @@ impl<P: Port> End<P> {
     fn post(&mut self, wr: SendWr) -> Result<(), VerbsError> {
         match &mut self.rings {
             Some(r) => r.sq.push(send_wqe(&wr)).map_err(|_| VerbsError::QueueFull),
-            None => self.node.rnic.post_send(self.qp, wr),
+            None => self.rnic.post_send(self.qp, wr),
         }
     }
 
@@ -315,7 +322,6 @@ impl<P: Port> End<P> {
                 r.rq.push(w).map_err(|_| "RQ ring full").expect("recv");
             }
             None => self
-                .node
                 .rnic
                 .post_recv(self.qp, RecvWr::new(id, &[sge]))
                 .expect("recv"),
@@ -347,7 +353,7 @@ impl<P: Port> End<P> {
     /// Completions taken off the CQ, all successful.
     fn reap(&mut self, wcs: &mut [WorkCompletion]) -> usize {
         let Some(r) = &mut self.rings else {
-            let n = self.node.rnic.poll_cq(self.cq, wcs).expect("poll CQ");
+            let n = self.rnic.poll_cq(self.cq, wcs).expect("poll CQ");
             assert!(wcs[..n]
                 .iter()
                 .all(|w| w.status == iwarp_engine::Status::Success));

@@ -380,7 +380,15 @@ impl Ctx<'_> {
             .with_doorbell(self.bell.take().ok_or("doorbell taken")?);
         node.set_stage_timing(cfg.cores.stage_timing);
         host.set_stage_timing(cfg.cores.stage_timing);
-        worker::run_with(&mut node, polling, self.counters, self.stop, host);
+        let mut rnic = iwarp_engine::Rnic::new();
+        worker::run_with(
+            &mut node,
+            &mut rnic,
+            polling,
+            self.counters,
+            self.stop,
+            host,
+        );
         Ok(())
     }
 }

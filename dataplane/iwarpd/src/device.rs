@@ -41,7 +41,14 @@ pub struct PortDevice<P: Port> {
     /// Received TCP segments whose checksum was wrong, dropped here (see
     /// [`Port::bad_checksums`] for those the device dropped).
     pub rx_bad_checksum: u64,
+    /// The tracked flows smoltcp took segments of since the node last looked, for its ready
+    /// list; bounded, with `touched_overflow` saying some were left out.
+    pub touched: arrayvec::ArrayVec<crate::peer_tcp::FlowKey, TOUCHED>,
+    pub touched_overflow: bool,
 }
+
+/// Flows noted per turn at most: a turn takes a few bursts.
+const TOUCHED: usize = 8 * RX_BURST;
 
 impl<P: Port> PortDevice<P> {
     /// A device whose TCP segments carry at most `mss` octets: smoltcp takes its own MSS
@@ -67,6 +74,8 @@ impl<P: Port> PortDevice<P> {
             rx_bytes: 0,
             tx_bytes: 0,
             rx_bad_checksum: 0,
+            touched: arrayvec::ArrayVec::new(),
+            touched_overflow: false,
         }
     }
 
@@ -90,7 +99,11 @@ impl<P: Port> PortDevice<P> {
                 self.read.push(frame);
                 continue;
             }
-            self.peers.observe(&frame, now);
+            if let Some(key) = self.peers.observe(&frame, now) {
+                if self.touched.last() != Some(&key) && self.touched.try_push(key).is_err() {
+                    self.touched_overflow = true;
+                }
+            }
             for ack in self.peers.outbox.drain(..) {
                 if self.port.tx(&ack).is_ok() {
                     self.tx_frames += 1;

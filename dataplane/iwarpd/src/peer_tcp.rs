@@ -219,25 +219,26 @@ impl PeerTcp {
 
     /// Reads the window of a received frame (Ethernet, IPv4, TCP) at `now` (smoltcp's time),
     /// and hands what it acknowledges to the connection's sender; anything else, or anything
-    /// too short to hold what its headers claim, is ignored.
-    pub fn observe(&mut self, frame: &[u8], now: Instant) {
+    /// too short to hold what its headers claim, is ignored. Returns the frame's flow when it
+    /// is tracked.
+    pub fn observe(&mut self, frame: &[u8], now: Instant) -> Option<FlowKey> {
         let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return;
+            return None;
         };
         if eth.ethertype() != EthernetProtocol::Ipv4 {
-            return;
+            return None;
         }
         let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return;
+            return None;
         };
         if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
-            return;
+            return None;
         }
         let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
-            return;
+            return None;
         };
         let key = FlowKey::new(tcp.dst_port(), ip.src_addr().octets(), tcp.src_port());
-        if let Some(flow) = self.flows.get_mut(&key) {
+        let tracked = self.flows.get_mut(&key).map(|flow| {
             flow.heard = flow.heard.wrapping_add(1);
             if !tcp.syn() && !tcp.rst() {
                 let end = tcp.seq_number() + tcp.payload().len() + usize::from(tcp.fin());
@@ -245,7 +246,7 @@ impl PeerTcp {
                     flow.peer_end = Some(end);
                 }
             }
-        }
+        });
         if tcp.syn() {
             self.syn(key, &tcp);
         } else if tcp.rst() {
@@ -337,6 +338,7 @@ impl PeerTcp {
                 }
             }
         }
+        tracked.map(|()| key)
     }
 
     /// A frame smoltcp sends at `now`: whether it goes on the wire. Held back: a resend of

@@ -1,8 +1,9 @@
 //! Poll-mode cores: a worker thread pinned to one core owns its [`Node`] (port queue, TCP
-//! sockets, engine QPs) end to end, so the fast path takes no lock. The only shared state is
-//! the stop flag and the core's [`CoreCounters`], which the worker stores with relaxed atomics
-//! after each turn and anyone may read while it runs (the daemon writes them to
-//! `<runtime dir>/stats` and logs them on SIGUSR1).
+//! sockets), its engine ([`Rnic`]) and its host side ([`Service`]) side by side, so the fast
+//! path takes no lock; [`turn`] runs their steps in order, each part sans-IO and driven by
+//! it. The only shared state is the stop flag and the core's [`CoreCounters`], which the
+//! worker stores with relaxed atomics after each turn and anyone may read while it runs (the
+//! daemon writes them to `<runtime dir>/stats` and logs them on SIGUSR1).
 //!
 //! Polling is busy (spin without pause: lowest latency, one core at 100 %) or adaptive:
 //! after `idle_spins` empty turns the worker sleeps in the kernel until a frame arrives on
@@ -215,13 +216,15 @@ pub fn pin(core: Option<usize>) -> bool {
 
 /// What a poll-mode core serves besides its node's port: the command ring from
 /// `iwarp-control`, the SQ/RQ rings of its QPs into the engine, CQEs out. A closure
-/// `FnMut(&mut Node<P>) -> bool` is a service with only a turn.
+/// `FnMut(&mut Node<P>, &mut Rnic) -> bool` is a service with only [`Service::serve`].
 pub trait Service<P: Port> {
-    /// Called after each port burst, before the engine sees received bytes or transmits
-    /// (see [`Node::poll_with`]).
-    fn before_rx(&mut self, _rnic: &mut Rnic) {}
-    /// Once per poll-loop turn; returns whether it did work.
-    fn turn(&mut self, node: &mut Node<P>) -> bool;
+    /// The host's rings into the engine (see [`turn`]); returns whether it did work.
+    fn post(&mut self, _rnic: &mut Rnic) -> bool {
+        false
+    }
+    /// After the node transmitted: commands, connection events, completions out. Returns
+    /// whether it did work.
+    fn serve(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool;
     /// Nanoseconds spent on application rings in busy turns, when stage timing is on.
     fn ring_ns(&self) -> Option<u64> {
         None
@@ -233,15 +236,38 @@ pub trait Service<P: Port> {
     }
     /// Whether the service may sleep until a frame, a doorbell or a timer: false while it
     /// holds work only polling moves on (completions waiting for room in a full CQ ring).
-    fn can_sleep(&self, _node: &Node<P>) -> bool {
+    fn can_sleep(&self, _rnic: &Rnic) -> bool {
         true
     }
 }
 
-impl<P: Port, F: FnMut(&mut Node<P>) -> bool> Service<P> for F {
-    fn turn(&mut self, node: &mut Node<P>) -> bool {
-        self(node)
+impl<P: Port, F: FnMut(&mut Node<P>, &mut Rnic) -> bool> Service<P> for F {
+    fn serve(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
+        self(node, rnic)
     }
+}
+
+/// One turn of a poll-mode core, its steps in order. Returns whether any did work.
+///
+/// 1. The port's receive bursts into TCP, and the ACKs of a stream sent at once
+///    ([`Node::receive`]).
+/// 2. The host's rings into the engine ([`Service::post`]): the receives first, so that a
+///    message that arrived after its receive was posted finds it in step 3; the sends, so
+///    that what was posted before the turn leaves in it.
+/// 3. TCP's received bytes into the engine and the engine's FPDUs into TCP, for the
+///    connections with work ([`Node::exchange`]).
+/// 4. TCP's segments onto the port ([`Node::transmit`]).
+/// 5. Commands, connection events and completions out ([`Service::serve`]).
+///
+/// Timers run in the steps that own them: TCP's in smoltcp's polls, the peers' liveness in
+/// step 3, the owners of QPs in step 5.
+pub fn turn<P: Port, S: Service<P>>(node: &mut Node<P>, rnic: &mut Rnic, service: &mut S) -> bool {
+    let mut worked = node.receive();
+    worked |= service.post(rnic);
+    worked |= node.exchange(rnic);
+    node.transmit();
+    worked |= service.serve(node, rnic);
+    worked
 }
 
 /// Renews the worker's per-connection lines when a second has passed since `at`.
@@ -258,11 +284,19 @@ fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, at: &mut std:
 /// Runs `node` until `stop` is set: the body of a poll-mode core.
 pub fn run<P: Port>(
     node: &mut Node<P>,
+    rnic: &mut Rnic,
     polling: Polling,
     counters: &CoreCounters,
     stop: &AtomicBool,
 ) {
-    run_with(node, polling, counters, stop, |_: &mut Node<P>| false)
+    run_with(
+        node,
+        rnic,
+        polling,
+        counters,
+        stop,
+        |_: &mut Node<P>, _: &mut Rnic| false,
+    )
 }
 
 /// Runs `node` and `service` until `stop` is set. Publishes the counters after every turn
@@ -270,6 +304,7 @@ pub fn run<P: Port>(
 /// peer, QPs to Error) and publishes the final counters.
 pub fn run_with<P: Port, S: Service<P>>(
     node: &mut Node<P>,
+    rnic: &mut Rnic,
     polling: Polling,
     counters: &CoreCounters,
     stop: &AtomicBool,
@@ -287,8 +322,7 @@ pub fn run_with<P: Port, S: Service<P>>(
     let mut sleeps: u64 = 0;
     let mut conns_at = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let mut worked = node.poll_with(|rnic| service.before_rx(rnic));
-        worked |= service.turn(node);
+        let worked = turn(node, rnic, &mut service);
         polls += 1;
         if polls & 255 == 0 {
             publish_conns(node, counters, &mut conns_at);
@@ -296,7 +330,7 @@ pub fn run_with<P: Port, S: Service<P>>(
         if worked {
             idle_turns = 0;
             sleep = Duration::ZERO;
-            counters.publish(&node.counters());
+            counters.publish(&node.counters().with_engine(&rnic.stats));
             if let Some(ns) = service.ring_ns() {
                 counters.stage_ring_ns.store(ns, Ordering::Relaxed);
             }
@@ -322,7 +356,7 @@ pub fn run_with<P: Port, S: Service<P>>(
         // On the port's descriptor when it has one and nothing needs polling (until a frame,
         // a doorbell or a timer); otherwise a timed back-off, doubling up to `max_sleep`, that
         // a doorbell still ends at once.
-        let port_fd = node.wait_fd().filter(|_| service.can_sleep(node));
+        let port_fd = node.wait_fd().filter(|_| service.can_sleep(rnic));
         let cap = match port_fd {
             Some(_) => MAX_BLOCK,
             None => {
@@ -330,10 +364,10 @@ pub fn run_with<P: Port, S: Service<P>>(
                 sleep
             }
         };
-        counters.publish(&node.counters());
+        counters.publish(&node.counters().with_engine(&rnic.stats));
         publish_conns(node, counters, &mut conns_at);
         counters.polls.store(polls, Ordering::Relaxed);
-        let Some(woke) = sleep_until_woken(node, &mut service, port_fd, cap) else {
+        let Some(woke) = sleep_until_woken(node, rnic, &mut service, port_fd, cap) else {
             // The last look found work.
             idle_turns = 0;
             sleep = Duration::ZERO;
@@ -356,8 +390,8 @@ pub fn run_with<P: Port, S: Service<P>>(
             sleep = Duration::ZERO;
         }
     }
-    node.shutdown();
-    counters.publish(&node.counters());
+    node.shutdown(rnic);
+    counters.publish(&node.counters().with_engine(&rnic.stats));
     counters.polls.store(polls, Ordering::Relaxed);
 }
 
@@ -374,6 +408,7 @@ struct Woken {
 /// timer, at most `cap`. Returns what woke it, or `None` when that turn found work.
 fn sleep_until_woken<P: Port, S: Service<P>>(
     node: &mut Node<P>,
+    rnic: &mut Rnic,
     service: &mut S,
     port_fd: Option<RawFd>,
     cap: Duration,
@@ -384,7 +419,7 @@ fn sleep_until_woken<P: Port, S: Service<P>>(
     });
     node.set_asleep(true);
     let inbox = node.inbox_fd();
-    let worked = node.poll_with(|rnic| service.before_rx(rnic)) | service.turn(node);
+    let worked = turn(node, rnic, service);
     let woken = (!worked).then(|| {
         let timeout = node.poll_delay().map_or(cap, |d| d.min(cap));
         let fds = [port_fd, bell, inbox].map(|fd| fd.unwrap_or(-1));

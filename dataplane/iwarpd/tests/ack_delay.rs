@@ -77,9 +77,9 @@ fn a_lone_small_segment_waits_for_its_ack_a_burst_of_full_ones_does_not() {
     let mut write = |a: &mut End<MemoryPort>, id: u64, len: usize| {
         a.post_write(id, ma.sge(0, len), &mb, 0);
         // A sends everything in one turn, B takes it all in in one turn.
-        a.node.poll();
+        a.node.poll(&mut a.rnic);
         let before = b.node.counters().tx_frames;
-        b.node.poll();
+        b.node.poll(&mut b.rnic);
         b.node.counters().tx_frames - before
     };
     // One 64 B segment: placed, and its ACK held for an answer to ride.
@@ -160,10 +160,10 @@ fn a_burst_is_acknowledged_before_the_engine_works_through_it() {
         remote_to: ma.sge(0, 0).to,
     };
     let wr = SendWr::new(2, read, &[mb.sge(len, 8)]);
-    b.node.rnic.post_send(b.qp, wr).unwrap();
-    b.node.poll();
+    b.rnic.post_send(b.qp, wr).unwrap();
+    b.node.poll(&mut b.rnic);
     flushes.borrow_mut().clear();
-    a.node.poll();
+    a.node.poll(&mut a.rnic);
     let turn: Vec<Vec<usize>> = flushes
         .borrow()
         .iter()

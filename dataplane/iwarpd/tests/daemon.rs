@@ -64,10 +64,10 @@ fn runs_serves_and_stops_cleanly() {
         24,
         TcpSettings::default(),
     );
-    let pd = node.rnic.alloc_pd();
-    let cq = node.rnic.create_cq(16);
-    let qp = node
-        .rnic
+    let mut rnic = iwarp_engine::Rnic::new();
+    let pd = rnic.alloc_pd();
+    let cq = rnic.create_cq(16);
+    let qp = rnic
         .create_qp(
             pd,
             cq,
@@ -91,7 +91,7 @@ fn runs_serves_and_stops_cleanly() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while node.state(conn) == Some(&ConnState::Connecting) && node.counters().rx_frames < 2 {
         assert!(Instant::now() < deadline, "the daemon did not answer");
-        node.poll();
+        node.poll(&mut rnic);
         std::thread::sleep(Duration::from_micros(100));
     }
     assert!(

@@ -70,6 +70,7 @@ impl Drop for Veth {
 /// polling the node meanwhile; whether the kernel's connect succeeded, and its error text.
 fn kernel_connects<P: iwarpd::port::Port>(
     node: &mut Node<P>,
+    rnic: &mut iwarp_engine::Rnic,
     ns: &str,
     port: u16,
 ) -> (bool, String) {
@@ -82,7 +83,7 @@ fn kernel_connects<P: iwarpd::port::Port>(
         .expect("ip netns exec");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        node.poll();
+        node.poll(rnic);
         if let Some(status) = child.try_wait().expect("wait") {
             break status;
         }
@@ -91,7 +92,7 @@ fn kernel_connects<P: iwarpd::port::Port>(
     // Let the node take what the kernel sent last.
     let settle = Instant::now();
     while settle.elapsed() < Duration::from_millis(100) {
-        node.poll();
+        node.poll(rnic);
     }
     let err = child
         .wait_with_output()
@@ -122,11 +123,16 @@ fn the_kernel_behind_a_veth_reaches_a_node_on_dpdk_af_packet() {
     eal_init(&args).expect("EAL init");
     let port = DpdkPort::open("net_af_packet0", 1500).expect("net_af_packet0");
     let mac = port.mac;
-    let End { mut node, qp, .. } = End::new(port, OURS);
+    let End {
+        mut node,
+        mut rnic,
+        qp,
+        ..
+    } = End::new(port, OURS);
     let conn = node.listen(LISTEN, qp, Settings::default()).unwrap();
 
     // Checksums left to an offload: every SYN dropped and counted; the connect times out.
-    let (connected, _) = kernel_connects(&mut node, &veth.ns, LISTEN);
+    let (connected, _) = kernel_connects(&mut node, &mut rnic, &veth.ns, LISTEN);
     assert!(!connected, "a SYN with an unfilled checksum was taken");
     let bad = node.counters().bad_checksums;
     assert!(bad >= 1, "no segment counted as bad");
@@ -137,9 +143,9 @@ fn the_kernel_behind_a_veth_reaches_a_node_on_dpdk_af_packet() {
         "ip netns exec {} ethtool -K {} tx off >/dev/null",
         veth.ns, veth.peer
     )));
-    let (connected, err) = kernel_connects(&mut node, &veth.ns, LISTEN + 1);
+    let (connected, err) = kernel_connects(&mut node, &mut rnic, &veth.ns, LISTEN + 1);
     assert!(!connected && err.contains("refused"), "not refused: {err}");
-    let (connected, err) = kernel_connects(&mut node, &veth.ns, LISTEN);
+    let (connected, err) = kernel_connects(&mut node, &mut rnic, &veth.ns, LISTEN);
     assert!(connected, "the kernel could not connect: {err}");
     assert!(
         matches!(node.state(conn), Some(ConnState::Failed(why)) if why.contains("MPA")),

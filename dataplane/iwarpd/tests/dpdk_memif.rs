@@ -65,14 +65,12 @@ fn two_nodes_over_dpdk_memif() {
     let b_mem = b.mem(len, Access::ALL);
     b_mem.fill(11);
     b.post_write(1, b_mem.sge(0, len), &a_mem, 0);
-    a.node
-        .rnic
+    a.rnic
         .post_recv(a.qp, RecvWr::new(2, &[a_mem.sge(0, 64)]))
         .unwrap();
     // The Send after the Write lands after it: its completion says the Write is placed. It
     // overwrites the first 8 octets, so compare from there.
-    b.node
-        .rnic
+    b.rnic
         .post_send(
             b.qp,
             SendWr::new(
@@ -88,8 +86,8 @@ fn two_nodes_over_dpdk_memif() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(Instant::now() < deadline, "no completion");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         if a.wcs()
             .iter()
             .any(|w| w.wr_id == 2 && w.status == Status::Success)

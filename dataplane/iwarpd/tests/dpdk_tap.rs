@@ -147,8 +147,8 @@ fn tcp_checksums_offloaded_to_a_dpdk_device_are_right_both_ways() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.node.counters().bad_checksums == 0 || b.node.counters().bad_checksums == 0 {
         assert!(Instant::now() < deadline, "a bad segment never arrived");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     assert_eq!(a.node.port().bad_checksums(), 1, "A's device dropped it");
     assert_eq!(a.node.counters().bad_checksums, 1);

@@ -36,8 +36,8 @@ fn write_64_mib<P: Port, Q: Port>(pa: P, pb: Q, drops: u64, what: &str) -> ConnT
     // arrive last.
     while !(done && a_mem.bytes(len - 4096, 4096) == b_mem.bytes(len - 4096, 4096)) {
         assert!(start.elapsed() < Duration::from_secs(120), "stalled");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success);
             done = true;

@@ -47,14 +47,15 @@ fn an_unanswered_neighbour_gets_paced_arp_requests() {
 
     let (pa, mut silent) = MemoryPort::pair([2, 0, 0, 0, 8, 0x0a], [2, 0, 0, 0, 8, 0x0b], 1500);
     let mut node = Node::new(pa, "10.8.0.1".parse().unwrap(), 24, TcpSettings::default());
-    let pd = node.rnic.alloc_pd();
-    let cq = node.rnic.create_cq(16);
+    let mut rnic = iwarp_engine::Rnic::new();
+    let pd = rnic.alloc_pd();
+    let cq = rnic.create_cq(16);
     let caps = iwarp_engine::QpCaps {
         sq_depth: 4,
         rq_depth: 4,
         srq: None,
     };
-    let qp = node.rnic.create_qp(pd, cq, cq, caps).unwrap();
+    let qp = rnic.create_qp(pd, cq, cq, caps).unwrap();
     node.connect(
         "10.8.0.2".parse().unwrap(),
         7000,
@@ -65,7 +66,7 @@ fn an_unanswered_neighbour_gets_paced_arp_requests() {
     .unwrap();
     let (start, mut requests) = (Instant::now(), 0);
     while start.elapsed() < Duration::from_millis(350) {
-        node.poll();
+        node.poll(&mut rnic);
         silent
             .rx_burst(32, |f| {
                 requests += usize::from(f.len() >= 22 && f[12..14] == [8, 6] && f[20..22] == [0, 1])
@@ -135,8 +136,8 @@ fn an_idle_peer_is_reached_without_asking_arp_again() {
     );
     let idle = Instant::now();
     while idle.elapsed() < Duration::from_millis(200) {
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     let (ma, mb) = (a.mem(64, Access::ALL), b.mem(64, Access::ALL));
     mb.fill(7);
@@ -318,7 +319,7 @@ fn small_fpdus_are_packed_several_to_a_segment() {
     b_mem.fill(3);
     for i in 0..N {
         let wr = RecvWr::new(i as u64, &[a_mem.sge(i * LEN, LEN)]);
-        a.node.rnic.post_recv(a.qp, wr).unwrap();
+        a.rnic.post_recv(a.qp, wr).unwrap();
     }
     for i in 0..N {
         let send = SendOp::Send {
@@ -326,7 +327,7 @@ fn small_fpdus_are_packed_several_to_a_segment() {
             invalidate: None,
         };
         let wr = SendWr::new(i as u64, send, &[b_mem.sge(i * LEN, LEN)]);
-        b.node.rnic.post_send(b.qp, wr).unwrap();
+        b.rnic.post_send(b.qp, wr).unwrap();
     }
     let mut received = Vec::new();
     until(&mut a, &mut b, 20, |a, b| {

@@ -26,8 +26,8 @@ fn until<P: Port, Q: Port>(
             t.elapsed() < Duration::from_secs(20),
             "stuck; events {seen:?}"
         );
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         seen.extend(a.node.take_events().map(|e| ('a', e)));
         seen.extend(b.node.take_events().map(|e| ('b', e)));
     }
@@ -65,9 +65,9 @@ fn a_hundred_connections_opened_and_closed_leave_nothing_behind() {
             .unwrap();
         // Alternate who closes first; both ends hear the end.
         if round % 2 == 0 {
-            b.node.relay_close(round).unwrap();
+            b.node.relay_close(&mut b.rnic, round).unwrap();
         } else {
-            a.node.relay_close(incoming).unwrap();
+            a.node.relay_close(&mut a.rnic, incoming).unwrap();
         }
         until(&mut a, &mut b, &mut seen, |s| {
             s.iter()
@@ -76,8 +76,8 @@ fn a_hundred_connections_opened_and_closed_leave_nothing_behind() {
                     .any(|e| matches!(e, ('b', NodeEvent::Closed { .. })))
         });
         // The end that did not close first closes its half too (as control does).
-        let _ = a.node.relay_close(incoming);
-        let _ = b.node.relay_close(round);
+        let _ = a.node.relay_close(&mut a.rnic, incoming);
+        let _ = b.node.relay_close(&mut b.rnic, round);
     }
     // Every socket is reclaimed and every connection forgotten.
     let t = Instant::now();
@@ -88,8 +88,8 @@ fn a_hundred_connections_opened_and_closed_leave_nothing_behind() {
             a.node.tracked_connections(),
             b.node.tracked_connections()
         );
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -128,9 +128,9 @@ fn an_accepted_connection_outlives_its_listener_on_a_shared_port() {
             a.node.counters(),
             b.node.counters()
         );
-        a0.node.poll();
-        a.node.poll();
-        b.node.poll();
+        a0.node.poll(&mut a0.rnic);
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for e in a.node.take_events() {
             if let NodeEvent::Incoming { conn, .. } = e {
                 incoming = Some(conn);
@@ -154,9 +154,9 @@ fn an_accepted_connection_outlives_its_listener_on_a_shared_port() {
             t.elapsed() < Duration::from_secs(20),
             "the accepted connection lost its frames with its listener ({got:?})"
         );
-        a0.node.poll();
-        a.node.poll();
-        b.node.poll();
+        a0.node.poll(&mut a0.rnic);
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for e in a.node.take_events() {
             if let NodeEvent::Bytes { data, .. } = e {
                 got.extend(data);
@@ -217,8 +217,8 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
     // connection still in setup ends at once), and both ends are over gracefully. A hears
     // of it too (control ignores it).
     let conn = open(&mut a, &mut b, 1);
-    a.node.relay_close(conn).unwrap();
-    a.node.relay_release(conn).unwrap();
+    a.node.relay_close(&mut a.rnic, conn).unwrap();
+    a.node.relay_release(&mut a.rnic, conn).unwrap();
     let mut seen = Vec::new();
     until(&mut a, &mut b, &mut seen, |s| closed(s, 'a').is_some());
     assert_eq!(closed(&seen, 'b'), Some(CloseReason::Graceful));
@@ -226,8 +226,8 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
 
     // Released while closing, then data comes: reset.
     let conn = open(&mut a, &mut b, 2);
-    a.node.relay_close(conn).unwrap();
-    a.node.relay_release(conn).unwrap();
+    a.node.relay_close(&mut a.rnic, conn).unwrap();
+    a.node.relay_release(&mut a.rnic, conn).unwrap();
     b.node.relay_send(2, b"for a QP that is gone").unwrap();
     let t = Instant::now();
     while resets(&pcap) == 0 {
@@ -235,14 +235,14 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
             t.elapsed() < Duration::from_secs(20),
             "no reset for the data"
         );
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     assert_eq!(resets(&pcap), 1);
 
     // Not closing: reset at once.
     let conn = open(&mut a, &mut b, 3);
-    a.node.relay_release(conn).unwrap();
+    a.node.relay_release(&mut a.rnic, conn).unwrap();
     let mut seen = Vec::new();
     until(&mut a, &mut b, &mut seen, |s| closed(s, 'b').is_some());
     assert_eq!(closed(&seen, 'b'), Some(CloseReason::Reset));

@@ -46,8 +46,8 @@ fn write_for(a: &mut End<TapPort>, b: &mut End<TapPort>, secs: u64) -> f64 {
             b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success, "no data lost");
             done += 1;
@@ -58,8 +58,8 @@ fn write_for(a: &mut End<TapPort>, b: &mut End<TapPort>, secs: u64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     while a_mem.bytes(0, chunk) != b_mem.bytes(0, chunk) {
         assert!(Instant::now() < deadline, "data intact");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     rx_at_end.unwrap_or(0) as f64 * 8.0 / secs as f64
 }

@@ -26,8 +26,8 @@ fn transfer(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize) -> Duratio
             b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success);
             done += 1;
@@ -45,15 +45,14 @@ fn transfer(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize) -> Duratio
         remote_stag: a_mem.stag,
         remote_to: a_mem.sge(0, 0).to,
     };
-    b.node
-        .rnic
+    b.rnic
         .post_send(b.qp, SendWr::new(99, op, &[check.sge(0, chunk)]))
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(Instant::now() < deadline);
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         if b.wcs().iter().any(|w| w.wr_id == 99) {
             break;
         }
@@ -145,7 +144,7 @@ fn two_workers_on_a_multi_queue_tap() {
         rq_depth: 256,
         srq: None,
     };
-    let b_qp2 = b.node.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+    let b_qp2 = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
     let s = Settings::default;
     // Worker 1 connects out (local port 50001 steers to worker 1 of two); worker 0 listens.
     let b_in = b.node.listen(7300, b.qp, s()).unwrap();
@@ -160,9 +159,9 @@ fn two_workers_on_a_multi_queue_tap() {
         && b.node.state(b_out) == Some(&ConnState::Rts))
     {
         assert!(t.elapsed() < Duration::from_secs(20), "connections not up");
-        a0.node.poll();
-        a1.node.poll();
-        b.node.poll();
+        a0.node.poll(&mut a0.rnic);
+        a1.node.poll(&mut a1.rnic);
+        b.node.poll(&mut b.rnic);
     }
     let len = 1 << 20;
     let (m1, m0) = (a1.mem(len, Access::ALL), a0.mem(len, Access::ALL));
@@ -175,8 +174,7 @@ fn two_workers_on_a_multi_queue_tap() {
         remote_stag: m0.stag,
         remote_to: m0.sge(0, 0).to,
     };
-    b.node
-        .rnic
+    b.rnic
         .post_send(b_qp2, SendWr::new(2, to_worker_0, &[mb0.sge(0, len)]))
         .unwrap();
     let t = Instant::now();
@@ -184,9 +182,9 @@ fn two_workers_on_a_multi_queue_tap() {
         || m0.bytes(len - 8, 8) != mb0.bytes(len - 8, 8)
     {
         assert!(t.elapsed() < Duration::from_secs(30), "writes not placed");
-        a0.node.poll();
-        a1.node.poll();
-        b.node.poll();
+        a0.node.poll(&mut a0.rnic);
+        a1.node.poll(&mut a1.rnic);
+        b.node.poll(&mut b.rnic);
     }
     assert!(
         mb1.bytes(0, len) == m1.bytes(0, len),

@@ -32,10 +32,7 @@ fn qp(end: &mut End<UnixPort>) -> iwarp_engine::QpId {
         rq_depth: 4,
         srq: None,
     };
-    end.node
-        .rnic
-        .create_qp(end.pd, end.cq, end.cq, caps)
-        .unwrap()
+    end.rnic.create_qp(end.pd, end.cq, end.cq, caps).unwrap()
 }
 
 /// A connection: its index on A and on B, and its QP on A and on B.
@@ -91,8 +88,8 @@ fn wait_rts(a: &mut End<UnixPort>, b: &mut End<UnixPort>, conns: &[Pair]) {
             );
         }
         assert!(Instant::now() < deadline, "setups did not finish");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
 }
 
@@ -100,8 +97,8 @@ fn wait_rts(a: &mut End<UnixPort>, b: &mut End<UnixPort>, conns: &[Pair]) {
 fn poll_for(a: &mut End<UnixPort>, b: &mut End<UnixPort>, d: Duration) {
     let end = Instant::now() + d;
     while Instant::now() < end {
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
 }
 
@@ -119,8 +116,8 @@ fn check_all_up(a: &End<UnixPort>, b: &End<UnixPort>, conns: &[Pair], when: &str
         conns.len()
     );
     for &(_, _, qa, qb) in conns {
-        assert_eq!(a.node.rnic.qp_state(qa), Some(QpState::Rts), "{when}");
-        assert_eq!(b.node.rnic.qp_state(qb), Some(QpState::Rts), "{when}");
+        assert_eq!(a.rnic.qp_state(qa), Some(QpState::Rts), "{when}");
+        assert_eq!(b.rnic.qp_state(qb), Some(QpState::Rts), "{when}");
     }
     assert_eq!(a.node.counters().conns_lost, 0, "{when}");
     assert_eq!(b.node.counters().conns_lost, 0, "{when}");
@@ -219,10 +216,10 @@ fn a_silent_peer_is_still_given_up() {
         .any(|&(ca, _, _, _)| a.node.state(ca) == Some(&ConnState::Rts))
     {
         assert!(Instant::now() < deadline, "a dead peer was never given up");
-        a.node.poll();
+        a.node.poll(&mut a.rnic);
     }
     for &(_, _, q, _) in &conns {
-        assert_eq!(a.node.rnic.qp_state(q), Some(QpState::Error));
+        assert_eq!(a.rnic.qp_state(q), Some(QpState::Error));
     }
     assert_eq!(a.node.counters().conns_lost, conns.len() as u64);
 }

@@ -44,12 +44,10 @@ fn every_rdma_operation_over_the_default_port() {
     // A Write completes at the sender before it is placed; a Send after it arrives after it
     // is placed (RDMAP ordering), so its receive completion is the signal.
     let a_rx = a.mem(64, Access::LOCAL_WRITE);
-    a.node
-        .rnic
+    a.rnic
         .post_recv(a.qp, RecvWr::new(2, &[a_rx.sge(0, 64)]))
         .unwrap();
-    b.node
-        .rnic
+    b.rnic
         .post_send(
             b.qp,
             SendWr::new(
@@ -76,12 +74,10 @@ fn every_rdma_operation_over_the_default_port() {
 
     // Send A -> B.
     let b_rx = b.mem(4096, Access::LOCAL_WRITE);
-    b.node
-        .rnic
+    b.rnic
         .post_recv(b.qp, RecvWr::new(5, &[b_rx.sge(0, 4096)]))
         .unwrap();
-    a.node
-        .rnic
+    a.rnic
         .post_send(
             a.qp,
             SendWr::new(
@@ -108,8 +104,7 @@ fn every_rdma_operation_over_the_default_port() {
         remote_stag: b_mem.stag,
         remote_to: b_mem.sge(4096, 0).to,
     };
-    a.node
-        .rnic
+    a.rnic
         .post_send(a.qp, SendWr::new(7, op, &[sink.sge(0, 200 << 10)]))
         .unwrap();
     let mut aw = Vec::new();
@@ -141,12 +136,10 @@ fn every_rdma_operation_over_the_default_port() {
         swap: 1000,
         swap_mask: u64::MAX,
     };
-    a.node
-        .rnic
+    a.rnic
         .post_send(a.qp, SendWr::new(8, fa, &[result.sge(0, 8)]))
         .unwrap();
-    a.node
-        .rnic
+    a.rnic
         .post_send(a.qp, SendWr::new(9, cs, &[result.sge(0, 8)]))
         .unwrap();
     let mut aw = Vec::new();
@@ -163,9 +156,8 @@ fn every_rdma_operation_over_the_default_port() {
     assert_eq!(target.u64_at(8), 1000);
 
     // Immediate Data A -> B.
-    b.node.rnic.post_recv(b.qp, RecvWr::new(10, &[])).unwrap();
-    a.node
-        .rnic
+    b.rnic.post_recv(b.qp, RecvWr::new(10, &[])).unwrap();
+    a.rnic
         .post_send(
             a.qp,
             SendWr::new(
@@ -225,8 +217,8 @@ fn loss_recovery_at_one_percent() {
             b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success);
             done += 1;
@@ -263,7 +255,6 @@ fn a_dead_peer_is_reported_and_the_others_keep_being_served() {
     let port = |last: u8| UnixPort::open(dir.path(), [2, 0, 0, 0, 2, last], 1500).unwrap();
     let mut a = End::new(port(0x0a), A_IP);
     let qp2 = a
-        .node
         .rnic
         .create_qp(
             a.pd,
@@ -293,17 +284,17 @@ fn a_dead_peer_is_reported_and_the_others_keep_being_served() {
         && c.node.state(c.conn) == Some(&ConnState::Rts))
     {
         assert!(Instant::now() < deadline);
-        a.node.poll();
-        b.node.poll();
-        c.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+        c.node.poll(&mut c.rnic);
     }
     // C starts a transfer to A, then dies (its node and port vanish without a word).
     let a_mem = a.mem(1 << 20, Access::ALL);
     let c_mem = c.mem(1 << 20, Access::ALL);
     c.post_write(1, c_mem.sge(0, 1 << 20), &a_mem, 0);
     for _ in 0..20 {
-        a.node.poll();
-        c.node.poll();
+        a.node.poll(&mut a.rnic);
+        c.node.poll(&mut c.rnic);
     }
     drop(c);
     // A notices within its user timeout and moves that QP to Error; B is unaffected.
@@ -326,22 +317,18 @@ fn a_dead_peer_is_reported_and_the_others_keep_being_served() {
                 remote_stag: a_mem.stag,
                 remote_to: a_mem.sge(0, 0).to,
             };
-            b.node
-                .rnic
+            b.rnic
                 .post_send(b.qp, SendWr::new(2, op, &[b_mem.sge(0, 4096)]))
                 .unwrap();
             served += 1;
         }
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
-    assert_eq!(
-        a.node.rnic.qp_state(qp2),
-        Some(iwarp_engine::QpState::Error)
-    );
-    assert_eq!(a.node.rnic.qp_state(a.qp), Some(iwarp_engine::QpState::Rts));
+    assert_eq!(a.rnic.qp_state(qp2), Some(iwarp_engine::QpState::Error));
+    assert_eq!(a.rnic.qp_state(a.qp), Some(iwarp_engine::QpState::Rts));
     let mut events = Vec::new();
-    while let Some(e) = a.node.rnic.poll_event() {
+    while let Some(e) = a.rnic.poll_event() {
         events.push(e);
     }
     assert!(
@@ -361,8 +348,8 @@ fn an_idle_connection_stays_up() {
     // Longer than the 2 s user timeout, with no RDMA traffic at all.
     let until_t = Instant::now() + Duration::from_millis(3500);
     while Instant::now() < until_t {
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         std::thread::sleep(Duration::from_micros(200));
     }
     assert_eq!(a.node.state(a.conn), Some(&ConnState::Rts));

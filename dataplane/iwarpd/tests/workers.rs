@@ -6,7 +6,7 @@
 mod common;
 
 use common::{segment_dir, End, A_IP, B_IP};
-use iwarp_engine::{Access, RecvWr, SendOp, SendWr, Status, WorkCompletion};
+use iwarp_engine::{Access, RecvWr, Rnic, SendOp, SendWr, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node};
 use iwarpd::port::unix::UnixPort;
@@ -51,8 +51,7 @@ fn two_nodes_on_worker_threads_move_64_mib() {
             let mem = a.mem(REGION, Access::ALL);
             target_tx.send((mem.stag, mem.sge(0, 0).to)).unwrap();
             let note = a.mem(64, Access::ALL);
-            a.node
-                .rnic
+            a.rnic
                 .post_recv(a.qp, RecvWr::new(1, &[note.sge(0, 64)]))
                 .unwrap();
             a.conn = a.node.listen(7174, a.qp, Settings::default()).unwrap();
@@ -60,11 +59,12 @@ fn two_nodes_on_worker_threads_move_64_mib() {
             let mut wcs = vec![WorkCompletion::default(); 16];
             worker::run_with(
                 &mut a.node,
+                &mut a.rnic,
                 polling(),
                 &counters,
                 &stop,
-                |node: &mut Node<UnixPort>| {
-                    let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
+                |_: &mut Node<UnixPort>, rnic: &mut Rnic| {
+                    let n = rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
                     for w in &wcs[..n] {
                         assert_eq!(w.status, Status::Success);
                         done.store(true, Ordering::Release);
@@ -96,10 +96,11 @@ fn two_nodes_on_worker_threads_move_64_mib() {
             let mut wcs = vec![WorkCompletion::default(); 16];
             worker::run_with(
                 &mut b.node,
+                &mut b.rnic,
                 polling(),
                 &counters,
                 &stop,
-                |node: &mut Node<UnixPort>| {
+                |node: &mut Node<UnixPort>, rnic: &mut Rnic| {
                     if node.state(conn) != Some(&ConnState::Rts) {
                         return false;
                     }
@@ -110,13 +111,12 @@ fn two_nodes_on_worker_threads_move_64_mib() {
                             remote_stag: stag,
                             remote_to: to + off as u64,
                         };
-                        node.rnic
-                            .post_send(qp, SendWr::new(sent as u64, op, &[mem.sge(off, CHUNK)]))
+                        rnic.post_send(qp, SendWr::new(sent as u64, op, &[mem.sge(off, CHUNK)]))
                             .unwrap();
                         sent += 1;
                         worked = true;
                     }
-                    let n = node.rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
+                    let n = rnic.poll_cq(cq, &mut wcs).unwrap_or(0);
                     for w in &wcs[..n] {
                         assert_eq!(w.status, Status::Success);
                         done += 1;
@@ -126,8 +126,7 @@ fn two_nodes_on_worker_threads_move_64_mib() {
                             solicited: false,
                             invalidate: None,
                         };
-                        node.rnic
-                            .post_send(qp, SendWr::new(u64::MAX, op, &[note.sge(0, 64)]))
+                        rnic.post_send(qp, SendWr::new(u64::MAX, op, &[note.sge(0, 64)]))
                             .unwrap();
                         noted = true;
                     }

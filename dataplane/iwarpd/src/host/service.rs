@@ -119,8 +119,8 @@ pub struct Host {
     control_generation: u64,
     /// Nanoseconds spent on the rings in busy turns, when timed.
     ring_ns: Option<u64>,
-    /// `pump_rings` moved entries since the last turn.
-    rx_work: bool,
+    /// CQs a drain left completions in, listed again after it (kept for its capacity).
+    cqs_left: Vec<CqId>,
     /// What applications and control ring when this core sleeps.
     doorbell: Option<DaemonWake>,
 }
@@ -145,7 +145,7 @@ impl Host {
             max_fpdu,
             control_generation: 0,
             ring_ns: None,
-            rx_work: false,
+            cqs_left: Vec::new(),
             doorbell: None,
         }
     }
@@ -167,15 +167,15 @@ impl Host {
     /// peers see it end), every connection still in setup reset, every port it listened on
     /// closed, every region deregistered and every segment unmapped. Upcalls meant for the
     /// old control are dropped.
-    fn reset<P: Port>(&mut self, node: &mut Node<P>) {
+    fn reset<P: Port>(&mut self, node: &mut Node<P>, rnic: &mut Rnic) {
         let (qps, mrs) = (self.qps.len(), self.mrs.len());
         for &qp in self.qps.keys() {
             if let Some(conn) = node.conn_of_qp(qp) {
-                let _ = node.relay_abort(conn);
+                let _ = node.relay_abort(rnic, conn);
             }
         }
         for conn in self.relay_conns.drain() {
-            let _ = node.relay_abort(conn);
+            let _ = node.relay_abort(rnic, conn);
         }
         for port in self.listening.drain() {
             node.relay_unlisten(port);
@@ -184,22 +184,22 @@ impl Host {
         // The engine stops pointing into a segment before the segment is unmapped; windows
         // first, since a region they point into cannot be deregistered before them.
         for &stag in self.windows.iter().chain(self.mrs.keys()) {
-            let _ = node.rnic.deregister_mr(stag.0);
+            let _ = rnic.deregister_mr(stag.0);
         }
         // The new control hands out the same ids again: the engine forgets every one, QPs
         // (with no window bound on them any more) before the CQs and S-RQs they use.
         for &qp in self.qps.keys() {
-            let _ = node.rnic.destroy_qp(qp);
+            let _ = rnic.destroy_qp(qp);
         }
         self.qps.clear();
         self.mrs.clear();
         self.windows.clear();
         self.segments.clear();
         for &srq in self.srqs.keys() {
-            let _ = node.rnic.destroy_srq(srq);
+            let _ = rnic.destroy_srq(srq);
         }
         for &cq in self.cqs.keys() {
-            let _ = node.rnic.destroy_cq(cq);
+            let _ = rnic.destroy_cq(cq);
         }
         self.cqs.clear();
         self.srqs.clear();
@@ -213,20 +213,20 @@ impl Host {
 
     /// One turn: the heartbeat, commands, connection events, every QP's rings, engine
     /// events.
-    pub fn serve<P: Port>(&mut self, node: &mut Node<P>) -> bool {
+    pub fn serve<P: Port>(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
         self.side.beat();
         let generation = self.side.control_generation();
         if generation != self.control_generation {
             if self.control_generation != 0 {
-                self.reset(node);
+                self.reset(node, rnic);
             }
             self.control_generation = generation;
         }
-        let mut worked = self.flush() | std::mem::take(&mut self.rx_work);
+        let mut worked = self.flush();
         for _ in 0..COMMANDS_PER_TURN {
             match self.side.recv_command() {
                 Some(Ok((req_id, c))) => {
-                    let (status, value) = self.execute(node, &c);
+                    let (status, value) = self.execute(node, rnic, &c);
                     if status != st::OK {
                         tracing::warn!("command {c:?} refused: status {status}");
                     }
@@ -251,10 +251,10 @@ impl Host {
         }
         if self.owners_checked.elapsed() >= OWNER_CHECK {
             self.owners_checked = Instant::now();
-            worked |= self.owners_gone(node);
+            worked |= self.owners_gone(node, rnic);
         }
-        worked |= self.drain_cqs(&mut node.rnic);
-        while let Some(e) = node.rnic.poll_event() {
+        worked |= self.drain_cqs(rnic);
+        while let Some(e) = rnic.poll_event() {
             worked = true;
             tracing::info!("{e:?}");
             let (_, up) = convert::event(&e);
@@ -267,14 +267,14 @@ impl Host {
     /// (reset, unless a graceful close is under way), so their peers learn of it even while
     /// no control plane runs to clean up after the application; control's cleanup, when it
     /// comes, finds them ended.
-    fn owners_gone<P: Port>(&mut self, node: &mut Node<P>) -> bool {
+    fn owners_gone<P: Port>(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
         let gone = exited(&self.owners);
         for pid in &gone {
             self.owners.remove(pid);
             for (&qp, _) in self.qps.iter().filter(|(_, q)| q.owner == *pid) {
                 if let Some(conn) = node.conn_of_qp(qp) {
                     tracing::info!("{qp}: its application (pid {pid}) exited; connection ended");
-                    let _ = node.relay_release(conn);
+                    let _ = node.relay_release(rnic, conn);
                 }
             }
         }
@@ -332,18 +332,19 @@ impl Host {
     /// finds it; the sends before the engine transmits, so that work posted before a turn
     /// leaves in that turn (pumped after it, it would wait a turn). The only place these
     /// rings are read; what it did counts as the turn's work.
-    pub fn pump_rings(&mut self, rnic: &mut Rnic) {
+    pub fn pump_rings(&mut self, rnic: &mut Rnic) -> bool {
+        let mut worked = false;
         for qp in self.qps.values_mut() {
             if !qp.host.is_corrupt() {
                 let r = qp.host.pump_rq(rnic);
-                self.rx_work |= r.posted + r.rejected > 0;
+                worked |= r.posted + r.rejected > 0;
             }
         }
         for srq in self.srqs.values_mut() {
             let r = srq.pump(rnic);
-            self.rx_work |= r.posted + r.rejected > 0;
+            worked |= r.posted + r.rejected > 0;
         }
-        self.rx_work |= self.pump_sqs(rnic);
+        worked | self.pump_sqs(rnic)
     }
 
     /// Every QP's SQ into the engine.
@@ -371,18 +372,29 @@ impl Host {
         s.posted + s.rejected > 0
     }
 
-    /// Moves completions into every CQ ring.
+    /// Moves completions into the CQ rings of the CQs that have them (the engine lists
+    /// those, [`Rnic::next_cq_ready`]), a burst each. A CQ left with completions (its ring
+    /// full, or more than a burst) is listed again for the next turn.
     fn drain_cqs(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
-        for cq in self.cqs.values_mut() {
+        while let Some(cq_id) = rnic.next_cq_ready() {
+            let Some(cq) = self.cqs.get_mut(&cq_id) else {
+                continue;
+            };
             worked |= cq.host.drain(rnic).completed > 0;
+            if rnic.cq_status(cq_id).is_some_and(|(n, _)| n > 0) {
+                self.cqs_left.push(cq_id);
+            }
+        }
+        for cq_id in self.cqs_left.drain(..) {
+            rnic.mark_cq(cq_id);
         }
         worked
     }
 
     /// Runs one command; its reply status and value.
-    fn execute<P: Port>(&mut self, node: &mut Node<P>, c: &Command) -> (u32, u64) {
-        let r = self.run(node, c);
+    fn execute<P: Port>(&mut self, node: &mut Node<P>, rnic: &mut Rnic, c: &Command) -> (u32, u64) {
+        let r = self.run(node, rnic, c);
         match r {
             Ok(v) => (st::OK, v),
             Err(status) => (status, 0),
@@ -402,7 +414,12 @@ impl Host {
             .ok_or(st::NO_SUCH_ID)
     }
 
-    fn run<P: Port>(&mut self, node: &mut Node<P>, c: &Command) -> Result<u64, u32> {
+    fn run<P: Port>(
+        &mut self,
+        node: &mut Node<P>,
+        rnic: &mut Rnic,
+        c: &Command,
+    ) -> Result<u64, u32> {
         let net = |e: String| {
             tracing::warn!("{e}");
             st::NETWORK
@@ -425,7 +442,7 @@ impl Host {
                 let (producer, _) =
                     ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
                 let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
-                node.rnic
+                rnic
                     .create_cq_at(cq, depth as usize)
                     .map_err(|_| st::EXISTS)?;
                 self.cqs.insert(
@@ -435,7 +452,7 @@ impl Host {
                     },
                 );
             }
-            Command::ResizeCq { cq, depth, ring } => self.resize_cq(node, cq, depth, ring)?,
+            Command::ResizeCq { cq, depth, ring } => self.resize_cq(rnic, cq, depth, ring)?,
             Command::DestroyCq { cq } => {
                 if self
                     .qps
@@ -445,7 +462,7 @@ impl Host {
                     return Err(st::INVALID);
                 }
                 self.cqs.remove(&cq).ok_or(st::NO_SUCH_ID)?;
-                let _ = node.rnic.destroy_cq(cq);
+                let _ = rnic.destroy_cq(cq);
             }
             Command::CreateSrq {
                 srq,
@@ -459,20 +476,20 @@ impl Host {
                 let pd = self.pd(pd)?;
                 let seg = open(&ring.to_path(), SegmentKind::SharedRecvQueue)?;
                 let (_, consumer) = ring::attach_segment(&seg).map_err(|_| st::BAD_SEGMENT)?;
-                node.rnic
+                rnic
                     .create_srq_at(srq, pd, depth as usize)
                     .map_err(|_| st::EXISTS)?;
                 self.srqs.insert(srq, HostSrq::new(srq, consumer));
             }
             Command::ArmSrq { srq, limit } => {
                 self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
-                node.rnic
+                rnic
                     .arm_srq_limit(srq, limit as usize)
                     .map_err(|_| st::INVALID)?;
             }
             Command::DestroySrq { srq } => {
                 self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
-                let _ = node.rnic.destroy_srq(srq);
+                let _ = rnic.destroy_srq(srq);
             }
             Command::CreateQp {
                 qp,
@@ -519,7 +536,7 @@ impl Host {
                     rq_depth: rq_depth as usize,
                     srq,
                 };
-                node.rnic
+                rnic
                     .create_qp_at(qp, pd, send_cq, recv_cq, caps)
                     .map_err(|_| st::INVALID)?;
                 if let std::collections::hash_map::Entry::Vacant(e) = self.owners.entry(owner) {
@@ -547,17 +564,17 @@ impl Host {
                 let qp = self.qp(qp)?;
                 // Windows still bound on it (Verbs section 6.1.4): refused before its
                 // connection or its work is touched, so the QP goes on as it was.
-                node.rnic.can_destroy_qp(qp).map_err(|_| st::IN_USE)?;
+                rnic.can_destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 // A connection closing gracefully finishes that close without the QP; any
                 // other is reset.
                 if let Some(conn) = node.conn_of_qp(qp) {
-                    let _ = node.relay_release(conn);
+                    let _ = node.relay_release(rnic, conn);
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
-                let _ = node.rnic.force_error(qp);
-                self.pump_sqs(&mut node.rnic);
-                self.drain_cqs(&mut node.rnic);
-                node.rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
+                let _ = rnic.force_error(qp);
+                self.pump_sqs(rnic);
+                self.drain_cqs(rnic);
+                rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 if !self.qps.values().any(|o| o.owner == q.owner) {
                     self.owners.remove(&q.owner);
@@ -565,7 +582,7 @@ impl Host {
             }
             Command::ModifyQp { qp, state } => {
                 let qp = self.qp(qp)?;
-                node.rnic.modify_qp(qp, state).map_err(|_| st::INVALID)?;
+                rnic.modify_qp(qp, state).map_err(|_| st::INVALID)?;
             }
             Command::RegisterMr {
                 stag,
@@ -592,11 +609,11 @@ impl Host {
                     access,
                     base_to: if zero_based { 0 } else { va },
                 };
-                let mr = register_segment(&mut node.rnic, &seg, reg).map_err(|_| st::INVALID)?;
+                let mr = register_segment(rnic, &seg, reg).map_err(|_| st::INVALID)?;
                 self.mrs.insert(stag, mr);
             }
             Command::DeregisterMr { stag } | Command::DeallocMw { stag } => {
-                node.rnic.deregister_mr(stag.0).map_err(|e| match e {
+                rnic.deregister_mr(stag.0).map_err(|e| match e {
                     iwarp_engine::VerbsError::StagInUse => st::IN_USE,
                     _ => st::NO_SUCH_ID,
                 })?;
@@ -607,12 +624,12 @@ impl Host {
             }
             Command::AllocMw { stag, pd } => {
                 let pd = self.pd(pd)?;
-                node.rnic.alloc_mw_at(stag.0, pd).map_err(|_| st::EXISTS)?;
+                rnic.alloc_mw_at(stag.0, pd).map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
             Command::AllocFastRegStag { stag, pd } => {
                 let pd = self.pd(pd)?;
-                node.rnic
+                rnic
                     .alloc_fastreg_at(stag.0, pd)
                     .map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
@@ -652,24 +669,24 @@ impl Host {
                 let closing = node.qp_of_conn(conn);
                 if let Some(qp) = closing.and_then(|qp| self.qps.get_mut(&qp)) {
                     for _ in 0..64 {
-                        if !Self::pump_qp(qp, &mut node.rnic) {
+                        if !Self::pump_qp(qp, rnic) {
                             break;
                         }
                     }
                 }
-                if let Err(e) = node.relay_close(conn) {
+                if let Err(e) = node.relay_close(rnic, conn) {
                     tracing::debug!("close: {e}");
                 }
             }
             Command::TcpAbort { conn } => {
-                if let Err(e) = node.relay_abort(conn) {
+                if let Err(e) = node.relay_abort(rnic, conn) {
                     tracing::debug!("abort: {e}");
                 }
             }
             Command::QpRts { qp, conn, params } => {
                 let qp = self.qp(qp)?;
                 let p = conn_params(&params, self.max_fpdu);
-                node.relay_rts(conn, qp, p).map_err(|e| {
+                node.relay_rts(rnic, conn, qp, p).map_err(|e| {
                     tracing::warn!("{e}");
                     st::INVALID
                 })?;
@@ -687,16 +704,16 @@ impl Host {
     /// application has not taken and those in the engine's CQ. The
     /// application takes what the old ring holds before it reads the new one, so none is
     /// lost and the order stays.
-    fn resize_cq<P: Port>(
+    fn resize_cq(
         &mut self,
-        node: &mut Node<P>,
+        rnic: &mut Rnic,
         cq: CqId,
         depth: u32,
         ring: iwarp_abi::command::ShmPath,
     ) -> Result<(), u32> {
         let c = self.cqs.get_mut(&cq).ok_or(st::NO_SUCH_ID)?;
         let in_ring = c.host.ring.capacity() - c.host.ring.free_slots();
-        let in_engine = node.rnic.cq_status(cq).map_or(0, |s| s.0);
+        let in_engine = rnic.cq_status(cq).map_or(0, |s| s.0);
         if in_ring + in_engine > depth as usize {
             return Err(st::IN_USE);
         }
@@ -705,7 +722,7 @@ impl Host {
         if producer.capacity() < depth as usize {
             return Err(st::BAD_SEGMENT);
         }
-        node.rnic
+        rnic
             .resize_cq(cq, depth as usize)
             .map_err(|_| st::IN_USE)?;
         c.host.notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
@@ -754,16 +771,17 @@ pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
 }
 
 impl<P: Port> Service<P> for Host {
-    fn before_rx(&mut self, rnic: &mut Rnic) {
+    fn post(&mut self, rnic: &mut Rnic) -> bool {
         let t = self.ring_ns.map(|_| std::time::Instant::now());
-        self.pump_rings(rnic);
+        let worked = self.pump_rings(rnic);
         if let (Some(t), Some(ns)) = (t, self.ring_ns.as_mut()) {
             *ns += t.elapsed().as_nanos() as u64;
         }
+        worked
     }
-    fn turn(&mut self, node: &mut Node<P>) -> bool {
+    fn serve(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
         let t = self.ring_ns.map(|_| std::time::Instant::now());
-        let worked = self.serve(node);
+        let worked = Host::serve(self, node, rnic);
         if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
             *ns += t.elapsed().as_nanos() as u64;
         }
@@ -775,12 +793,9 @@ impl<P: Port> Service<P> for Host {
     fn doorbell(&mut self) -> Option<&mut DaemonWake> {
         self.doorbell.as_mut()
     }
-    fn can_sleep(&self, node: &Node<P>) -> bool {
+    fn can_sleep(&self, rnic: &Rnic) -> bool {
         // Control draining the upcall ring, or an application its CQ ring, rings no bell.
-        self.backlog.is_empty()
-            && self
-                .cqs
-                .values()
-                .all(|c| matches!(node.rnic.cq_status(c.host.cq), None | Some((0, _))))
+        // Every CQ holding completions is listed as ready (see `drain_cqs`).
+        self.backlog.is_empty() && !rnic.cqs_ready()
     }
 }

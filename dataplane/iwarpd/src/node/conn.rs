@@ -7,7 +7,7 @@ use super::*;
 impl<P: Port> Node<P> {
     /// One poll turn of connection `i`: its TCP state read, acted on, and its bytes moved
     /// for the state it is in. Returns whether anything happened.
-    pub(super) fn service(&mut self, i: usize) -> bool {
+    pub(super) fn service(&mut self, rnic: &mut Rnic, i: usize) -> bool {
         if self.conns[i].socket_gone {
             return false;
         }
@@ -25,7 +25,7 @@ impl<P: Port> Node<P> {
         // socket that receives data, too), and it lingers a bounded time.
         if let Some(since) = self.conns[i].orphaned_since {
             if unread || since.elapsed() >= ORPHAN_LINGER {
-                self.abort(i);
+                self.abort(rnic, i);
                 return true;
             }
         }
@@ -45,8 +45,8 @@ impl<P: Port> Node<P> {
             match c.qp {
                 Some(qp) if c.has_stream() => {
                     use iwarp_engine::QpState::{Closing, Rts};
-                    if matches!(self.rnic.qp_state(qp), Some(Rts | Closing)) {
-                        self.rnic.connection_lost(qp, true);
+                    if matches!(rnic.qp_state(qp), Some(Rts | Closing)) {
+                        rnic.connection_lost(qp, true);
                     }
                 }
                 _ if !c.has_stream() && !c.closing => {
@@ -81,7 +81,7 @@ impl<P: Port> Node<P> {
             } else {
                 CloseReason::Reset
             };
-            self.ended(i, reason);
+            self.ended(rnic, i, reason);
             return true;
         }
         if state == ConnState::Connecting
@@ -89,7 +89,7 @@ impl<P: Port> Node<P> {
             && !self.conns[i].ever_established
         {
             // An active open refused (RST) or given up.
-            self.ended(i, CloseReason::Refused);
+            self.ended(rnic, i, CloseReason::Refused);
             return true;
         }
         match state {
@@ -104,7 +104,7 @@ impl<P: Port> Node<P> {
                     let req = match negotiation::request(&settings) {
                         Ok(r) => r,
                         Err(e) => {
-                            self.fail(i, format!("MPA Request: {e:?}"));
+                            self.fail(rnic, i, format!("MPA Request: {e:?}"));
                             return true;
                         }
                     };
@@ -116,47 +116,48 @@ impl<P: Port> Node<P> {
                 true
             }
             ConnState::Relay => self.relay_frame(i),
-            ConnState::AwaitReply | ConnState::AwaitRequest => self.setup(i),
-            ConnState::Rts => self.pump(i),
+            ConnState::AwaitReply | ConnState::AwaitRequest => self.setup(rnic, i),
+            ConnState::Rts => self.pump(rnic, i),
             _ => false,
         }
     }
 
     /// Aborts a connection (RST); its QP enters Error with flushed work.
-    pub fn abort(&mut self, conn: usize) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            if c.socket_gone {
-                return;
-            }
-            self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
-            let had_stream = c.has_stream();
-            c.state = ConnState::Closed;
-            if let (Some(qp), true) = (c.qp, had_stream) {
-                self.rnic.connection_lost(qp, false);
-            }
+    pub fn abort(&mut self, rnic: &mut Rnic, conn: usize) {
+        let Some(c) = self.conns.get_mut(conn) else {
+            return;
+        };
+        if c.socket_gone {
+            return;
         }
+        self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
+        let had_stream = c.has_stream();
+        c.state = ConnState::Closed;
+        if let (Some(qp), true) = (c.qp, had_stream) {
+            rnic.connection_lost(qp, false);
+        }
+        self.mark(conn);
     }
 
     /// Setup failed: the connection is reset and its QP, if any, enters Error.
-    pub(super) fn fail(&mut self, i: usize, why: String) {
+    pub(super) fn fail(&mut self, rnic: &mut Rnic, i: usize, why: String) {
         let c = &mut self.conns[i];
         self.sockets.get_mut::<tcp::Socket>(c.handle).abort();
         c.state = ConnState::Failed(why);
         self.conns_lost += 1;
         if let Some(qp) = c.qp {
-            self.rnic.connection_lost(qp, false);
+            rnic.connection_lost(qp, false);
         }
     }
 
     /// The connection is over: tell the engine and, in relay mode, the control plane.
-    pub(super) fn ended(&mut self, i: usize, reason: CloseReason) {
+    pub(super) fn ended(&mut self, rnic: &mut Rnic, i: usize, reason: CloseReason) {
         let c = &mut self.conns[i];
         let had_stream = c.has_stream();
         c.state = ConnState::Closed;
         self.conns_lost += 1;
         if let (Some(qp), true) = (c.qp, had_stream) {
-            self.rnic
-                .connection_lost(qp, reason == CloseReason::Graceful);
+            rnic.connection_lost(qp, reason == CloseReason::Graceful);
         }
         if c.settings.is_none() {
             self.events
@@ -169,10 +170,12 @@ impl<P: Port> Node<P> {
     /// id; connections the node runs itself are addressed by index, so while any exists
     /// nothing is removed (no index moves).
     pub(super) fn forget_reclaimed(&mut self) {
-        if self.conns.iter().any(|c| c.socket_gone)
-            && self.conns.iter().all(|c| c.settings.is_none())
-        {
+        if !std::mem::take(&mut self.reclaimed) {
+            return;
+        }
+        if self.conns.iter().all(|c| c.settings.is_none()) {
             self.conns.retain(|c| !c.socket_gone);
+            self.index_changed();
         }
     }
 
@@ -201,6 +204,7 @@ impl<P: Port> Node<P> {
             self.remove_socket(handle);
             let c = &mut self.conns[i];
             c.socket_gone = true;
+            self.reclaimed = true;
             c.inbuf = Vec::new();
             if let Some(key) = c.flow.take() {
                 self.dev.peers.forget(key);
@@ -223,6 +227,7 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
         if self.dev.peers.adopt(key) {
             c.flow = Some(key);
+            self.by_flow.insert(key, i);
             let mut sender = cc::sender::Sender::new(
                 self.tcp.congestion,
                 self.segment_size(i),

@@ -1,9 +1,11 @@
-//! One RNIC on one port: smoltcp's interface and TCP sockets, the engine, and the glue that
-//! moves each connection's bytes between them. Single-threaded and lock-free: a poll-mode
-//! core owns a `Node` end to end.
+//! One port's TCP: smoltcp's interface and sockets, and the glue that moves each
+//! connection's bytes between them and the engine's QPs. The node holds no engine: each step
+//! that feeds or drains one takes the caller's [`Rnic`]. Single-threaded and lock-free: a
+//! poll-mode core owns a `Node` and its `Rnic` side by side ([`crate::worker::turn`]).
 //!
 //! Split the way Linux siw splits its QP code (transmit, receive, connection management):
-//! - this file: the node, its poll loop ([`Node::poll_with`]) and counters;
+//! - this file: the node, the steps of its turn ([`Node::receive`], [`Node::exchange`],
+//!   [`Node::transmit`]) and counters;
 //! - `conn.rs`: a connection's life, its TCP state turned into its QP's and, in relay mode,
 //!   into events for the control plane; reclaiming what ended;
 //! - `relay.rs`: relay mode, the daemon's: the control plane runs the MPA exchange over
@@ -24,6 +26,7 @@ use crate::port::Port;
 use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, PeerToPeer, QpId, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
+use rustc_hash::FxHashMap;
 use smoltcp::iface::{
     Config as IfaceConfig, Interface, PollIngressSingleResult, SocketHandle, SocketSet,
 };
@@ -188,6 +191,10 @@ struct Conn {
     /// and the node's live time when it last moved.
     heard: u64,
     heard_live: std::time::Duration,
+    /// In the node's ready list ([`Node::exchange`] visits it this turn).
+    queued: bool,
+    /// In the node's list of connections with data in flight ([`Node::nudge`]).
+    in_flight: bool,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -234,6 +241,8 @@ impl Conn {
             orphaned_since: None,
             heard: 0,
             heard_live: std::time::Duration::ZERO,
+            queued: false,
+            in_flight: false,
         }
     }
 
@@ -246,6 +255,18 @@ impl Conn {
 
     fn is_over(&self) -> bool {
         matches!(self.state, ConnState::Failed(_) | ConnState::Closed)
+    }
+
+    /// In RTS with nothing in progress but its stream: visited only when something marks it
+    /// (its peer's segments, its QP's work). Any other connection (in setup, closing,
+    /// orphaned, over, or whose peer is not tracked) is visited every turn until it settles
+    /// or its socket is gone.
+    fn is_steady(&self) -> bool {
+        self.socket_gone
+            || (self.state == ConnState::Rts
+                && self.flow.is_some()
+                && !self.closing
+                && self.orphaned_since.is_none())
     }
 }
 
@@ -301,6 +322,18 @@ pub struct Counters {
     pub syns_held: u64,
 }
 
+impl Counters {
+    /// These counters with the engine's error counters.
+    pub fn with_engine(self, engine: &iwarp_engine::Stats) -> Counters {
+        Counters {
+            crc_errors: engine.crc_errors,
+            terminates_sent: engine.terminates_sent,
+            terminates_received: engine.terminates_received,
+            ..self
+        }
+    }
+}
+
 /// One connection's TCP sending side (see [`Node::conn_tcp`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnTcp {
@@ -314,7 +347,6 @@ pub struct ConnTcp {
 }
 
 pub struct Node<P: Port> {
-    pub rnic: Rnic,
     iface: Interface,
     sockets: SocketSet<'static>,
     /// The sockets' rings: declared after `sockets`, so dropped after the sockets that hold
@@ -343,6 +375,8 @@ pub struct Node<P: Port> {
     /// The TCP counters summed over the connections (see [`Node::counters`]), refreshed by
     /// the poll loop, and its turns.
     tcp_totals: (cc::sender::SendCounters, usize, usize),
+    /// Connections in setup or RTS, counted as often as `tcp_totals` is summed.
+    live_conns: u64,
     turns: u64,
     /// Real time the poll loop has lived through, each turn counting at most a keep-alive
     /// interval: a dead peer is one silent this long, so that time our own loop spent
@@ -353,10 +387,32 @@ pub struct Node<P: Port> {
     last_turn_us: u64,
     /// When (in `live`) peers are next checked for silence.
     next_liveness: std::time::Duration,
+    /// Connections to visit this turn, each once (`Conn::queued`): marked by their peer's
+    /// segments, their QP's work ([`Rnic::next_tx_ready`]), or being unsettled.
+    ready: VecDeque<usize>,
+    /// Connections with data in flight (`Conn::in_flight`), the ones a resend may be due on.
+    flight: Vec<usize>,
+    /// Connection by its QP and by its peer's flow, rebuilt when `index_stale`.
+    by_qp: FxHashMap<u32, usize>,
+    by_flow: FxHashMap<FlowKey, usize>,
+    index_stale: bool,
+    /// Connections indexed so far (new ones are marked once seen).
+    indexed: usize,
+    /// A socket was reclaimed this turn (see `Node::forget_reclaimed`).
+    reclaimed: bool,
+    /// Connections visited, over all turns (see [`Node::visits`]).
+    visits: u64,
+    /// The current turn: its stage clock and times, frames received, whether the port was
+    /// drained and whether it did work.
+    stage: StageClock,
+    turn_t: StageNs,
+    turn_got: usize,
+    turn_drained: bool,
+    turn_busy: bool,
 }
 
-/// With more connections than this, the poll loop sums their TCP counters every
-/// [`TOTALS_EVERY`] turns rather than every turn.
+/// With more connections than this, the poll loop sums their TCP counters and counts the
+/// live ones every [`TOTALS_EVERY`] turns rather than every turn.
 const TOTALS_EACH_TURN: usize = 16;
 const TOTALS_EVERY: u64 = 256;
 
@@ -398,7 +454,6 @@ impl<P: Port> Node<P> {
             ));
         });
         Node {
-            rnic: Rnic::new(),
             iface,
             sockets: SocketSet::new(Vec::new()),
             mem: sockmem::SocketMem::default(),
@@ -419,10 +474,24 @@ impl<P: Port> Node<P> {
             stage_timing: false,
             stages: StageNs::default(),
             tcp_totals: Default::default(),
+            live_conns: 0,
             turns: 0,
             live: std::time::Duration::ZERO,
             last_turn_us: 0,
             next_liveness: std::time::Duration::ZERO,
+            ready: VecDeque::new(),
+            flight: Vec::new(),
+            by_qp: FxHashMap::default(),
+            by_flow: FxHashMap::default(),
+            index_stale: false,
+            indexed: 0,
+            reclaimed: false,
+            visits: 0,
+            stage: StageClock::new(false),
+            turn_t: StageNs::default(),
+            turn_got: 0,
+            turn_drained: false,
+            turn_busy: false,
         }
     }
 
@@ -465,6 +534,7 @@ impl<P: Port> Node<P> {
         }
     }
 
+    /// The node's counters; the engine's are added by [`Counters::with_engine`].
     pub fn counters(&self) -> Counters {
         let (send, cwnd, flight) = self.tcp_totals;
         Counters {
@@ -487,11 +557,9 @@ impl<P: Port> Node<P> {
             bad_checksums: self.dev.port.bad_checksums() + self.dev.rx_bad_checksum,
             arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
-            connections: self.conns.iter().filter(|c| !c.is_over()).count() as u64,
-            crc_errors: self.rnic.stats.crc_errors,
-            terminates_sent: self.rnic.stats.terminates_sent,
-            terminates_received: self.rnic.stats.terminates_received,
+            connections: self.live_conns,
             stages: self.stage_timing.then_some(self.stages),
+            ..Counters::default()
         }
     }
 
@@ -542,18 +610,33 @@ impl<P: Port> Node<P> {
     /// three copies of the peer's latest ACK, which smoltcp takes as duplicate ACKs and
     /// answers with its fast retransmit (one segment, where its own timeout would resend
     /// everything). smoltcp offers no call to resend; this is the one way in from outside.
+    /// Only connections with data in flight are looked at (see [`Node::exchange`]).
     fn nudge(&mut self, now: smoltcp::time::Instant) -> bool {
         let mut any = false;
-        for c in &self.conns {
-            let Some(key) = c.flow.filter(|_| c.state == ConnState::Rts) else {
-                continue;
-            };
-            if let Some(ack) = self.dev.peers.nudge(key, now) {
+        let mut k = 0;
+        while k < self.flight.len() {
+            let c = &self.conns[self.flight[k]];
+            let key = c
+                .flow
+                .filter(|_| c.state == ConnState::Rts && !c.socket_gone);
+            if let Some(ack) = key.and_then(|key| self.dev.peers.nudge(key, now)) {
                 for _ in 0..3 {
                     self.dev.push_local(ack.clone());
                 }
                 any = true;
+                k += 1;
+                continue;
             }
+            // Off the list once TCP holds nothing unacknowledged: the sender's own count
+            // of what is in flight leaves out what it judged lost, which still needs its
+            // resend.
+            let c = &mut self.conns[self.flight[k]];
+            if key.is_none() || self.sockets.get::<tcp::Socket>(c.handle).send_queue() == 0 {
+                c.in_flight = false;
+                self.flight.swap_remove(k);
+                continue;
+            }
+            k += 1;
         }
         if any {
             self.iface_ingress(now);
@@ -563,17 +646,18 @@ impl<P: Port> Node<P> {
 
     /// Clean shutdown: every live connection is aborted (a RST goes to each peer, its QP
     /// enters Error with flushed work), and the RSTs are sent before returning.
-    pub fn shutdown(&mut self) {
+    pub fn shutdown(&mut self, rnic: &mut Rnic) {
         for i in 0..self.conns.len() {
             if !matches!(
                 self.conns[i].state,
                 ConnState::Failed(_) | ConnState::Closed
             ) {
-                self.abort(i);
+                self.abort(rnic, i);
             }
         }
         self.iface_poll();
         let _ = self.dev.port.flush();
+        self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
     }
 
     pub fn port(&self) -> &P {
@@ -621,19 +705,24 @@ impl<P: Port> Node<P> {
         {}
     }
 
-    /// One turn of the poll loop: receive a burst, run TCP, move every connection's bytes
-    /// through the engine, transmit. Returns whether anything happened.
-    pub fn poll(&mut self) -> bool {
-        self.poll_with(|_| {})
+    /// One turn with no host: [`Node::receive`], [`Node::exchange`], [`Node::transmit`].
+    /// Returns whether anything happened. The daemon's turn puts the host's steps between
+    /// them ([`crate::worker::turn`]).
+    pub fn poll(&mut self, rnic: &mut Rnic) -> bool {
+        let mut busy = self.receive();
+        busy |= self.exchange(rnic);
+        self.transmit();
+        busy
     }
 
-    /// [`Node::poll`], calling `before_rx` after the port burst and before any received
-    /// byte reaches the engine or the engine transmits: where the host posts the receives
-    /// applications queued, so a message that arrived after its receive was posted always
-    /// finds it, and the work they posted, so it leaves in this turn.
-    pub fn poll_with(&mut self, before_rx: impl FnOnce(&mut Rnic)) -> bool {
-        let mut clock = StageClock::new(self.stage_timing);
-        let mut t = StageNs::default();
+    /// The turn's first step: what the port holds into TCP (a few bursts, so that a full
+    /// receive queue does not drop), and the ACKs of a stream's segments out at once. No
+    /// received byte reaches an engine yet: the host posts the receives applications queued
+    /// between this step and [`Node::exchange`], so a message that arrived after its receive
+    /// was posted always finds it. Returns whether frames arrived.
+    pub fn receive(&mut self) -> bool {
+        self.stage = StageClock::new(self.stage_timing);
+        self.turn_t = StageNs::default();
         let mut got = 0;
         // One clock read per turn: TCP sees the turn's start for what it receives and sends
         // (the turn lasts microseconds; a clock read costs as much as a TCP segment here).
@@ -641,25 +730,17 @@ impl<P: Port> Node<P> {
         self.turn_now = now;
         self.dev.keep_neighbours(now);
         self.advance_live(now);
-        // Drain what the port holds (a few bursts), so a full receive queue does not drop.
         let mut drained = false;
         for _ in 0..8 {
             let n = self.dev.fill();
-            t.port += clock.lap();
+            self.turn_t.port += self.stage.lap();
             got += n;
             self.iface_ingress(now);
-            t.tcp += clock.lap();
+            self.turn_t.tcp += self.stage.lap();
             if n == 0 {
                 drained = true;
                 break;
             }
-        }
-        // Silence is judged only once everything that arrived has been read: an answer
-        // still waiting in our own receive queue is an answer.
-        if drained && self.live >= self.next_liveness {
-            self.next_liveness = self.live + self.tcp.user_timeout / 16;
-            self.check_peers();
-            self.trim_idle();
         }
         // A stream's segments are acknowledged now, and the ACK sent, before the engine works
         // through them: a turn may take in everything the sender has in flight, and an ACK
@@ -668,34 +749,163 @@ impl<P: Port> Node<P> {
         // to ride on the answer.
         if got > 1 {
             self.iface_egress(now);
-            t.tcp += clock.lap();
+            self.turn_t.tcp += self.stage.lap();
             let _ = self.dev.port.flush();
-            t.port += clock.lap();
+            self.turn_t.port += self.stage.lap();
         }
         got += usize::from(self.nudge(now));
-        before_rx(&mut self.rnic);
-        clock.lap();
-        let mut busy = got > 0;
+        self.turn_got = got;
+        self.turn_drained = drained;
+        got > 0
+    }
+
+    /// The turn's middle step: peers judged for silence when due, new connections
+    /// accepted, and each connection with work visited: its TCP state acted on, its received
+    /// bytes into its QP, the QP's FPDUs into TCP. Visited are the connections marked since
+    /// the last turn (their peer's segments, their QP's work) and those not yet settled in
+    /// RTS; every connection once per liveness period, for what only time changes. Returns
+    /// whether anything happened.
+    pub fn exchange(&mut self, rnic: &mut Rnic) -> bool {
+        // What ran since the receive step (the host's rings) is timed by its owner.
+        self.stage.lap();
+        // Silence is judged only once everything that arrived has been read: an answer
+        // still waiting in our own receive queue is an answer.
+        if self.turn_drained && self.live >= self.next_liveness {
+            self.next_liveness = self.live + self.tcp.user_timeout / 16;
+            self.check_peers(rnic);
+            self.trim_idle();
+            for i in 0..self.conns.len() {
+                self.mark(i);
+            }
+        }
+        let mut busy = self.turn_got > 0;
         busy |= self.accept_incoming();
-        for i in 0..self.conns.len() {
-            busy |= self.service(i);
+        self.mark_ready(rnic);
+        for _ in 0..self.ready.len() {
+            let Some(i) = self.ready.pop_front() else {
+                break;
+            };
+            self.conns[i].queued = false;
+            self.visits += 1;
+            busy |= self.service(rnic, i);
+            let c = &self.conns[i];
+            if !c.is_steady() || c.qp.is_some_and(|qp| rnic.wants_transmit(qp)) {
+                self.mark(i);
+            }
         }
         self.forget_reclaimed();
-        t.engine += clock.lap();
-        self.iface_egress(now);
-        t.tcp += clock.lap();
+        self.turn_t.engine += self.stage.lap();
+        self.turn_busy = busy;
+        busy
+    }
+
+    /// The turn's last step: what TCP has to send onto the port, and the port flushed.
+    pub fn transmit(&mut self) {
+        self.iface_egress(self.turn_now);
+        self.turn_t.tcp += self.stage.lap();
         let _ = self.dev.port.flush();
-        t.port += clock.lap();
+        self.turn_t.port += self.stage.lap();
         self.turns += 1;
         if self.conns.len() <= TOTALS_EACH_TURN || self.turns.is_multiple_of(TOTALS_EVERY) {
             self.tcp_totals = self.dev.peers.totals();
+            self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
         }
-        if busy && self.stage_timing {
-            self.stages.port += t.port;
-            self.stages.tcp += t.tcp;
-            self.stages.engine += t.engine;
+        if self.turn_busy && self.stage_timing {
+            self.stages.port += self.turn_t.port;
+            self.stages.tcp += self.turn_t.tcp;
+            self.stages.engine += self.turn_t.engine;
         }
-        busy
+        self.turn_busy = false;
+    }
+
+    /// Connections visited by [`Node::exchange`] so far, over all turns: with many idle
+    /// connections, it grows with the active ones only.
+    pub fn visits(&self) -> u64 {
+        self.visits
+    }
+
+    /// Puts connection `i` in the ready list, once.
+    fn mark(&mut self, i: usize) {
+        if let Some(c) = self.conns.get_mut(i) {
+            if !c.queued && !c.socket_gone {
+                c.queued = true;
+                self.ready.push_back(i);
+            }
+        }
+    }
+
+    /// Marks the connections with work: new ones, those whose QP the engine listed, those
+    /// whose peer sent segments this turn.
+    fn mark_ready(&mut self, rnic: &mut Rnic) {
+        if self.index_stale {
+            self.reindex();
+        }
+        let n = self.conns.len();
+        if self.indexed < n {
+            // Room for every connection in the lists, so that marking never allocates.
+            self.ready.reserve(n.saturating_sub(self.ready.len()));
+            self.flight.reserve(n.saturating_sub(self.flight.len()));
+        }
+        for i in self.indexed..n {
+            if let Some(qp) = self.conns[i].qp {
+                self.by_qp.insert(qp, i);
+            }
+            self.mark(i);
+        }
+        self.indexed = n;
+        while let Some(qp) = rnic.next_tx_ready() {
+            if let Some(&i) = self.by_qp.get(&qp) {
+                self.mark(i);
+            }
+        }
+        if self.dev.touched_overflow {
+            for i in 0..self.conns.len() {
+                self.mark(i);
+            }
+        } else {
+            for k in 0..self.dev.touched.len() {
+                if let Some(&i) = self.by_flow.get(&self.dev.touched[k]) {
+                    self.mark(i);
+                }
+            }
+        }
+        self.dev.touched.clear();
+        self.dev.touched_overflow = false;
+    }
+
+    /// Rebuilds the connection maps and lists after connections moved or were bound (rare:
+    /// setup, teardown), and marks every connection.
+    fn reindex(&mut self) {
+        self.index_stale = false;
+        self.by_qp.clear();
+        self.by_flow.clear();
+        self.ready.clear();
+        self.flight.clear();
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            c.queued = false;
+            c.in_flight = false;
+            if c.socket_gone {
+                continue;
+            }
+            if let Some(qp) = c.qp {
+                self.by_qp.insert(qp, i);
+            }
+            if let Some(k) = c.flow {
+                self.by_flow.insert(k, i);
+            }
+            if c.state == ConnState::Rts {
+                c.in_flight = true;
+                self.flight.push(i);
+            }
+            self.mark(i);
+        }
+        self.indexed = self.conns.len();
+    }
+
+    /// The connection maps need rebuilding before the next visit.
+    fn index_changed(&mut self) {
+        self.index_stale = true;
     }
 
     /// Times the stages of every poll (see [`StageNs`]); off by default.
@@ -716,7 +926,7 @@ impl<P: Port> Node<P> {
     /// timeout of live time: by then it left several keep-alives or resends (one each
     /// quarter of the timeout at most) unanswered. Its QP enters Error; in relay mode the
     /// control plane hears [`CloseReason::Timeout`].
-    fn check_peers(&mut self) {
+    fn check_peers(&mut self, rnic: &mut Rnic) {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             if c.is_over() || c.socket_gone {
@@ -732,7 +942,7 @@ impl<P: Port> Node<P> {
             } else if self.live.saturating_sub(c.heard_live) >= self.tcp.user_timeout {
                 let handle = c.handle;
                 self.sockets.get_mut::<tcp::Socket>(handle).abort();
-                self.ended(i, CloseReason::Timeout);
+                self.ended(rnic, i, CloseReason::Timeout);
             }
         }
     }

@@ -59,7 +59,7 @@ impl<P: Port> Node<P> {
     }
 
     /// MPA Request/Reply on the stream's first bytes.
-    pub(super) fn setup(&mut self, i: usize) -> bool {
+    pub(super) fn setup(&mut self, rnic: &mut Rnic, i: usize) -> bool {
         let handle = self.conns[i].handle;
         let mut buf = [0u8; 2048];
         let n = self
@@ -75,7 +75,7 @@ impl<P: Port> Node<P> {
             Ok(Some(len)) => len,
             Ok(None) => return true,
             Err(e) => {
-                self.fail(i, format!("bad MPA frame: {e:?}"));
+                self.fail(rnic, i, format!("bad MPA frame: {e:?}"));
                 return true;
             }
         };
@@ -125,8 +125,8 @@ impl<P: Port> Node<P> {
                         })
                     }),
                 };
-                if let Err(e) = self.rnic.connect(qp, params) {
-                    self.fail(i, format!("QP to RTS: {e:?}"));
+                if let Err(e) = rnic.connect(qp, params) {
+                    self.fail(rnic, i, format!("QP to RTS: {e:?}"));
                     return true;
                 }
                 self.conns[i].negotiated = Some(n);
@@ -134,10 +134,10 @@ impl<P: Port> Node<P> {
                 // Bytes after the frame are the first FPDUs.
                 let rest = std::mem::take(&mut self.conns[i].inbuf);
                 if !rest.is_empty() {
-                    self.rnic.handle_stream(qp, &rest);
+                    rnic.handle_stream(qp, &rest);
                 }
             }
-            Err(e) => self.fail(i, format!("MPA setup: {e:?}")),
+            Err(e) => self.fail(rnic, i, format!("MPA setup: {e:?}")),
         }
         true
     }

@@ -80,6 +80,7 @@ impl<P: Port> Node<P> {
     pub fn relay_bind(&mut self, conn: u32, qp: QpId) -> Result<(), String> {
         let i = self.live(conn)?;
         self.conns[i].qp = Some(qp);
+        self.by_qp.insert(qp, i);
         Ok(())
     }
 
@@ -99,7 +100,13 @@ impl<P: Port> Node<P> {
 
     /// MPA is done: the engine QP bound to `conn` enters RTS with `params`, and every byte
     /// after the peer's MPA frame (still in the socket) goes to it.
-    pub fn relay_rts(&mut self, conn: u32, qp: QpId, params: ConnParams) -> Result<(), String> {
+    pub fn relay_rts(
+        &mut self,
+        rnic: &mut Rnic,
+        conn: u32,
+        qp: QpId,
+        params: ConnParams,
+    ) -> Result<(), String> {
         let i = self.live(conn)?;
         if self.conns[i].state != ConnState::Relay {
             return Err(format!("connection {conn} is not in MPA setup"));
@@ -108,25 +115,26 @@ impl<P: Port> Node<P> {
             max_fpdu: params.max_fpdu.min(self.segment_size(i)),
             ..params
         };
-        self.rnic
-            .connect(qp, params)
+        rnic.connect(qp, params)
             .map_err(|e| format!("QP to RTS: {e:?}"))?;
         let c = &mut self.conns[i];
         c.qp = Some(qp);
         c.state = ConnState::Rts;
+        self.by_qp.insert(qp, i);
+        self.mark(i);
         Ok(())
     }
 
     /// Graceful close of a relay connection. A QP in RTS goes to Closing first (Verbs
     /// section 6.2): its send queue and outstanding Reads finish, and the FIN follows its
     /// last FPDU (see `stream.rs`). Anything else closes at once (FIN after what is queued).
-    pub fn relay_close(&mut self, conn: u32) -> Result<(), String> {
+    pub fn relay_close(&mut self, rnic: &mut Rnic, conn: u32) -> Result<(), String> {
         let i = self.live(conn)?;
         let c = &self.conns[i];
         if let (ConnState::Rts, Some(qp)) = (&c.state, c.qp) {
-            if self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Rts) {
-                return self
-                    .rnic
+            if rnic.qp_state(qp) == Some(iwarp_engine::QpState::Rts) {
+                self.mark(i);
+                return rnic
                     .modify_qp(qp, iwarp_engine::QpState::Closing)
                     .map_err(|e| format!("QP to Closing: {e:?}"));
             }
@@ -135,13 +143,14 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(self.conns[i].handle)
             .close();
         self.conns[i].closing = true;
+        self.mark(i);
         Ok(())
     }
 
     /// Abortive close (RST) of a relay connection; its QP, if any, enters Error.
-    pub fn relay_abort(&mut self, conn: u32) -> Result<(), String> {
+    pub fn relay_abort(&mut self, rnic: &mut Rnic, conn: u32) -> Result<(), String> {
         let i = self.live(conn)?;
-        self.abort(i);
+        self.abort(rnic, i);
         Ok(())
     }
 
@@ -152,21 +161,24 @@ impl<P: Port> Node<P> {
     /// everything before the FIN, where a RST now would let it discard what its RNIC has not
     /// read yet. It is reset if data comes for the QP that is gone, or after
     /// `ORPHAN_LINGER` (10 s). Any other connection is aborted (RST).
-    pub fn relay_release(&mut self, conn: u32) -> Result<(), String> {
+    pub fn relay_release(&mut self, rnic: &mut Rnic, conn: u32) -> Result<(), String> {
         let i = self.live(conn)?;
         let c = &mut self.conns[i];
         let draining =
-            c.qp.is_some_and(|qp| self.rnic.qp_state(qp) == Some(iwarp_engine::QpState::Closing));
+            c.qp.is_some_and(|qp| rnic.qp_state(qp) == Some(iwarp_engine::QpState::Closing));
         if !(c.closing || draining) {
-            self.abort(i);
+            self.abort(rnic, i);
             return Ok(());
         }
         if !c.closing {
             self.sockets.get_mut::<tcp::Socket>(c.handle).close();
             c.closing = true;
         }
-        c.qp = None;
+        if let Some(qp) = c.qp.take() {
+            self.by_qp.remove(&qp);
+        }
         c.orphaned_since = Some(std::time::Instant::now());
+        self.mark(i);
         Ok(())
     }
 

@@ -26,13 +26,12 @@ enum Direct {
 
 impl<P: Port> Node<P> {
     /// RTS: received bytes into the engine, the engine's FPDUs into the socket.
-    pub(super) fn pump(&mut self, i: usize) -> bool {
+    pub(super) fn pump(&mut self, rnic: &mut Rnic, i: usize) -> bool {
         let handle = self.conns[i].handle;
         let Some(qp) = self.conns[i].qp else {
             return false;
         };
         let mut busy = false;
-        let rnic = &mut self.rnic;
         let mut got = 0;
         {
             let s = self.sockets.get_mut::<tcp::Socket>(handle);
@@ -59,7 +58,7 @@ impl<P: Port> Node<P> {
         let flow = self.conns[i].flow;
         let seg = self.segment_size(i);
         let mut open = 0;
-        while self.rnic.wants_transmit(qp) {
+        while rnic.wants_transmit(qp) {
             let room = {
                 let s = self.sockets.get::<tcp::Socket>(handle);
                 let queued = s.send_queue();
@@ -87,11 +86,11 @@ impl<P: Port> Node<P> {
             // where the ring has room for the largest in one piece (a copy per octet fewer);
             // one that may join a group is built aside first, since the group goes on its
             // own when the FPDU turns out not to fit behind it.
-            let n = match (open == 0).then(|| self.transmit_into_socket(handle, qp)) {
+            let n = match (open == 0).then(|| self.transmit_into_socket(rnic, handle, qp)) {
                 Some(Direct::Sent(n)) => n,
                 Some(Direct::Nothing) => break,
                 Some(Direct::NoRoom) | None => {
-                    let Some(n) = self.rnic.poll_transmit(qp, &mut self.fpdu) else {
+                    let Some(n) = rnic.poll_transmit(qp, &mut self.fpdu) else {
                         break;
                     };
                     if open + n > seg {
@@ -113,17 +112,21 @@ impl<P: Port> Node<P> {
             // The group goes now, so that the next FPDU queued starts a segment.
             self.iface_egress(self.turn_now);
         }
+        if busy && !self.conns[i].in_flight {
+            self.conns[i].in_flight = true;
+            self.flight.push(i);
+        }
         // A QP in Error has sent its last FPDU (a Terminate, if any, is queued): the stream
         // ends after it (RFC 5040 section 5.3), so the peer's QP learns it too; so does one
         // that finished Closing (back in Idle after RTS: a graceful disconnect). In relay
         // mode the control plane owns the connection and hears of its end.
         let c = &mut self.conns[i];
-        let done = match self.rnic.qp_state(qp) {
+        let done = match rnic.qp_state(qp) {
             Some(iwarp_engine::QpState::Error) => true,
             Some(iwarp_engine::QpState::Idle) => c.state == ConnState::Rts,
             _ => false,
         };
-        if c.settings.is_none() && !c.closing && done && !self.rnic.wants_transmit(qp) {
+        if c.settings.is_none() && !c.closing && done && !rnic.wants_transmit(qp) {
             c.closing = true;
             self.sockets.get_mut::<tcp::Socket>(handle).close();
             busy = true;
@@ -144,8 +147,8 @@ impl<P: Port> Node<P> {
 
     /// The QP's next FPDU emitted straight into the free space at the end of the socket's
     /// send ring, if that holds the largest FPDU in one piece.
-    fn transmit_into_socket(&mut self, handle: SocketHandle, qp: QpId) -> Direct {
-        let (rnic, largest) = (&mut self.rnic, self.fpdu.len());
+    fn transmit_into_socket(&mut self, rnic: &mut Rnic, handle: SocketHandle, qp: QpId) -> Direct {
+        let largest = self.fpdu.len();
         let sent = self.sockets.get_mut::<tcp::Socket>(handle).send(|ring| {
             if ring.len() < largest {
                 return (0, Direct::NoRoom);

@@ -2,7 +2,7 @@
 //! polling loops.
 #![allow(dead_code)]
 
-use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Sge, Status, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, Rnic, SendOp, SendWr, Sge, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::Port;
@@ -41,8 +41,10 @@ impl Mem {
     }
 }
 
+/// A node and its engine, side by side as a worker holds them.
 pub struct End<P: Port> {
     pub node: Node<P>,
+    pub rnic: Rnic,
     pub qp: iwarp_engine::QpId,
     pub cq: iwarp_engine::CqId,
     pub pd: iwarp_engine::PdId,
@@ -54,11 +56,11 @@ impl<P: Port> End<P> {
         End::with_tcp(port, ip, TcpSettings::default())
     }
     pub fn with_tcp(port: P, ip: Ipv4Addr, tcp: TcpSettings) -> End<P> {
-        let mut node = Node::new(port, ip, 24, tcp);
-        let pd = node.rnic.alloc_pd();
-        let cq = node.rnic.create_cq(4096);
-        let qp = node
-            .rnic
+        let node = Node::new(port, ip, 24, tcp);
+        let mut rnic = Rnic::new();
+        let pd = rnic.alloc_pd();
+        let cq = rnic.create_cq(4096);
+        let qp = rnic
             .create_qp(
                 pd,
                 cq,
@@ -72,6 +74,7 @@ impl<P: Port> End<P> {
             .unwrap();
         End {
             node,
+            rnic,
             qp,
             cq,
             pd,
@@ -83,8 +86,7 @@ impl<P: Port> End<P> {
         let ptr = NonNull::new(words.as_mut_ptr() as *mut u8).unwrap();
         // SAFETY: leaked, valid for the rest of the test.
         let stag = unsafe {
-            self.node
-                .rnic
+            self.rnic
                 .register_mr(self.pd, ptr, len, access, ptr.as_ptr() as u64)
         }
         .expect("the test's rights are valid");
@@ -96,14 +98,13 @@ impl<P: Port> End<P> {
             remote_stag: dst.stag,
             remote_to: dst.sge(dst_off, 0).to,
         };
-        self.node
-            .rnic
+        self.rnic
             .post_send(self.qp, SendWr::new(id, op, &[src]))
             .unwrap();
     }
     pub fn wcs(&mut self) -> Vec<WorkCompletion> {
         let mut out = vec![WorkCompletion::default(); 64];
-        let n = self.node.rnic.poll_cq(self.cq, &mut out).unwrap();
+        let n = self.rnic.poll_cq(self.cq, &mut out).unwrap();
         out.truncate(n);
         out
     }
@@ -147,8 +148,8 @@ pub fn pair_tcps<P: Port, Q: Port>(
             a.node.state(a.conn),
             b.node.state(b.conn)
         );
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     (a, b)
 }
@@ -163,8 +164,8 @@ pub fn until<P: Port, Q: Port>(
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !done(a, b) {
         assert!(Instant::now() < deadline, "timed out");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
 }
 

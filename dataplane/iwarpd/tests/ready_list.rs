@@ -1,0 +1,109 @@
+//! A turn visits the connections that have work, not every connection: with 64 connected QPs
+//! per node, 63 of them idle, a stream of Writes on one QP visits that QP's connection alone,
+//! and idle turns visit none.
+
+mod common;
+
+use common::{End, A_IP, B_IP};
+use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Status};
+use iwarp_wire::mpa::negotiation::Settings;
+use iwarpd::node::{ConnState, TcpSettings};
+use iwarpd::port::memory::MemoryPort;
+use std::time::{Duration, Instant};
+
+const QPS: usize = 64;
+const WRITES: u64 = 50;
+
+#[test]
+fn a_turn_visits_only_the_connections_with_work() {
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0x22, 1], [2, 0, 0, 0, 0x22, 2], 1500);
+    // Small buffers (64 connections a side), and a user timeout long enough that the
+    // periodic liveness check, which visits every connection, never runs in this test.
+    let tcp = TcpSettings {
+        rx_buffer: 64 << 10,
+        tx_buffer: 64 << 10,
+        user_timeout: Duration::from_secs(3600),
+        ..TcpSettings::default()
+    };
+    let mut a = End::with_tcp(pa, A_IP, tcp);
+    let mut b = End::with_tcp(pb, B_IP, tcp);
+    let caps = QpCaps {
+        sq_depth: 16,
+        rq_depth: 16,
+        srq: None,
+    };
+    let mut conns = Vec::new();
+    for i in 0..QPS {
+        let (qa, qb) = if i == 0 {
+            (a.qp, b.qp)
+        } else {
+            let qa = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
+            let qb = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+            (qa, qb)
+        };
+        let port = 7000 + i as u16;
+        let ca = a.node.listen(port, qa, Settings::default()).unwrap();
+        let cb = b
+            .node
+            .connect(A_IP, port, 41000 + i as u16, qb, Settings::default())
+            .unwrap();
+        conns.push((ca, cb, qb));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !conns.iter().all(|&(ca, cb, _)| {
+        a.node.state(ca) == Some(&ConnState::Rts) && b.node.state(cb) == Some(&ConnState::Rts)
+    }) {
+        assert!(Instant::now() < deadline, "setup of {QPS} connections");
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+    // Settled: 20 turns in a row in which neither node received anything (the last
+    // delayed ACKs of the setup are in).
+    let mut quiet = 0;
+    while quiet < 20 {
+        assert!(Instant::now() < deadline, "settling");
+        let busy = a.node.poll(&mut a.rnic) | b.node.poll(&mut b.rnic);
+        quiet = if busy { 0 } else { quiet + 1 };
+    }
+
+    // Idle turns visit nothing.
+    let before = (a.node.visits(), b.node.visits());
+    for _ in 0..100 {
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+    assert_eq!((a.node.visits(), b.node.visits()), before, "idle turns");
+
+    // Writes on one QP, one at a time: each node visits at most one connection a turn.
+    let a_mem = a.mem(4096, Access::ALL);
+    let b_mem = b.mem(4096, Access::ALL);
+    let qp = conns[QPS / 2].2;
+    let mut turns = 0u64;
+    for id in 1..=WRITES {
+        let op = SendOp::Write {
+            remote_stag: a_mem.stag,
+            remote_to: a_mem.sge(0, 0).to,
+        };
+        b.rnic
+            .post_send(qp, SendWr::new(id, op, &[b_mem.sge(0, 64)]))
+            .unwrap();
+        let mut done = false;
+        while !done {
+            assert!(Instant::now() < deadline, "write {id}");
+            a.node.poll(&mut a.rnic);
+            b.node.poll(&mut b.rnic);
+            turns += 1;
+            for w in b.wcs() {
+                assert_eq!((w.wr_id, w.status), (id, Status::Success));
+                done = true;
+            }
+        }
+    }
+    let visits = (a.node.visits() - before.0, b.node.visits() - before.1);
+    println!("{WRITES} Writes over {QPS} connections: {turns} turns, {visits:?} visits");
+    assert!(visits.0 > 0 && visits.1 > 0);
+    assert!(
+        visits.0 <= turns && visits.1 <= turns,
+        "{visits:?} visits in {turns} turns: more than the one active connection a turn"
+    );
+}
