@@ -1,7 +1,7 @@
 //! The ready lists that let a caller's turn visit only the QPs and CQs with work: with a
 //! thousand idle QPs, posting on a few lists exactly those, once each.
 
-use iwarp_engine::{ConnParams, QpCaps, QpState, Rnic, SendOp, SendWr, WorkCompletion};
+use iwarp_engine::{ConnParams, CqId, QpCaps, QpId, QpState, Rnic, SendOp, SendWr, WorkCompletion};
 
 fn send(id: u64) -> SendWr {
     SendWr::new(
@@ -14,11 +14,11 @@ fn send(id: u64) -> SendWr {
     )
 }
 
-fn drain_tx(rnic: &mut Rnic) -> Vec<u32> {
+fn drain_tx(rnic: &mut Rnic) -> Vec<QpId> {
     std::iter::from_fn(|| rnic.next_tx_ready()).collect()
 }
 
-fn drain_cq(rnic: &mut Rnic) -> Vec<u32> {
+fn drain_cq(rnic: &mut Rnic) -> Vec<CqId> {
     std::iter::from_fn(|| rnic.next_cq_ready()).collect()
 }
 

@@ -77,8 +77,8 @@ fn open(
     for start in range.clone().step_by(WAVE) {
         let mut wave = Vec::new();
         for i in start..(start + WAVE).min(range.end) {
-            let qa = a.node.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
-            let qb = b.node.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+            let qa = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
+            let qb = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
             let port = 20_000 + i as u16;
             let ca = a.node.listen(port, qa, Settings::default()).unwrap();
             let cb = b
@@ -92,8 +92,8 @@ fn open(
             a.node.state(ca) == Some(&ConnState::Rts) && b.node.state(cb) == Some(&ConnState::Rts)
         }) {
             assert!(Instant::now() < deadline, "setups did not finish");
-            a.node.poll();
-            b.node.poll();
+            a.node.poll(&mut a.rnic);
+            b.node.poll(&mut b.rnic);
         }
         all.extend(wave);
     }
@@ -149,8 +149,8 @@ fn an_idle_connection_costs_the_node_under_16_kib_of_heap_with_1_mib_rings() {
     {
         let end = Instant::now() + Duration::from_secs(hold);
         while Instant::now() < end {
-            a.node.poll();
-            b.node.poll();
+            a.node.poll(&mut a.rnic);
+            b.node.poll(&mut b.rnic);
         }
         let up = conns
             .iter()

@@ -75,8 +75,8 @@ fn write_counting_cuts(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize)
             b.post_write(sent as u64, b_mem.sge(0, chunk), &a_mem, 0);
             sent += 1;
         }
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
         for w in b.wcs() {
             assert_eq!(w.status, Status::Success, "no data lost");
             done += 1;
@@ -94,8 +94,8 @@ fn write_counting_cuts(a: &mut End<TapPort>, b: &mut End<TapPort>, total: usize)
     let deadline = Instant::now() + Duration::from_secs(10);
     while a_mem.bytes(0, chunk) != b_mem.bytes(0, chunk) {
         assert!(Instant::now() < deadline, "data intact");
-        a.node.poll();
-        b.node.poll();
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
     }
     cuts
 }
@@ -216,7 +216,7 @@ fn poll_until<P: iwarpd::port::Port>(
 ) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < deadline {
-        end.node.poll();
+        end.node.poll(&mut end.rnic);
         if done(end) {
             return true;
         }

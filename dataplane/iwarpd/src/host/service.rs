@@ -442,8 +442,7 @@ impl Host {
                 let (producer, _) =
                     ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
                 let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
-                rnic
-                    .create_cq_at(cq, depth as usize)
+                rnic.create_cq_at(cq, depth as usize)
                     .map_err(|_| st::EXISTS)?;
                 self.cqs.insert(
                     cq,
@@ -476,15 +475,13 @@ impl Host {
                 let pd = self.pd(pd)?;
                 let seg = open(&ring.to_path(), SegmentKind::SharedRecvQueue)?;
                 let (_, consumer) = ring::attach_segment(&seg).map_err(|_| st::BAD_SEGMENT)?;
-                rnic
-                    .create_srq_at(srq, pd, depth as usize)
+                rnic.create_srq_at(srq, pd, depth as usize)
                     .map_err(|_| st::EXISTS)?;
                 self.srqs.insert(srq, HostSrq::new(srq, consumer));
             }
             Command::ArmSrq { srq, limit } => {
                 self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
-                rnic
-                    .arm_srq_limit(srq, limit as usize)
+                rnic.arm_srq_limit(srq, limit as usize)
                     .map_err(|_| st::INVALID)?;
             }
             Command::DestroySrq { srq } => {
@@ -536,8 +533,7 @@ impl Host {
                     rq_depth: rq_depth as usize,
                     srq,
                 };
-                rnic
-                    .create_qp_at(qp, pd, send_cq, recv_cq, caps)
+                rnic.create_qp_at(qp, pd, send_cq, recv_cq, caps)
                     .map_err(|_| st::INVALID)?;
                 if let std::collections::hash_map::Entry::Vacant(e) = self.owners.entry(owner) {
                     match pidfd(owner) {
@@ -629,9 +625,7 @@ impl Host {
             }
             Command::AllocFastRegStag { stag, pd } => {
                 let pd = self.pd(pd)?;
-                rnic
-                    .alloc_fastreg_at(stag.0, pd)
-                    .map_err(|_| st::EXISTS)?;
+                rnic.alloc_fastreg_at(stag.0, pd).map_err(|_| st::EXISTS)?;
                 self.windows.insert(stag);
             }
             Command::TcpListen { port, backlog } => {
@@ -722,9 +716,7 @@ impl Host {
         if producer.capacity() < depth as usize {
             return Err(st::BAD_SEGMENT);
         }
-        rnic
-            .resize_cq(cq, depth as usize)
-            .map_err(|_| st::IN_USE)?;
+        rnic.resize_cq(cq, depth as usize).map_err(|_| st::IN_USE)?;
         c.host.notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
         c.host.ring = producer;
         Ok(())

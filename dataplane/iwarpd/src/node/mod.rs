@@ -393,7 +393,7 @@ pub struct Node<P: Port> {
     /// Connections with data in flight (`Conn::in_flight`), the ones a resend may be due on.
     flight: Vec<usize>,
     /// Connection by its QP and by its peer's flow, rebuilt when `index_stale`.
-    by_qp: FxHashMap<u32, usize>,
+    by_qp: FxHashMap<QpId, usize>,
     by_flow: FxHashMap<FlowKey, usize>,
     index_stale: bool,
     /// Connections indexed so far (new ones are marked once seen).
