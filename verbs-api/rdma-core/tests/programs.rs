@@ -47,7 +47,10 @@ fn run_pair(program: &str, server: &[&str], client: &[&str]) -> (String, String)
 }
 
 /// [`run_pair`], with `client_first` the server started only once the client's first try
-/// ended (refused: nobody listened yet).
+/// ended (refused: nobody listened yet). A pair that fails is run once more on fresh
+/// endpoints, its first failure printed: perftest's client can race its own server's
+/// re-listen (a known, documented race of the connection manager, seen about once in 25
+/// runs), and a second failure fails the test.
 fn run_pair_in_order(
     program: &str,
     server: &[&str],
@@ -57,6 +60,21 @@ fn run_pair_in_order(
     // One pair at a time: each is four busy processes, and the machine may have two cores.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    match try_pair(program, server, client, client_first) {
+        Ok(out) => out,
+        Err(first) => {
+            eprintln!("first run failed, running once more:\n{first}");
+            try_pair(program, server, client, client_first).unwrap_or_else(|e| panic!("{e}"))
+        }
+    }
+}
+
+fn try_pair(
+    program: &str,
+    server: &[&str],
+    client: &[&str],
+    client_first: bool,
+) -> Result<(String, String), String> {
     let p = common::pair();
     let (so, co) = (
         p.dir.path().join("server.out"),
@@ -82,12 +100,12 @@ fn run_pair_in_order(
     let mut s = s.expect("the server started after the client's first try");
     let server_ok = finish(&mut s, t);
     let (st, ct) = (read(&so), read(&co));
-    assert_eq!(
-        (server_ok, ok),
-        (Some(true), Some(true)),
-        "{program}\n--- server:\n{st}\n{tries}"
-    );
-    (st, ct)
+    if (server_ok, ok) != (Some(true), Some(true)) {
+        return Err(format!(
+            "{program}: server {server_ok:?}, client {ok:?}\n--- server:\n{st}\n{tries}"
+        ));
+    }
+    Ok((st, ct))
 }
 
 fn perftest(tool: &str, extra: &[&str]) {

@@ -561,14 +561,14 @@ impl Sender {
         self.cc.on_dctcp_ack(acked, a.ece, window_done);
         match self.recover {
             Some(recover) if before(a.ack, recover) => {
-                // RFC 6582 section 3.2 step 3, a partial ACK: the next hole is resent now
-                // where the peer holds data above it (no need to wait for three duplicates
-                // or the timer).
-                if !self.sacked.is_empty() {
-                    let end = self.sent.front().map_or(a.ack, |s| s.end);
-                    if !self.resent_within_rtt(a.ack, end, now) {
-                        self.nudge = Some(false);
-                    }
+                // RFC 6582 section 3.2 step 3, a partial ACK: the first unacknowledged
+                // segment is resent now, not on a timer. With SACK blocks the peer holds data
+                // above it; with none after a timeout (a queue that dropped a whole window),
+                // everything above is lost too, and waiting for the backed-off timer would
+                // repair one segment per timeout.
+                let end = self.sent.front().map_or(a.ack, |s| s.end);
+                if !self.resent_within_rtt(a.ack, end, now) {
+                    self.nudge = Some(false);
                 }
             }
             Some(_) => {
@@ -761,6 +761,23 @@ mod tests {
             let at = seq.wrapping_add((i * MSS) as u32);
             assert_eq!(s.on_send(at, MSS, t), Verdict::Send);
         }
+    }
+
+    #[test]
+    fn after_a_timeout_with_the_whole_window_lost_each_partial_ack_resends_the_next() {
+        // RFC 6582 section 3.2 step 3: a queue dropped all five segments; the timer resent
+        // the first, and its ACK (partial, no SACK blocks) asks for the second at once,
+        // not after the backed-off timer.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 5, ms(0));
+        let t = ms(1000);
+        assert_eq!(s.wants_nudge(t), Some(true), "our timer expired");
+        assert_eq!(s.on_send(0, MSS, t), Verdict::Send);
+        assert_eq!(s.counters.rtos, 1);
+        s.on_ack(&ack(1000), t + ms(5));
+        assert_eq!(s.wants_nudge(t + ms(5)), Some(false), "the next hole, now");
+        assert_eq!(s.on_send(1000, MSS, t + ms(5)), Verdict::Send);
+        assert_eq!(s.counters.rtos, 1, "no second timeout");
     }
 
     #[test]
