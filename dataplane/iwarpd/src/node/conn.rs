@@ -175,7 +175,9 @@ impl<P: Port> Node<P> {
         }
         if self.conns.iter().all(|c| c.settings.is_none()) {
             self.conns.retain(|c| !c.socket_gone);
-            self.index_changed();
+            // At once, not at the next turn's marking: the next turn's first step (resend
+            // nudges over the in-flight list) indexes `conns` before that.
+            self.reindex();
         }
     }
 
