@@ -392,10 +392,9 @@ pub struct Node<P: Port> {
     ready: VecDeque<usize>,
     /// Connections with data in flight (`Conn::in_flight`), the ones a resend may be due on.
     flight: Vec<usize>,
-    /// Connection by its QP and by its peer's flow, rebuilt when `index_stale`.
+    /// Connection by its QP and by its peer's flow, rebuilt when connections move.
     by_qp: FxHashMap<QpId, usize>,
     by_flow: FxHashMap<FlowKey, usize>,
-    index_stale: bool,
     /// Connections indexed so far (new ones are marked once seen).
     indexed: usize,
     /// A socket was reclaimed this turn (see `Node::forget_reclaimed`).
@@ -483,7 +482,6 @@ impl<P: Port> Node<P> {
             flight: Vec::new(),
             by_qp: FxHashMap::default(),
             by_flow: FxHashMap::default(),
-            index_stale: false,
             indexed: 0,
             reclaimed: false,
             visits: 0,
@@ -837,9 +835,6 @@ impl<P: Port> Node<P> {
     /// Marks the connections with work: new ones, those whose QP the engine listed, those
     /// whose peer sent segments this turn.
     fn mark_ready(&mut self, rnic: &mut Rnic) {
-        if self.index_stale {
-            self.reindex();
-        }
         let n = self.conns.len();
         if self.indexed < n {
             // Room for every connection in the lists, so that marking never allocates.
@@ -876,7 +871,6 @@ impl<P: Port> Node<P> {
     /// Rebuilds the connection maps and lists after connections moved or were bound (rare:
     /// setup, teardown), and marks every connection.
     fn reindex(&mut self) {
-        self.index_stale = false;
         self.by_qp.clear();
         self.by_flow.clear();
         self.ready.clear();
@@ -901,11 +895,6 @@ impl<P: Port> Node<P> {
             self.mark(i);
         }
         self.indexed = self.conns.len();
-    }
-
-    /// The connection maps need rebuilding before the next visit.
-    fn index_changed(&mut self) {
-        self.index_stale = true;
     }
 
     /// Times the stages of every poll (see [`StageNs`]); off by default.
