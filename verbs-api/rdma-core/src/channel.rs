@@ -11,10 +11,10 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use crate::abi::*;
+use crate::events::EventQueue;
 use crate::stub::set_errno;
 use core::ffi::{c_int, c_uint, c_void};
 use iwarp_abi::notify::Notify;
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -23,18 +23,12 @@ use std::time::Duration;
 #[repr(C)]
 pub(crate) struct Channel {
     ibv: ibv_comp_channel,
-    events: Mutex<VecDeque<usize>>,
+    events: EventQueue<usize>,
 }
 
 impl Channel {
     fn post(&self, cq: usize) {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(cq);
-        let one = 1u64;
-        // SAFETY: an 8-octet write of the count to the channel's own eventfd.
-        unsafe { libc::write(self.ibv.fd, (&one as *const u64).cast(), 8) };
+        self.events.post(cq);
     }
 }
 
@@ -45,18 +39,16 @@ pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    // SAFETY: eventfd has no preconditions; checked below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if fd < 0 {
+    let Some(events) = EventQueue::new() else {
         return core::ptr::null_mut();
-    }
+    };
     let ch = Box::new(Channel {
         ibv: ibv_comp_channel {
             context: ctx,
-            fd,
+            fd: events.fd(),
             refcnt: 0,
         },
-        events: Mutex::new(VecDeque::new()),
+        events,
     });
     Box::into_raw(ch).cast()
 }
@@ -70,10 +62,8 @@ pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_chann
         // CQs still deliver to it (rdma-core answers the same).
         return libc::EBUSY;
     }
-    // SAFETY: as above, destroyed once.
-    let c = unsafe { Box::from_raw(ch.cast::<Channel>()) };
-    // SAFETY: the channel's own fd.
-    unsafe { libc::close(c.ibv.fd) };
+    // SAFETY: as above, destroyed once; its eventfd closes with it.
+    drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
     0
 }
 
@@ -88,19 +78,7 @@ pub(crate) unsafe extern "C" fn ibv_get_cq_event(
     }
     // SAFETY: a channel of ibv_create_comp_channel.
     let c = unsafe { &*ch.cast::<Channel>() };
-    let mut count = 0u64;
-    // SAFETY: an 8-octet read from the channel's eventfd; blocks unless the application set
-    // O_NONBLOCK, then fails with EAGAIN (errno stays as read set it).
-    if unsafe { libc::read(c.ibv.fd, (&mut count as *mut u64).cast(), 8) } != 8 {
-        return -1;
-    }
-    let Some(p) = c
-        .events
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_front()
-    else {
-        set_errno(libc::EAGAIN);
+    let Some(p) = c.events.take() else {
         return -1;
     };
     let p = p as *mut ibv_cq;

@@ -14,11 +14,12 @@
 
 use crate::abi::*;
 use crate::device;
+use crate::events::EventQueue;
 use crate::stub::set_errno;
 use crate::verbs;
 use core::ffi::{c_char, c_int, c_void};
 use iwarp_verbs::{ConnSettings, ConnectRequest, Event};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
@@ -27,7 +28,7 @@ use std::time::Duration;
 #[repr(C)]
 struct Channel {
     ibv: rdma_event_channel,
-    queue: Mutex<VecDeque<usize>>,
+    queue: EventQueue<usize>,
 }
 
 /// An event and the private data it points to.
@@ -281,13 +282,7 @@ fn post(
     }
     // SAFETY: the identifier's channel, of rdma_create_event_channel.
     let c = unsafe { &*ch.cast::<Channel>() };
-    c.queue
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push_back(Box::into_raw(b) as usize);
-    let one = 1u64;
-    // SAFETY: an 8-octet count to the channel's own eventfd.
-    unsafe { libc::write(c.ibv.fd, (&one as *const u64).cast(), 8) };
+    c.queue.post(Box::into_raw(b) as usize);
 }
 
 /// Starts the thread that collects connection events, once per process.
@@ -524,14 +519,12 @@ fn device_gone(c: usize, ctx: &device::Ctx) {
 }
 
 pub(crate) unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    // SAFETY: eventfd has no preconditions; checked below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if fd < 0 {
+    let Some(queue) = EventQueue::new() else {
         return core::ptr::null_mut();
-    }
+    };
     Box::into_raw(Box::new(Channel {
-        ibv: rdma_event_channel { fd },
-        queue: Mutex::new(VecDeque::new()),
+        ibv: rdma_event_channel { fd: queue.fd() },
+        queue,
     }))
     .cast()
 }
@@ -542,12 +535,10 @@ pub(crate) unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_c
     }
     // SAFETY: a channel of rdma_create_event_channel, destroyed once.
     let c = unsafe { Box::from_raw(ch.cast::<Channel>()) };
-    for e in c.queue.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+    for e in c.queue.drain() {
         // SAFETY: events queued here and never handed out.
         drop(unsafe { Box::from_raw(e as *mut EventBox) });
     }
-    // SAFETY: the channel's own fd.
-    unsafe { libc::close(c.ibv.fd) };
 }
 
 pub(crate) unsafe extern "C" fn rdma_get_cm_event(
@@ -560,18 +551,7 @@ pub(crate) unsafe extern "C" fn rdma_get_cm_event(
     }
     // SAFETY: a channel of rdma_create_event_channel.
     let c = unsafe { &*ch.cast::<Channel>() };
-    let mut n = 0u64;
-    // SAFETY: an 8-octet read; blocks unless the application set O_NONBLOCK (then EAGAIN).
-    if unsafe { libc::read(c.ibv.fd, (&mut n as *mut u64).cast(), 8) } != 8 {
-        return -1;
-    }
-    let Some(e) = c
-        .queue
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_front()
-    else {
-        set_errno(libc::EAGAIN);
+    let Some(e) = c.queue.take() else {
         return -1;
     };
     // SAFETY: the caller's out-parameter; the event stays until rdma_ack_cm_event.

@@ -8,11 +8,12 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use crate::abi::*;
+use crate::events::EventQueue;
 use crate::stub::set_errno;
 use core::ffi::{c_char, c_int, c_void};
 use core::mem::{offset_of, size_of};
 use iwarp_abi::port_file::PortInfo;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -155,7 +156,7 @@ pub(crate) struct Ctx {
     /// asynchronous events.
     pub(crate) objects: Mutex<HashMap<(Object, u32), usize>>,
     /// Asynchronous events not yet read, each counted in `async_fd`.
-    async_events: Mutex<VecDeque<ibv_async_event>>,
+    async_events: EventQueue<ibv_async_event>,
 }
 
 /// What an asynchronous event names.
@@ -200,13 +201,7 @@ impl Ctx {
 
     /// Queues an asynchronous event and counts it in `async_fd`.
     pub(crate) fn post_async(&self, ev: ibv_async_event) {
-        self.async_events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(ev);
-        let one = 1u64;
-        // SAFETY: an 8-octet count to the context's own eventfd.
-        unsafe { libc::write(self.vctx.context.async_fd, (&one as *const u64).cast(), 8) };
+        self.async_events.post(ev);
     }
 
     pub(crate) fn port(&self) -> &PortInfo {
@@ -295,12 +290,10 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
             return core::ptr::null_mut();
         }
     };
-    // SAFETY: an eventfd counting the asynchronous events, owned by the context and closed
-    // with it.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if async_fd < 0 {
+    // The asynchronous events, counted in `async_fd`; closed with the context.
+    let Some(async_events) = EventQueue::new() else {
         return core::ptr::null_mut();
-    }
+    };
     let mut ctx = Box::new(Ctx {
         vctx: verbs_context::default(),
         rnic,
@@ -308,7 +301,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
         device,
         regions: RwLock::new(HashMap::new()),
         objects: Mutex::new(HashMap::new()),
-        async_events: Mutex::new(VecDeque::new()),
+        async_events,
     });
     let v = &mut ctx.vctx;
     v.sz = size_of::<verbs_context>();
@@ -317,7 +310,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ib
     crate::ex::fill_context(v);
     v.context.device = dev;
     v.context.cmd_fd = -1;
-    v.context.async_fd = async_fd;
+    v.context.async_fd = ctx.async_events.fd();
     v.context.num_comp_vectors = 1;
     v.context.abi_compat = usize::MAX as *mut c_void;
     crate::verbs::fill_ops(&mut v.context.ops);
@@ -333,12 +326,10 @@ pub(crate) unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int
     let Some(c) = (unsafe { Ctx::from_ibv(ctx) }) else {
         return libc::EINVAL;
     };
-    let fd = c.vctx.context.async_fd;
     crate::cm::unwatch(ctx);
-    // SAFETY: `c` was leaked from a Box in ibv_open_device; this is its one release.
+    // SAFETY: `c` was leaked from a Box in ibv_open_device; this is its one release (its
+    // eventfd closes with it).
     drop(unsafe { Box::from_raw(c as *mut Ctx) });
-    // SAFETY: the context's own eventfd.
-    unsafe { libc::close(fd) };
     0
 }
 
@@ -567,18 +558,7 @@ pub(crate) unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    let mut n = 0u64;
-    // SAFETY: an 8-octet read; blocks unless the application set O_NONBLOCK (then EAGAIN).
-    if unsafe { libc::read(c.vctx.context.async_fd, (&mut n as *mut u64).cast(), 8) } != 8 {
-        return -1;
-    }
-    let Some(e) = c
-        .async_events
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_front()
-    else {
-        set_errno(libc::EAGAIN);
+    let Some(e) = c.async_events.take() else {
         return -1;
     };
     // SAFETY: the caller's out-parameter.

@@ -10,6 +10,7 @@ pub mod abi;
 mod channel;
 mod cm;
 mod device;
+mod events;
 mod ex;
 mod stub;
 mod verbs;
