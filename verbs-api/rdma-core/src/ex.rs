@@ -16,7 +16,7 @@ use crate::verbs::{self, access_of, ctx_of, ibv_wc_of, sg_list, Cq, Qp};
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
-use iwarp_verbs::{SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
+use iwarp_verbs::{SendWr, WrOpcode};
 
 /// A lock held from one call of the application to a later one (`wr_start` to
 /// `wr_complete`, `start_poll` to `end_poll`), which no guard object can span. The regions
@@ -620,20 +620,11 @@ unsafe extern "C" fn create_cq_ex(
 /// `end_poll`).
 unsafe fn poll_one(cq: *mut ibv_cq_ex) -> c_int {
     let q = cq.cast::<Cq>();
-    let mut w = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        imm_data: None,
-        invalidated_stag: None,
-    }];
     // SAFETY: the caller's CQ; only its `cq` member is borrowed.
-    match unsafe { &(*q).cq }.poll_cq(&mut w) {
-        Ok(0) => libc::ENOENT,
-        Ok(_) => {
-            let wc = ibv_wc_of(&w[0]);
+    match unsafe { &(*q).cq }.poll_one() {
+        Ok(None) => libc::ENOENT,
+        Ok(Some(w)) => {
+            let wc = ibv_wc_of(&w);
             // SAFETY: the caller polls alone; `status` and `wr_id` are what rdma-core's
             // inline readers take from the ibv_cq_ex itself.
             unsafe {

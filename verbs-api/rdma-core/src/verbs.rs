@@ -410,15 +410,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     let q = unsafe { &*cq.cast::<Cq>() };
     const BATCH: usize = 16;
     let mut got = 0usize;
-    let mut buf = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        imm_data: None,
-        invalidated_stag: None,
-    }; BATCH];
+    let mut buf = [WorkCompletion::BLANK; BATCH];
     while got < n as usize {
         let want = (n as usize - got).min(BATCH);
         let k = match q.cq.poll_cq(&mut buf[..want]) {

@@ -27,6 +27,18 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// A slot for [`CompletionQueue::poll_cq`] to overwrite: what a caller fills its
+    /// completion array with before polling.
+    pub const BLANK: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: 0,
+        imm_data: None,
+        invalidated_stag: None,
+    };
+
     pub fn is_recv(&self) -> bool {
         matches!(self.opcode, WcOpcode::Recv | WcOpcode::RecvImm)
     }
@@ -319,15 +331,7 @@ impl CompletionQueue {
 
     /// Polls one completion, if any.
     pub fn poll_one(&self) -> Result<Option<WorkCompletion>, Error> {
-        let mut one = [WorkCompletion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qp_num: 0,
-            imm_data: None,
-            invalidated_stag: None,
-        }];
+        let mut one = [WorkCompletion::BLANK];
         Ok((self.poll_cq(&mut one)? == 1).then_some(one[0]))
     }
 }

@@ -163,18 +163,6 @@ fn check(wc: &WorkCompletion, what: &str) -> Result<()> {
     }
 }
 
-fn blank_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: iwarp_verbs::WcOpcode::Send,
-        byte_len: 0,
-        qp_num: 0,
-        imm_data: None,
-        invalidated_stag: None,
-    }
-}
-
 impl Side {
     /// Posts receives into DST (`len` octets each) until `target` are posted.
     fn fill_recvs(&mut self, target: usize, half: usize) -> Result<()> {
@@ -363,7 +351,7 @@ fn spin_until(
 /// ping-pong, run on its own thread until `stop`; gives its side back.
 fn respond(mut b: Side, w: OpWr, stop: Arc<AtomicBool>, core: Option<usize>) -> (Side, Result<()>) {
     super::pin(core);
-    let mut wcs = vec![blank_wc(); 32];
+    let mut wcs = vec![WorkCompletion::BLANK; 32];
     let mut sent = 0u64;
     let r = (|| -> Result<()> {
         let mut k: u64 = 0;
@@ -613,7 +601,7 @@ fn receive(
     core: Option<usize>,
 ) -> (Side, Result<()>) {
     super::pin(core);
-    let mut wcs = vec![blank_wc(); 64];
+    let mut wcs = vec![WorkCompletion::BLANK; 64];
     let r = (|| -> Result<()> {
         let mut n: u64 = 0;
         let mut bo = Backoff::new();
@@ -799,7 +787,7 @@ impl Transport for VerbsTransport {
             posted: 0,
             completed: 0,
             compare: 0,
-            wcs: vec![blank_wc(); 32],
+            wcs: vec![WorkCompletion::BLANK; 32],
             stages: setup.stages,
             times: StageTimes::default(),
         }))
@@ -840,7 +828,7 @@ impl Transport for VerbsTransport {
             w,
             posted: 0,
             completed: 0,
-            wcs: vec![blank_wc(); 64],
+            wcs: vec![WorkCompletion::BLANK; 64],
         }))
     }
 
