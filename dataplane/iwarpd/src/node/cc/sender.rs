@@ -271,14 +271,7 @@ impl Sender {
                 // RFC 6298 section 5.1.
                 self.timer_at = now;
             }
-            self.sent.push_back(Sent {
-                start: seq,
-                end,
-                at: stamp(now),
-                last: stamp(now),
-                resent: false,
-            });
-            self.nxt = end;
+            self.first_sent(seq, end, now);
             return Verdict::Send;
         }
         if before_eq(end, self.una) {
@@ -328,27 +321,13 @@ impl Sender {
             // so only the new part goes.
             self.counters.held += 1;
             let from = self.nxt;
-            self.sent.push_back(Sent {
-                start: from,
-                end,
-                at: stamp(now),
-                last: stamp(now),
-                resent: false,
-            });
-            self.nxt = end;
+            self.first_sent(from, end, now);
             return Verdict::From(from);
         }
         self.counters.retransmits += 1;
         self.mark_resent(seq, end, now);
         if new_part {
-            self.sent.push_back(Sent {
-                start: self.nxt,
-                end,
-                at: stamp(now),
-                last: stamp(now),
-                resent: false,
-            });
-            self.nxt = end;
+            self.first_sent(self.nxt, end, now);
         }
         Verdict::Send
     }
@@ -452,6 +431,18 @@ impl Sender {
                 ended: false,
             });
         }
+    }
+
+    /// `[start, end)` went out for the first time: it is timed, and the highest sent moves.
+    fn first_sent(&mut self, start: Seq, end: Seq, now: Duration) {
+        self.sent.push_back(Sent {
+            start,
+            end,
+            at: stamp(now),
+            last: stamp(now),
+            resent: false,
+        });
+        self.nxt = end;
     }
 
     fn mark_resent(&mut self, start: Seq, end: Seq, now: Duration) {
