@@ -8,6 +8,7 @@
 //! The call sequence and files are in docs/engine.md.
 
 mod cq;
+mod id_index;
 mod mem;
 mod qp;
 mod raw;
@@ -17,6 +18,7 @@ mod tx;
 mod types;
 
 pub use cq::Notify;
+pub use id_index::{IdIndex, DENSE_IDS};
 pub use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 pub use mem::AccessError;
 pub use qp::{ConnParams, PeerToPeer, QpState, RtrKind, RTR_STAG};

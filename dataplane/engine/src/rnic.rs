@@ -2,6 +2,7 @@
 //! in `tx.rs` and `rx.rs`; this file holds what both share (completions, flushing, state).
 
 use crate::cq::{Cq, Notify};
+use crate::id_index::IdIndex;
 use crate::mem::MemTable;
 use crate::qp::{Conn, ConnParams, Qp, QpState};
 use crate::types::{
@@ -11,7 +12,6 @@ use crate::types::{
 use core::ptr::NonNull;
 use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 use iwarp_wire::terminate::{TermCause, TerminateRepr};
-use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Sizes a QP is created with.
@@ -35,10 +35,11 @@ pub(crate) struct Srq {
 }
 
 /// One id space: the caller's ids onto the slots of a dense table. Only calls from outside
-/// look an id up, once each; inside, a QP names its CQs and S-RQ by slot.
+/// look an id up, once each (an index, see [`IdIndex`]); inside, a QP names its CQs and
+/// S-RQ by slot.
 #[derive(Debug)]
 pub(crate) struct Slots<I> {
-    map: FxHashMap<I, u32>,
+    index: IdIndex<I>,
     /// The next id an allocating create (`create_qp` rather than `create_qp_at`) tries.
     next: u32,
 }
@@ -46,15 +47,16 @@ pub(crate) struct Slots<I> {
 impl<I> Default for Slots<I> {
     fn default() -> Slots<I> {
         Slots {
-            map: FxHashMap::default(),
+            index: IdIndex::default(),
             next: 1,
         }
     }
 }
 
-impl<I: Copy + Eq + core::hash::Hash + From<u32>> Slots<I> {
+impl<I: Copy + Eq + core::hash::Hash + From<u32> + Into<u32>> Slots<I> {
+    #[inline]
     pub(crate) fn get(&self, id: I) -> Option<u32> {
-        self.map.get(&id).copied()
+        self.index.get(id)
     }
 
     /// An id not in use, for a caller that lets the engine choose.
@@ -62,7 +64,7 @@ impl<I: Copy + Eq + core::hash::Hash + From<u32>> Slots<I> {
         loop {
             let id = I::from(self.next);
             self.next = self.next.wrapping_add(1).max(1);
-            if !self.map.contains_key(&id) {
+            if !self.index.contains(id) {
                 return id;
             }
         }
@@ -70,7 +72,7 @@ impl<I: Copy + Eq + core::hash::Hash + From<u32>> Slots<I> {
 
     /// Puts `item` under `id` in the first free slot of `table`; `None` when `id` is taken.
     fn insert<T>(&mut self, table: &mut Vec<Option<T>>, id: I, item: T) -> Option<u32> {
-        if self.map.contains_key(&id) {
+        if self.index.contains(id) {
             return None;
         }
         let slot = match table.iter().position(Option::is_none) {
@@ -83,12 +85,12 @@ impl<I: Copy + Eq + core::hash::Hash + From<u32>> Slots<I> {
                 table.len() - 1
             }
         };
-        self.map.insert(id, slot as u32);
+        self.index.insert(id, slot as u32);
         Some(slot as u32)
     }
 
     fn remove(&mut self, id: I) -> Option<u32> {
-        self.map.remove(&id)
+        self.index.remove(id)
     }
 }
 
