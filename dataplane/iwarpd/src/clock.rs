@@ -32,8 +32,16 @@ impl DilatedClock {
 
     /// Now, in smoltcp's (dilated) time.
     pub fn now(&self) -> Instant {
-        Instant::from_micros(
-            (self.start.elapsed().as_micros() as u64).saturating_mul(self.factor) as i64,
+        self.now_and_real().0
+    }
+
+    /// Now in smoltcp's time, and the real microseconds since the clock started that it was
+    /// made from (for a caller that needs both, without dividing the dilation back out).
+    pub fn now_and_real(&self) -> (Instant, u64) {
+        let real_us = self.start.elapsed().as_micros() as u64;
+        (
+            Instant::from_micros(real_us.saturating_mul(self.factor) as i64),
+            real_us,
         )
     }
 

@@ -24,7 +24,7 @@ use crate::neighbours::{self, NeighbourKeeper};
 use crate::peer_tcp::FlowKey;
 use crate::port::Port;
 use iwarp_abi::command::CloseReason;
-use iwarp_engine::{ConnParams, PeerToPeer, QpId, Rnic, RtrKind};
+use iwarp_engine::{ConnParams, IdIndex, PeerToPeer, QpId, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use rustc_hash::FxHashMap;
 use smoltcp::iface::{
@@ -372,10 +372,10 @@ pub struct Node<P: Port> {
     next_ephemeral: u16,
     stage_timing: bool,
     stages: StageNs,
-    /// The TCP counters summed over the connections (see [`Node::counters`]), refreshed by
-    /// the poll loop, and its turns.
+    /// The TCP counters summed over the connections (see [`Node::counters`]) as the poll loop
+    /// last refreshed them (with many connections), and its turns.
     tcp_totals: (cc::sender::SendCounters, usize, usize),
-    /// Connections in setup or RTS, counted as often as `tcp_totals` is summed.
+    /// Connections in setup or RTS, counted when `tcp_totals` is summed.
     live_conns: u64,
     turns: u64,
     /// Real time the poll loop has lived through, each turn counting at most a keep-alive
@@ -393,7 +393,7 @@ pub struct Node<P: Port> {
     /// Connections with data in flight (`Conn::in_flight`), the ones a resend may be due on.
     flight: Vec<usize>,
     /// Connection by its QP and by its peer's flow, rebuilt when connections move.
-    by_qp: FxHashMap<QpId, usize>,
+    by_qp: IdIndex<QpId>,
     by_flow: FxHashMap<FlowKey, usize>,
     /// Connections indexed so far (new ones are marked once seen).
     indexed: usize,
@@ -410,8 +410,9 @@ pub struct Node<P: Port> {
     turn_busy: bool,
 }
 
-/// With more connections than this, the poll loop sums their TCP counters and counts the
-/// live ones every [`TOTALS_EVERY`] turns rather than every turn.
+/// With this many connections or fewer, [`Node::counters`] sums their TCP counters and
+/// counts the live ones when asked; with more, the poll loop does every [`TOTALS_EVERY`]
+/// turns, and the counters show that.
 const TOTALS_EACH_TURN: usize = 16;
 const TOTALS_EVERY: u64 = 256;
 
@@ -480,7 +481,7 @@ impl<P: Port> Node<P> {
             next_liveness: std::time::Duration::ZERO,
             ready: VecDeque::new(),
             flight: Vec::new(),
-            by_qp: FxHashMap::default(),
+            by_qp: IdIndex::new(),
             by_flow: FxHashMap::default(),
             indexed: 0,
             reclaimed: false,
@@ -534,7 +535,11 @@ impl<P: Port> Node<P> {
 
     /// The node's counters; the engine's are added by [`Counters::with_engine`].
     pub fn counters(&self) -> Counters {
-        let (send, cwnd, flight) = self.tcp_totals;
+        let ((send, cwnd, flight), live_conns) = if self.conns.len() <= TOTALS_EACH_TURN {
+            (self.dev.peers.totals(), self.count_live())
+        } else {
+            (self.tcp_totals, self.live_conns)
+        };
         Counters {
             cwnd: cwnd as u64,
             bytes_in_flight: flight as u64,
@@ -555,7 +560,7 @@ impl<P: Port> Node<P> {
             bad_checksums: self.dev.port.bad_checksums() + self.dev.rx_bad_checksum,
             arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
-            connections: self.live_conns,
+            connections: live_conns,
             stages: self.stage_timing.then_some(self.stages),
             ..Counters::default()
         }
@@ -655,7 +660,12 @@ impl<P: Port> Node<P> {
         }
         self.iface_poll();
         let _ = self.dev.port.flush();
-        self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
+        self.live_conns = self.count_live();
+    }
+
+    /// Connections in setup or RTS.
+    fn count_live(&self) -> u64 {
+        self.conns.iter().filter(|c| !c.is_over()).count() as u64
     }
 
     pub fn port(&self) -> &P {
@@ -724,10 +734,10 @@ impl<P: Port> Node<P> {
         let mut got = 0;
         // One clock read per turn: TCP sees the turn's start for what it receives and sends
         // (the turn lasts microseconds; a clock read costs as much as a TCP segment here).
-        let now = self.clock.now();
+        let (now, real_us) = self.clock.now_and_real();
         self.turn_now = now;
         self.dev.keep_neighbours(now);
-        self.advance_live(now);
+        self.advance_live(real_us);
         let mut drained = false;
         for _ in 0..8 {
             let n = self.dev.fill();
@@ -804,9 +814,9 @@ impl<P: Port> Node<P> {
         let _ = self.dev.port.flush();
         self.turn_t.port += self.stage.lap();
         self.turns += 1;
-        if self.conns.len() <= TOTALS_EACH_TURN || self.turns.is_multiple_of(TOTALS_EVERY) {
+        if self.conns.len() > TOTALS_EACH_TURN && self.turns.is_multiple_of(TOTALS_EVERY) {
             self.tcp_totals = self.dev.peers.totals();
-            self.live_conns = self.conns.iter().filter(|c| !c.is_over()).count() as u64;
+            self.live_conns = self.count_live();
         }
         if self.turn_busy && self.stage_timing {
             self.stages.port += self.turn_t.port;
@@ -843,14 +853,14 @@ impl<P: Port> Node<P> {
         }
         for i in self.indexed..n {
             if let Some(qp) = self.conns[i].qp {
-                self.by_qp.insert(qp, i);
+                self.by_qp.insert(qp, i as u32);
             }
             self.mark(i);
         }
         self.indexed = n;
         while let Some(qp) = rnic.next_tx_ready() {
-            if let Some(&i) = self.by_qp.get(&qp) {
-                self.mark(i);
+            if let Some(i) = self.by_qp.get(qp) {
+                self.mark(i as usize);
             }
         }
         if self.dev.touched_overflow {
@@ -883,7 +893,7 @@ impl<P: Port> Node<P> {
                 continue;
             }
             if let Some(qp) = c.qp {
-                self.by_qp.insert(qp, i);
+                self.by_qp.insert(qp, i as u32);
             }
             if let Some(k) = c.flow {
                 self.by_flow.insert(k, i);
@@ -902,11 +912,15 @@ impl<P: Port> Node<P> {
         self.stage_timing = on;
     }
 
-    /// Moves [`Node::live`] on by the real time since the previous turn, at most a
-    /// keep-alive interval: a longer gap is our own loop stalling, not the peer.
-    fn advance_live(&mut self, now: smoltcp::time::Instant) {
-        let real_us = now.total_micros().max(0) as u64 / self.clock.factor();
-        let gap = std::time::Duration::from_micros(real_us.saturating_sub(self.last_turn_us));
+    /// Moves [`Node::live`] on by the real time since the previous turn (`real_us`, real
+    /// microseconds of the clock), at most a keep-alive interval: a longer gap is our own
+    /// loop stalling, not the peer.
+    fn advance_live(&mut self, real_us: u64) {
+        // Turns come several to the microsecond: most have nothing to add.
+        if real_us <= self.last_turn_us {
+            return;
+        }
+        let gap = std::time::Duration::from_micros(real_us - self.last_turn_us);
         self.last_turn_us = real_us;
         self.live += gap.min(self.tcp.user_timeout / 4);
     }

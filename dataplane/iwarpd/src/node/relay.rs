@@ -80,7 +80,7 @@ impl<P: Port> Node<P> {
     pub fn relay_bind(&mut self, conn: u32, qp: QpId) -> Result<(), String> {
         let i = self.live(conn)?;
         self.conns[i].qp = Some(qp);
-        self.by_qp.insert(qp, i);
+        self.by_qp.insert(qp, i as u32);
         Ok(())
     }
 
@@ -120,7 +120,7 @@ impl<P: Port> Node<P> {
         let c = &mut self.conns[i];
         c.qp = Some(qp);
         c.state = ConnState::Rts;
-        self.by_qp.insert(qp, i);
+        self.by_qp.insert(qp, i as u32);
         self.mark(i);
         Ok(())
     }
@@ -175,7 +175,7 @@ impl<P: Port> Node<P> {
             c.closing = true;
         }
         if let Some(qp) = c.qp.take() {
-            self.by_qp.remove(&qp);
+            self.by_qp.remove(qp);
         }
         c.orphaned_since = Some(std::time::Instant::now());
         self.mark(i);
