@@ -13,7 +13,7 @@ use iwarp_wire::mpa::fpdu::mulpdu;
 use iwarp_wire::rdmap::{
     self, AOpCode, AtomicRequest, Opcode, RdmapHeader, ReadRequest, SegmentRepr,
 };
-use iwarp_wire::terminate::TermCause;
+use iwarp_wire::terminate::{TermCause, TerminateRepr};
 
 /// After this many IRQ FPDUs in a row, the SQ gets a turn (siw's fairness idea).
 const IRQ_BURST: u32 = 8;
@@ -46,15 +46,7 @@ impl Rnic {
                 .then(|| conn.terminate.take())
                 .flatten()
             {
-                let seg = SegmentRepr {
-                    version: conn.params.rdmap_version,
-                    opcode: Opcode::Terminate,
-                    last: true,
-                    buffer: untagged(rdmap::QN_TERMINATE, conn.msn_tx[2], 0, 0),
-                    header: RdmapHeader::Terminate(t),
-                };
-                conn.msn_tx[2] = conn.msn_tx[2].wrapping_add(1);
-                let n = emit(conn, out, &seg, None);
+                let n = tx_terminate(conn, out, t);
                 // The stream is over once the Terminate is out (RFC 5040 section 7.1).
                 self.enter_error(qp, None);
                 return n;
@@ -119,6 +111,19 @@ impl Rnic {
                     || conn.cur.is_some()
                     || next_startable(q))))
     }
+}
+
+/// A Terminate (RFC 5040 section 7.1), on its own queue.
+fn tx_terminate(conn: &mut Conn, out: &mut [u8], t: TerminateRepr) -> Option<usize> {
+    let seg = SegmentRepr {
+        version: conn.params.rdmap_version,
+        opcode: Opcode::Terminate,
+        last: true,
+        buffer: untagged(rdmap::QN_TERMINATE, conn.msn_tx[2], 0, 0),
+        header: RdmapHeader::Terminate(t),
+    };
+    conn.msn_tx[2] = conn.msn_tx[2].wrapping_add(1);
+    emit(conn, out, &seg, None)
 }
 
 /// The peer-to-peer RTR (RFC 6581 section 5): a zero-length Send, Write or Read. A Read
@@ -865,7 +870,8 @@ fn failed(seq: u64) -> Done {
 }
 
 /// The next FPDU answering the IRQ's oldest request, its source checked again first (see
-/// [`Irq`]). `Err` with the Terminate's cause when that check fails.
+/// [`Irq`]): the IRQ's dispatcher, one transmit function per kind of response. `Err` with
+/// the Terminate's cause when that check fails.
 fn tx_irq(
     mem: &MemTable,
     pd: PdId,
@@ -873,18 +879,59 @@ fn tx_irq(
     conn: &mut Conn,
     out: &mut [u8],
 ) -> Result<Option<usize>, TermCause> {
-    let v = conn.params.rdmap_version;
-    let max = max_payload(conn, TAGGED_HEADER_LEN);
-    // Reads `dst.len()` octets of the source at `to` (nothing for an empty segment, which
-    // names no memory: a zero-length Read needs no valid STag).
-    let source = |stag: u32, to: u64, dst: &mut [u8]| -> Result<(), AccessError> {
+    let src = Source { mem, pd, qp };
+    match conn.irq.front().copied() {
+        None => Ok(None),
+        Some(Irq::Read {
+            sink_stag,
+            sink_to,
+            src_stag,
+            src_to,
+            len,
+            sent,
+        }) => tx_read_response(
+            src,
+            conn,
+            out,
+            (sink_stag, sink_to),
+            (src_stag, src_to),
+            len,
+            sent,
+        ),
+        Some(Irq::ReadV2 {
+            src_stag,
+            src_to,
+            len,
+            sent,
+        }) => tx_read_response_v2(src, conn, out, (src_stag, src_to), len, sent),
+        Some(Irq::Atomic {
+            request_id,
+            req,
+            executed,
+        }) => tx_atomic_response(src, conn, out, request_id, &req, executed),
+    }
+}
+
+/// Where a response's data comes from: the responder's memory, as the requester's QP may
+/// read it.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    mem: &'a MemTable,
+    pd: PdId,
+    qp: QpId,
+}
+
+impl Source<'_> {
+    /// Reads `dst.len()` octets of the source at `to` (nothing for an empty segment, which
+    /// names no memory: a zero-length Read needs no valid STag).
+    fn read(self, stag: u32, to: u64, dst: &mut [u8]) -> Result<(), AccessError> {
         if dst.is_empty() {
             return Ok(());
         }
-        let r = mem.resolve_remote(
+        let r = self.mem.resolve_remote(
             stag,
-            pd,
-            qp,
+            self.pd,
+            self.qp,
             Access::REMOTE_READ,
             to,
             dst.len() as u64,
@@ -892,120 +939,135 @@ fn tx_irq(
         )?;
         r.raw.read(r.offset, dst);
         Ok(())
+    }
+}
+
+/// A Read Response segment (RFC 5040): tagged, into the requester's sink.
+fn tx_read_response(
+    src: Source,
+    conn: &mut Conn,
+    out: &mut [u8],
+    (sink_stag, sink_to): (u32, u64),
+    (src_stag, src_to): (u32, u64),
+    len: u32,
+    sent: u32,
+) -> Result<Option<usize>, TermCause> {
+    let n = (len - sent).min(max_payload(conn, TAGGED_HEADER_LEN)) as usize;
+    let last = sent + n as u32 == len;
+    let seg = SegmentRepr {
+        version: conn.params.rdmap_version,
+        opcode: Opcode::ReadResponse,
+        last,
+        buffer: Buffer::Tagged {
+            stag: sink_stag,
+            to: sink_to.wrapping_add(sent as u64),
+        },
+        header: RdmapHeader::None,
     };
-    let Some(front) = conn.irq.front() else {
+    let fill = |dst: &mut [u8]| src.read(src_stag, src_to.wrapping_add(sent as u64), dst);
+    let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
         return Ok(None);
     };
-    match *front {
-        Irq::Read {
-            sink_stag,
-            sink_to,
-            src_stag,
-            src_to,
-            len,
-            sent,
-        } => {
-            let n = (len - sent).min(max) as usize;
-            let last = sent + n as u32 == len;
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::ReadResponse,
-                last,
-                buffer: Buffer::Tagged {
-                    stag: sink_stag,
-                    to: sink_to.wrapping_add(sent as u64),
-                },
-                header: RdmapHeader::None,
-            };
-            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
-            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
-                return Ok(None);
-            };
-            if last {
-                conn.irq.pop_front();
-            } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
-                *sent += n as u32;
-            }
-            Ok(Some(r))
-        }
-        Irq::ReadV2 {
-            src_stag,
-            src_to,
-            len,
-            sent,
-        } => {
-            let max = max_payload(conn, UNTAGGED_HEADER_LEN);
-            let n = (len - sent).min(max) as usize;
-            let last = sent + n as u32 == len;
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::ReadResponseV2,
-                last,
-                buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], sent, 0),
-                header: RdmapHeader::None,
-            };
-            let fill = |dst: &mut [u8]| source(src_stag, src_to.wrapping_add(sent as u64), dst);
-            let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
-                return Ok(None);
-            };
-            if last {
-                conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
-                conn.irq.pop_front();
-            } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
-                *sent += n as u32;
-            }
-            Ok(Some(r))
-        }
-        Irq::Atomic {
-            request_id,
-            req,
-            executed,
-        } => {
-            // Executed now, with a real atomic instruction on the registered memory, exactly
-            // once: if the response does not fit `out` this time, the original value is kept
-            // for the next call instead of running the operation again.
-            let original = match executed {
-                Some(v) => v,
-                None => {
-                    let target = mem
-                        .resolve_remote(req.stag, pd, qp, Access::REMOTE_ATOMIC, req.to, 8, true)
-                        .map_err(rdmap_cause)?;
-                    let v = match req.aopcode {
-                        AOpCode::FetchAdd => {
-                            target
-                                .raw
-                                .fetch_add(target.offset, req.add_swap, req.add_swap_mask)
-                        }
-                        AOpCode::CmpSwap => target.raw.cmp_swap(
-                            target.offset,
-                            req.compare,
-                            req.compare_mask,
-                            req.add_swap,
-                            req.add_swap_mask,
-                        ),
-                    };
-                    if let Some(Irq::Atomic { executed, .. }) = conn.irq.front_mut() {
-                        *executed = Some(v);
-                    }
-                    v
-                }
-            };
-            let seg = SegmentRepr {
-                version: v,
-                opcode: Opcode::AtomicResponse,
-                last: true,
-                buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], 0, 0),
-                header: RdmapHeader::AtomicResponse {
-                    request_id,
-                    original,
-                },
-            };
-            let Some(r) = emit(conn, out, &seg, None) else {
-                return Ok(None);
-            };
-            conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
-            conn.irq.pop_front();
-            Ok(Some(r))
-        }
+    if last {
+        conn.irq.pop_front();
+    } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
+        *sent += n as u32;
     }
+    Ok(Some(r))
+}
+
+/// A version-2 Read Response segment: untagged, on the response queue, its offset in MO.
+fn tx_read_response_v2(
+    src: Source,
+    conn: &mut Conn,
+    out: &mut [u8],
+    (src_stag, src_to): (u32, u64),
+    len: u32,
+    sent: u32,
+) -> Result<Option<usize>, TermCause> {
+    let n = (len - sent).min(max_payload(conn, UNTAGGED_HEADER_LEN)) as usize;
+    let last = sent + n as u32 == len;
+    let seg = SegmentRepr {
+        version: conn.params.rdmap_version,
+        opcode: Opcode::ReadResponseV2,
+        last,
+        buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], sent, 0),
+        header: RdmapHeader::None,
+    };
+    let fill = |dst: &mut [u8]| src.read(src_stag, src_to.wrapping_add(sent as u64), dst);
+    let Some(r) = emit_gathered(conn, out, &seg, n, fill).map_err(rdmap_cause)? else {
+        return Ok(None);
+    };
+    if last {
+        conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
+        conn.irq.pop_front();
+    } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
+        *sent += n as u32;
+    }
+    Ok(Some(r))
+}
+
+/// An Atomic Response (RFC 7306): the operation executed now, with a real
+/// atomic instruction on the registered memory, exactly once: if the response does not fit
+/// `out` this time, the original value is kept for the next call instead of running the
+/// operation again.
+fn tx_atomic_response(
+    src: Source,
+    conn: &mut Conn,
+    out: &mut [u8],
+    request_id: u32,
+    req: &AtomicRequest,
+    executed: Option<u64>,
+) -> Result<Option<usize>, TermCause> {
+    let original = match executed {
+        Some(v) => v,
+        None => {
+            let target = src
+                .mem
+                .resolve_remote(
+                    req.stag,
+                    src.pd,
+                    src.qp,
+                    Access::REMOTE_ATOMIC,
+                    req.to,
+                    8,
+                    true,
+                )
+                .map_err(rdmap_cause)?;
+            let v = match req.aopcode {
+                AOpCode::FetchAdd => {
+                    target
+                        .raw
+                        .fetch_add(target.offset, req.add_swap, req.add_swap_mask)
+                }
+                AOpCode::CmpSwap => target.raw.cmp_swap(
+                    target.offset,
+                    req.compare,
+                    req.compare_mask,
+                    req.add_swap,
+                    req.add_swap_mask,
+                ),
+            };
+            if let Some(Irq::Atomic { executed, .. }) = conn.irq.front_mut() {
+                *executed = Some(v);
+            }
+            v
+        }
+    };
+    let seg = SegmentRepr {
+        version: conn.params.rdmap_version,
+        opcode: Opcode::AtomicResponse,
+        last: true,
+        buffer: untagged(rdmap::QN_RESPONSE, conn.msn_tx[3], 0, 0),
+        header: RdmapHeader::AtomicResponse {
+            request_id,
+            original,
+        },
+    };
+    let Some(r) = emit(conn, out, &seg, None) else {
+        return Ok(None);
+    };
+    conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
+    conn.irq.pop_front();
+    Ok(Some(r))
 }
