@@ -39,7 +39,7 @@ const BACKLOG: usize = 8192;
 /// Frames held back at which the port stops taking more ([`Port::tx_ready`]): a couple of
 /// bursts, enough to refill a socket the moment its peer reads, the rest waits in TCP. The
 /// device checks it between rounds over the connections, so a round may go past it by a
-/// frame per sending connection; [`BACKLOG`] leaves room for that.
+/// frame per sending connection; the backlogs hold 8,192 frames, room for that.
 pub const PAUSE_AT: usize = 64;
 
 /// A peer whose queue took nothing for this long while frames waited for it has them
