@@ -47,8 +47,11 @@ pub const PAUSE_AT: usize = 64;
 pub const STALL: Duration = Duration::from_secs(1);
 
 /// The send buffer of a connection to a peer: the frames in flight to it before it reads
-/// (about 650 full 1500-octet frames; the kernel caps it at `net.core.wmem_max`).
-const LINK_SNDBUF: libc::c_int = 1 << 20;
+/// (a hundred or so full 1500-octet frames with the kernel's overhead per frame; it caps the
+/// size at `net.core.wmem_max`). With back-pressure this is the queue every segment waits
+/// in, so its time at the reader's pace is the round trip: 256 KiB kept 256 streaming
+/// applications' resends and starvation lower than 1 MiB (see `docs/performance.md`).
+const LINK_SNDBUF: libc::c_int = 1 << 18;
 
 /// Connections a port's listener queues before its poll loop accepts them.
 const LISTEN_BACKLOG: libc::c_int = 256;
