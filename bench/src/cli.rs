@@ -212,6 +212,10 @@ pub struct Args {
     #[arg(long)]
     pub quiet: bool,
 
+    /// Internal: run as one of an `--apps` run's applications (see `runner::app_child`).
+    #[arg(long, hide = true)]
+    pub app_child: bool,
+
     /// The `iwarp-bench` executable to start as the peer of the shm-proc baseline (default:
     /// this executable).
     #[arg(long, hide = true)]

@@ -16,6 +16,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.app_child {
+        iwarp_bench::runner::app_child();
+    }
     if args.qp_sweep.is_some() || args.apps.is_some() {
         iwarp_bench::runner::install_interrupt();
         let cores = machine_cores();

@@ -264,6 +264,28 @@ pub fn stream(
     })
 }
 
+/// Set in an `--apps` child: the measured part waits for the parent's word.
+static START_GATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process an `--apps` child: it waits politely ([`crate::transport::crowded`]),
+/// and after warm-up says `ready` on stdout and starts measuring once a line (or the end)
+/// comes on stdin, so that every child measures over the same time.
+pub fn app_child() {
+    crate::transport::crowded();
+    START_GATE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn wait_for_start() -> Result<()> {
+    use std::io::{BufRead, Write};
+    let io = |e| BenchError::io("waiting for the start of an --apps run", e);
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"ready\n").map_err(io)?;
+    out.flush().map_err(io)?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(io)?;
+    Ok(())
+}
+
 /// What one initiator thread measured: messages, its measured time, open-loop latencies.
 type ThreadOutcome = (u64, Duration, Option<Histogram<u64>>);
 
@@ -284,7 +306,12 @@ fn drive(
         Some(_) => Ok(()),
     };
     // Reached by every thread even when warm-up failed, so the others are not left waiting.
-    barrier.wait();
+    let leader = barrier.wait().is_leader();
+    if START_GATE.load(std::sync::atomic::Ordering::Relaxed) {
+        let gate = if leader { wait_for_start() } else { Ok(()) };
+        barrier.wait();
+        gate?;
+    }
     warm?;
     // Sequence numbers go on from the warm-up's (the transports see one gap-free sequence);
     // the measured loops count from where each connection stands now.

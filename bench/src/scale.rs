@@ -122,15 +122,23 @@ enum Kind {
     Tcp,
 }
 
+/// How long the children of an `--apps` run may take to set up and warm up, per child,
+/// before the parent starts the ones that are ready without the rest.
+const READY_PER_CHILD: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Starts `n` `iwarp-bench` processes at once and returns each one's throughput (Gbit/s)
-/// over everything it measured, in the order they were started.
+/// over everything it measured, in the order they were started. Each sets up and warms up,
+/// says it is ready, and measures once all are (see `runner::app_child`), so that all
+/// measure over the same time, however long the others' setup took.
 fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> Result<Vec<f64>> {
     let exe = std::env::current_exe().map_err(|e| BenchError::io("finding this executable", e))?;
     let duration = args.duration.clone().unwrap_or_else(|| "5s".into());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let mut procs = Vec::with_capacity(n);
     for i in 0..n {
         let mut c = Command::new(&exe);
         c.args([
+            "--app-child",
             "--mode",
             "bandwidth",
             "--qps",
@@ -143,6 +151,7 @@ fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> R
         .args(["--warmup", &args.warmup.to_string()])
         .args(["--window", &args.window.to_string()])
         .args(["--sizes", &args.sizes.join(",")])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
         match kind {
@@ -165,25 +174,63 @@ fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> R
                 c.args(["--ops", "none", "--baselines", &name(&BaselineArg::Tcp)]);
             }
         }
-        procs.push(
-            c.spawn()
-                .map_err(|e| BenchError::io("starting an application", e))?,
-        );
+        let mut child = c
+            .spawn()
+            .map_err(|e| BenchError::io("starting an application", e))?;
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(err("an application's output is not piped"));
+        };
+        // Its `ready` line (or its end, if it failed first) is counted; the rest is its JSON.
+        let ready = ready_tx.clone();
+        let out = std::thread::spawn(move || {
+            use std::io::{BufRead, Read};
+            let mut r = std::io::BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = ready.send(());
+            let mut rest = Vec::new();
+            let _ = r.read_to_end(&mut rest);
+            rest
+        });
+        let errs = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut e = Vec::new();
+            let _ = stderr.read_to_end(&mut e);
+            e
+        });
+        procs.push((child, out, errs));
+    }
+    drop(ready_tx);
+    let deadline = Instant::now() + READY_PER_CHILD * n as u32;
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if ready_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    // The word to start: a line, then the end of stdin.
+    for (child, _, _) in procs.iter_mut() {
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            let _ = stdin.write_all(b"go\n");
+        }
     }
     let mut out = Vec::with_capacity(n);
     let mut failed = Vec::new();
-    for (i, p) in procs.into_iter().enumerate() {
-        let o = p
-            .wait_with_output()
+    for (i, (mut child, stdout, stderr)) in procs.into_iter().enumerate() {
+        let status = child
+            .wait()
             .map_err(|e| BenchError::io("waiting for an application", e))?;
-        if !o.status.success() {
+        let stdout = stdout.join().unwrap_or_default();
+        let stderr = stderr.join().unwrap_or_default();
+        if !status.success() {
             failed.push(format!(
                 "application {i}: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
+                String::from_utf8_lossy(&stderr).trim()
             ));
             continue;
         }
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        let v: serde_json::Value = serde_json::from_slice(&stdout)
             .map_err(|e| err(format!("application {i}'s JSON: {e}")))?;
         let gbit: f64 = v["measurements"]
             .as_array()

@@ -134,18 +134,49 @@ fn spin_limit() -> u32 {
     })
 }
 
+/// Set in a process that shares the machine with many others of its kind (an `--apps`
+/// child): see [`Backoff::snooze`].
+static CROWDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits sleep once they go on (see [`Backoff::snooze`]): for a process that is one of
+/// hundreds on the machine.
+pub fn crowded() {
+    CROWDED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Yields a crowded process makes before it sleeps.
+const YIELDS_BEFORE_SLEEP: u32 = 64;
+/// A crowded process's longest sleep while it waits: hundreds of applications share the
+/// endpoint's throughput, so each waits milliseconds for a window's completions anyway.
+const LONGEST_SLEEP: std::time::Duration = std::time::Duration::from_millis(8);
+
 impl Backoff {
     pub fn new() -> Backoff {
         Backoff { spins: 0 }
     }
 
+    /// Spins, then yields; in a [`crowded`] process, then sleeps (50 µs, doubling to 8 ms):
+    /// hundreds of processes that only yield leave the daemons they wait for a few
+    /// hundredths of the cores (a yielding thread stays runnable), and the daemons'
+    /// timers expire.
     pub fn snooze(&mut self) {
-        if self.spins < spin_limit() {
+        let limit = spin_limit();
+        if self.spins < limit {
             self.spins += 1;
             std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+            return;
         }
+        if !CROWDED.load(std::sync::atomic::Ordering::Relaxed)
+            || self.spins < limit + YIELDS_BEFORE_SLEEP
+        {
+            self.spins = self.spins.saturating_add(1);
+            std::thread::yield_now();
+            return;
+        }
+        let doublings = (self.spins - limit - YIELDS_BEFORE_SLEEP).min(8);
+        self.spins = self.spins.saturating_add(1);
+        let sleep = std::time::Duration::from_micros(50 << doublings).min(LONGEST_SLEEP);
+        std::thread::sleep(sleep);
     }
 
     pub fn reset(&mut self) {

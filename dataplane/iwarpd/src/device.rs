@@ -45,6 +45,12 @@ pub struct PortDevice<P: Port> {
     /// list; bounded, with `touched_overflow` saying some were left out.
     pub touched: arrayvec::ArrayVec<crate::peer_tcp::FlowKey, TOUCHED>,
     pub touched_overflow: bool,
+    /// A round of smoltcp's egress opened while the port took frames ([`Self::open_round`]):
+    /// every socket sends its segment, even past the port's bound.
+    round_open: bool,
+    /// Times smoltcp found the port not taking frames ([`Port::tx_ready`]) and kept its
+    /// segments.
+    pub tx_paused: u64,
 }
 
 /// Flows noted per turn at most: a turn takes a few bursts.
@@ -76,7 +82,30 @@ impl<P: Port> PortDevice<P> {
             rx_bad_checksum: 0,
             touched: arrayvec::ArrayVec::new(),
             touched_overflow: false,
+            round_open: false,
+            tx_paused: 0,
         }
+    }
+
+    /// Opens one round of smoltcp's egress (one `poll_egress`: a segment from each socket
+    /// with something to send, in the set's order) if the port takes frames now; says
+    /// whether it did. Outside an open round the device refuses frames as soon as the port
+    /// stops taking them, and smoltcp ends its round at the first refusal: the sockets
+    /// early in its set would then take whatever room the port makes, round after round,
+    /// and the later ones wait. A round either runs whole or does not start, so every
+    /// sending connection gets a segment a round, and the port goes past its bound by a
+    /// segment per connection at most.
+    pub fn open_round(&mut self) -> bool {
+        self.round_open = self.port.tx_ready();
+        if !self.round_open {
+            self.tx_paused += 1;
+        }
+        self.round_open
+    }
+
+    /// Ends the round [`Self::open_round`] opened.
+    pub fn close_round(&mut self) {
+        self.round_open = false;
     }
 
     /// A frame made here for smoltcp to receive before the port's (see `Node::nudge`).
@@ -232,6 +261,11 @@ impl<P: Port> phy::Device for PortDevice<P> {
     }
 
     fn transmit(&mut self, now: Instant) -> Option<TxToken<'_, P>> {
+        // smoltcp keeps a segment the device refuses, untimed, and sends it when asked again.
+        if !self.round_open && !self.port.tx_ready() {
+            self.tx_paused += 1;
+            return None;
+        }
         Some(TxToken {
             port: &mut self.port,
             buf: &mut self.txbuf,

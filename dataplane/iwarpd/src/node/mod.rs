@@ -28,7 +28,7 @@ use iwarp_engine::{ConnParams, IdIndex, PeerToPeer, QpId, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use rustc_hash::FxHashMap;
 use smoltcp::iface::{
-    Config as IfaceConfig, Interface, PollIngressSingleResult, SocketHandle, SocketSet,
+    Config as IfaceConfig, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
 };
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
@@ -697,8 +697,20 @@ impl<P: Port> Node<P> {
         self.iface_egress(now);
     }
 
+    /// What was received into TCP, then what TCP has to send, a round over the sockets at a
+    /// time while the port takes frames (see `PortDevice::open_round`): what it does not
+    /// take stays in TCP, unsent, until a later turn.
     fn iface_egress(&mut self, now: smoltcp::time::Instant) {
-        self.iface.poll(now, &mut self.dev, &mut self.sockets);
+        self.iface_ingress(now);
+        while self.dev.open_round() {
+            let sent = self
+                .iface
+                .poll_egress(now, &mut self.dev, &mut self.sockets);
+            if sent == PollResult::None {
+                break;
+            }
+        }
+        self.dev.close_round();
     }
 
     /// Received frames into TCP, nothing out yet: the ACK for a request then leaves with the
@@ -950,12 +962,17 @@ impl<P: Port> Node<P> {
         }
     }
 
-    /// Real time until smoltcp wants to be polled again (for adaptive back-off).
+    /// Real time until smoltcp wants to be polled again (for adaptive back-off); `None` for
+    /// no timer. While the port takes no frames ([`Port::tx_ready`]), smoltcp's wish to send
+    /// at once is no timer: the port's descriptor wakes the loop when it has room (or the
+    /// loop backs off), where a zero timeout would spin on the cores the peer needs to read.
     pub fn poll_delay(&mut self) -> Option<std::time::Duration> {
         let now = self.clock.now();
-        self.iface
-            .poll_delay(now, &self.sockets)
-            .map(|d| self.clock.virtual_to_real(d))
+        let d = self.iface.poll_delay(now, &self.sockets)?;
+        if d == smoltcp::time::Duration::ZERO && !self.dev.port.tx_ready() {
+            return None;
+        }
+        Some(self.clock.virtual_to_real(d))
     }
 }
 

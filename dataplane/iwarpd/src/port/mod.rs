@@ -35,6 +35,9 @@ macro_rules! forward_to_inner {
         fn flush(&mut self) -> std::io::Result<()> {
             self.inner.flush()
         }
+        fn tx_ready(&self) -> bool {
+            self.inner.tx_ready()
+        }
         fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
             self.inner.wait_fd()
         }
@@ -120,6 +123,15 @@ pub trait Port {
     }
     /// Sends whatever is batched.
     fn flush(&mut self) -> io::Result<()>;
+    /// Whether the port takes more frames now. False while frames it could not send yet
+    /// wait in it past a small bound: the device then stops taking segments from TCP, which
+    /// keeps them (unsent, untimed) until the port drains, so the port's queue and the round
+    /// trip stay short however many connections send, instead of growing until the
+    /// retransmission timers fire or the port drops. A port that drops when full (TAP)
+    /// or never fills says true.
+    fn tx_ready(&self) -> bool {
+        true
+    }
     /// Frames lost by the port so far (a full queue, a lossy test wrapper); 0 when the port
     /// cannot lose any.
     fn dropped(&self) -> u64 {

@@ -347,6 +347,10 @@ impl<P: Port> Port for SteeredPort<P> {
         self.queue.flush()
     }
 
+    fn tx_ready(&self) -> bool {
+        self.queue.tx_ready()
+    }
+
     fn dropped(&self) -> u64 {
         self.queue.dropped() + self.inbox_drops
     }

@@ -16,6 +16,12 @@
 //! full all the same, the frame waits in that peer's backlog, retried on the next flush or
 //! receive in order (as a NIC's full TX ring), so one full peer holds up no other; only past
 //! the backlogs' bound is a frame dropped.
+//!
+//! Back-pressure: once [`PAUSE_AT`] frames wait, [`Port::tx_ready`] says no and the device
+//! takes no more segments from TCP until the peers have read, so however many connections
+//! send, the queue stays at about one socket buffer (a millisecond or two) and no timer
+//! fires for frames that only waited. A peer that reads nothing for [`STALL`] (its daemon
+//! hung) has its backlog dropped, so it cannot hold the others' traffic for longer.
 
 use super::{Port, RxBuf, RxPool};
 use rustc_hash::FxHashMap;
@@ -30,9 +36,22 @@ use std::time::{Duration, Instant};
 /// Frames the port holds back, over all peers, when their queues are full.
 const BACKLOG: usize = 8192;
 
+/// Frames held back at which the port stops taking more ([`Port::tx_ready`]): a couple of
+/// bursts, enough to refill a socket the moment its peer reads, the rest waits in TCP. The
+/// device checks it between rounds over the connections, so a round may go past it by a
+/// frame per sending connection; the backlogs hold 8,192 frames, room for that.
+pub const PAUSE_AT: usize = 64;
+
+/// A peer whose queue took nothing for this long while frames waited for it has them
+/// dropped (counted in [`Port::dropped`]): TCP resends them if it ever reads again.
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// The send buffer of a connection to a peer: the frames in flight to it before it reads
-/// (about 650 full 1500-octet frames; the kernel caps it at `net.core.wmem_max`).
-const LINK_SNDBUF: libc::c_int = 1 << 20;
+/// (a hundred or so full 1500-octet frames with the kernel's overhead per frame; it caps the
+/// size at `net.core.wmem_max`). With back-pressure this is the queue every segment waits
+/// in, so its time at the reader's pace is the round trip: 256 KiB kept 256 streaming
+/// applications' resends and starvation lower than 1 MiB (see `docs/performance.md`).
+const LINK_SNDBUF: libc::c_int = 1 << 18;
 
 /// Connections a port's listener queues before its poll loop accepts them.
 const LISTEN_BACKLOG: libc::c_int = 256;
@@ -46,6 +65,9 @@ struct Dest {
     link: Link,
     /// Frames its full queue held back, oldest first.
     backlog: VecDeque<Vec<u8>>,
+    /// While `backlog` is not empty: when its queue last took a frame (or the backlog
+    /// began).
+    moved_at: Option<Instant>,
 }
 
 /// The connection to a destination's `.seq`.
@@ -53,6 +75,9 @@ struct Dest {
 struct Link {
     /// Once open.
     fd: Option<OwnedFd>,
+    /// `fd` is in the handle's epoll set for writability: while frames wait for it, so that
+    /// an idle loop wakes when the peer has read.
+    watched: bool,
     /// No connection before this (the last try failed).
     retry_at: Option<Instant>,
 }
@@ -69,6 +94,10 @@ pub struct UnixPort {
     held: usize,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
+    /// What an idle loop sleeps on ([`Port::wait_fd`]): readable when a frame arrives (the
+    /// datagram socket, the listener and inbound connections, on the port that bound them)
+    /// or when a connection whose frames wait has room again.
+    epoll: OwnedFd,
     /// The receiving side, on the port that bound the sockets; a [`UnixPort::sender`] only
     /// transmits.
     rx_side: Option<RxSide>,
@@ -80,8 +109,6 @@ struct RxSide {
     seq_path: PathBuf,
     /// Connections peers opened to us.
     inbound: Vec<OwnedFd>,
-    /// Readable when any of the datagram socket, the listener or `inbound` is.
-    epoll: OwnedFd,
     /// Where the next receive starts (round robin over the datagram socket and `inbound`).
     next: usize,
 }
@@ -229,13 +256,46 @@ fn recv_fd(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 fn epoll_add(epoll: &OwnedFd, fd: RawFd) -> io::Result<()> {
+    epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32)
+}
+
+fn epoll_ctl(epoll: &OwnedFd, op: libc::c_int, fd: RawFd, events: u32) -> io::Result<()> {
     let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
+        events,
         u64: fd as u64,
     };
     // SAFETY: `ev` is a valid epoll_event; both descriptors are open.
-    cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+    cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut ev) })?;
     Ok(())
+}
+
+fn new_epoll() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the descriptor it returns is owned by nobody else.
+    let epoll = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    // SAFETY: `epoll` was just created and is not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(epoll) })
+}
+
+impl Link {
+    /// Watches (or stops watching) the connection for room in `epoll`, as frames start (or
+    /// stop) waiting for it.
+    fn watch(&mut self, epoll: &OwnedFd, on: bool) {
+        let Some(fd) = &self.fd else {
+            self.watched = false;
+            return;
+        };
+        if on == self.watched {
+            return;
+        }
+        let (op, events) = if on {
+            (libc::EPOLL_CTL_ADD, libc::EPOLLOUT as u32)
+        } else {
+            (libc::EPOLL_CTL_DEL, 0)
+        };
+        if epoll_ctl(epoll, op, fd.as_raw_fd(), events).is_ok() {
+            self.watched = on;
+        }
+    }
 }
 
 impl UnixPort {
@@ -250,10 +310,7 @@ impl UnixPort {
         let sock = UnixDatagram::bind(&path)?;
         sock.set_nonblocking(true)?;
         let listener = listen_at(&seq_path)?;
-        // SAFETY: plain system call; the descriptor it returns is owned by nobody else.
-        let epoll = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: `epoll` was just created and is not owned elsewhere.
-        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        let epoll = new_epoll()?;
         epoll_add(&epoll, sock.as_raw_fd())?;
         epoll_add(&epoll, listener.as_raw_fd())?;
         Ok(UnixPort {
@@ -267,11 +324,11 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
+            epoll,
             rx_side: Some(RxSide {
                 listener,
                 seq_path,
                 inbound: Vec::new(),
-                epoll,
                 next: 0,
             }),
         })
@@ -283,6 +340,11 @@ impl UnixPort {
     /// [`Port::rx_burst`] receives nothing).
     pub fn sender(&self) -> io::Result<UnixPort> {
         let sock = self.sock.try_clone()?;
+        // (The shared datagram socket is readable when frames wait for the port's owner: a
+        // worker that sleeps on it wakes for nothing at worst; the steered port sleeps on
+        // its inbox.)
+        let epoll = new_epoll()?;
+        epoll_add(&epoll, sock.as_raw_fd())?;
         Ok(UnixPort {
             sock,
             dir: self.dir.clone(),
@@ -294,8 +356,15 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
+            epoll,
             rx_side: None,
         })
+    }
+
+    /// Frames waiting for their peers' queues (at most about [`PAUSE_AT`] while the device
+    /// heeds [`Port::tx_ready`]).
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     /// Connections this handle has open to peers (for tests).
@@ -328,8 +397,11 @@ impl UnixPort {
                 Ok(_) => return true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 // The peer closed (its daemon stopped or restarted): reconnect on the next
-                // frame, this one goes as a datagram.
-                Err(_) => link.fd = None,
+                // frame, this one goes as a datagram. (Closing it leaves the epoll set.)
+                Err(_) => {
+                    link.fd = None;
+                    link.watched = false;
+                }
             }
         }
         let path = dir.join(mac_name(to, "sock"));
@@ -340,7 +412,12 @@ impl UnixPort {
         if self.held == 0 {
             return;
         }
+        let now = Instant::now();
         for (to, d) in self.dests.iter_mut() {
+            if d.backlog.is_empty() {
+                continue;
+            }
+            let mut moved = false;
             while let Some(front) = d.backlog.front() {
                 if !Self::send_unicast(&self.sock, &self.dir, to, &mut d.link, front) {
                     break;
@@ -349,14 +426,29 @@ impl UnixPort {
                     self.spare.push(b);
                     self.held -= 1;
                 }
+                moved = true;
+            }
+            if d.backlog.is_empty() {
+                d.moved_at = None;
+                d.link.watch(&self.epoll, false);
+            } else if moved {
+                d.moved_at = Some(now);
+            } else if d.moved_at.is_some_and(|t| now.duration_since(t) >= STALL) {
+                // A peer that stopped reading: what waits for it goes, counted.
+                let n = d.backlog.len();
+                self.spare.extend(d.backlog.drain(..));
+                self.held -= n;
+                self.tx_dropped += n as u64;
+                d.moved_at = None;
+                d.link.watch(&self.epoll, false);
             }
         }
     }
 
     /// Takes every connection waiting on the listener.
-    fn accept_all(rx: &mut RxSide) {
+    fn accept_all(rx: &mut RxSide, epoll: &OwnedFd) {
         while let Ok(fd) = accept_one(&rx.listener) {
-            if epoll_add(&rx.epoll, fd.as_raw_fd()).is_ok() {
+            if epoll_add(epoll, fd.as_raw_fd()).is_ok() {
                 rx.inbound.push(fd);
             }
         }
@@ -388,7 +480,7 @@ impl Port for UnixPort {
         let Some(rx) = self.rx_side.as_mut() else {
             return Ok(0);
         };
-        Self::accept_all(rx);
+        Self::accept_all(rx, &self.epoll);
         // Source 0 is the datagram socket, source i > 0 is inbound[i - 1]; each is read
         // until it is empty or the burst is full, starting where the last burst stopped so
         // that no peer's connection waits behind another's.
@@ -467,6 +559,10 @@ impl Port for UnixPort {
         let mut b = self.spare.pop().unwrap_or_default();
         b.clear();
         b.extend_from_slice(frame);
+        if d.backlog.is_empty() {
+            d.moved_at = Some(Instant::now());
+            d.link.watch(&self.epoll, true);
+        }
         d.backlog.push_back(b);
         self.held += 1;
         Ok(())
@@ -479,17 +575,21 @@ impl Port for UnixPort {
     fn dropped(&self) -> u64 {
         self.tx_dropped
     }
+    fn tx_ready(&self) -> bool {
+        self.held < PAUSE_AT
+    }
     fn wait_fd(&self) -> Option<RawFd> {
-        // Frames held back for a full peer queue are retried by polling, not on a wake-up.
-        if self.held > 0 {
+        // Frames held back for a peer with no connection (its queue of datagrams full) are
+        // retried by polling; those on a connection wake the loop when it has room.
+        if self.held > 0
+            && self
+                .dests
+                .values()
+                .any(|d| !d.backlog.is_empty() && !d.link.watched)
+        {
             return None;
         }
-        // (A sender's socket is readable when frames wait for its owner: a worker that
-        // sleeps on it wakes for nothing at worst; the steered port sleeps on its inbox.)
-        Some(match &self.rx_side {
-            Some(rx) => rx.epoll.as_raw_fd(),
-            None => self.sock.as_raw_fd(),
-        })
+        Some(self.epoll.as_raw_fd())
     }
 }
 
@@ -568,6 +668,83 @@ mod tests {
         let mut got = Vec::new();
         receive_all(&mut c, &mut got);
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    }
+
+    /// Whether `fd` becomes readable within `ms` milliseconds.
+    fn readable(fd: RawFd, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    /// Once `PAUSE_AT` frames wait for a full peer the port takes no more (the device then
+    /// leaves them in TCP), and an idle loop sleeping on the port wakes when the peer has
+    /// read, not on a timer; after sending what waited the port takes frames again.
+    #[test]
+    fn a_full_peer_pauses_the_port_and_its_reading_wakes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x31], [2, 0, 0, 0, 9, 0x32]);
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        let mut n = 0;
+        while a.tx_ready() {
+            a.tx(&frame(mb, ma, n)).unwrap();
+            n += 1;
+            assert!(n < 100_000, "the port never paused");
+        }
+        assert_eq!(a.held, PAUSE_AT);
+        let fd = a
+            .wait_fd()
+            .expect("frames on a connection wait for a wake-up, not a timer");
+        assert!(!readable(fd, 0), "nothing to do before B reads");
+        let mut got = Vec::new();
+        receive_all(&mut b, &mut got);
+        assert!(readable(fd, 5000), "B's reading woke A");
+        a.flush().unwrap();
+        assert!(a.tx_ready());
+        assert_eq!(a.held, 0);
+        receive_all(&mut b, &mut got);
+        assert_eq!(got, (0..n).collect::<Vec<_>>());
+        assert_eq!(a.dropped(), 0);
+        let fd = a.wait_fd().unwrap();
+        assert!(
+            !readable(fd, 0),
+            "A's connection is no longer watched once drained"
+        );
+    }
+
+    /// A peer that reads nothing for `STALL` while frames wait for it has them dropped and
+    /// counted, so it cannot hold the port paused for its other peers.
+    #[test]
+    fn a_peer_that_stops_reading_is_dropped_after_the_stall_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb, mc) = (
+            [2, 0, 0, 0, 9, 0x41],
+            [2, 0, 0, 0, 9, 0x42],
+            [2, 0, 0, 0, 9, 0x43],
+        );
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let _b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        let mut c = UnixPort::open(dir.path(), mc, 1500).unwrap();
+        let mut n = 0;
+        while a.tx_ready() {
+            a.tx(&frame(mb, ma, n)).unwrap();
+            n += 1;
+        }
+        a.flush().unwrap();
+        assert!(!a.tx_ready(), "B read nothing: still paused");
+        std::thread::sleep(STALL);
+        a.flush().unwrap();
+        assert!(a.tx_ready(), "B's frames dropped after the stall time");
+        assert_eq!(a.dropped(), PAUSE_AT as u64);
+        a.tx(&frame(mc, ma, 7)).unwrap();
+        let mut got = Vec::new();
+        receive_all(&mut c, &mut got);
+        assert_eq!(got, vec![7]);
     }
 
     /// A peer that restarts (its sockets closed and bound again) is reached again: the
