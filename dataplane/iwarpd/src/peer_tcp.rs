@@ -588,6 +588,7 @@ fn add(to: &mut SendCounters, c: &SendCounters) {
     to.rtos += c.rtos;
     to.ecn_marks += c.ecn_marks;
     to.spurious += c.spurious;
+    to.dsacked += c.dsacked;
     to.held += c.held;
 }
 

@@ -55,6 +55,10 @@ pub struct SendCounters {
     pub ecn_marks: u64,
     /// Recovery episodes found spurious by DSACK and undone.
     pub spurious: u64,
+    /// Resent segments the peer reported receiving twice (a DSACK block, RFC 2883), each
+    /// a resend proven unnecessary (RFC 3708 section 2), whether or not its episode was
+    /// undone.
+    pub dsacked: u64,
     /// smoltcp's resends held back: its timer ran before ours, or the peer held the data.
     pub held: u64,
 }
@@ -92,6 +96,8 @@ struct Sent {
     at: u32,
     last: u32,
     resent: bool,
+    /// A DSACK showed the peer got it twice (counted once).
+    dsacked: bool,
 }
 
 /// A time as the low 32 bits of its microseconds: differences are right (wrapping) for
@@ -522,6 +528,8 @@ impl Sender {
             let s = self.sent.pop_front().expect("front exists");
             if !s.resent {
                 sample = Some(since(now, s.at));
+            } else if s.dsacked {
+                // Already found spurious.
             } else if self.min_rtt.is_some_and(|m| since(now, s.last) < m / 2) {
                 // Acknowledged sooner after the resend than any round trip takes: the ACK
                 // is the first copy's (RFC 4015's detection, with the RTT for a clock
@@ -641,22 +649,32 @@ impl Sender {
         }
     }
 
-    /// The peer got `[start, end)` twice: if that was a resend, it was spurious.
+    /// The peer got `[start, end)` twice: each resend in it was spurious.
     fn on_dsack(&mut self, start: Seq, end: Seq) {
-        let Some(i) = self
+        let overlaps = |a: Seq, b: Seq| before(a, end) && before(start, b);
+        // Resends acknowledged since: their first copy's round trip teaches the timer.
+        while let Some(i) = self
             .acked_resent
             .iter()
-            .position(|s| before_eq(start, s.start) && before_eq(s.end, end))
-            .or_else(|| {
-                self.acked_resent
-                    .iter()
-                    .position(|s| before(s.start, end) && before(start, s.end))
-            })
-        else {
-            return;
-        };
-        let s = self.acked_resent.remove(i).expect("found");
-        self.first_copy_arrived(s);
+            .position(|s| overlaps(s.start, s.end))
+        {
+            let s = self.acked_resent.remove(i).expect("found");
+            self.counters.dsacked += 1;
+            self.first_copy_arrived(s);
+        }
+        // Resends still above a hole (RFC 2883 section 4.2: the block inside the second):
+        // proven spurious as well, though not acknowledged yet, so no round trip to take.
+        let mut n = 0u32;
+        for s in self.sent.iter_mut() {
+            if s.resent && !s.dsacked && overlaps(s.start, s.end) {
+                s.dsacked = true;
+                n += 1;
+            }
+        }
+        self.counters.dsacked += u64::from(n);
+        for _ in 0..n {
+            self.episode_resend_was_spurious();
+        }
     }
 
     /// The first copy of a resent segment reached the peer: the resend was spurious.
@@ -664,6 +682,12 @@ impl Sender {
         // Its ACK's delay is what the timer must allow for (RFC 4015's response: the RTT
         // of the original transmission).
         self.rtt.sample(s.acked_at.saturating_sub(s.first_sent));
+        self.episode_resend_was_spurious();
+    }
+
+    /// One resend of the episode under way proved unnecessary: when all were, its
+    /// reduction is undone.
+    fn episode_resend_was_spurious(&mut self) {
         let Some(e) = &mut self.episode else {
             return;
         };
@@ -1008,6 +1032,7 @@ mod tests {
             ms(71),
         );
         assert_eq!(s.counters.spurious, 1);
+        assert_eq!(s.counters.dsacked, 1);
         assert_eq!(s.cwnd(), cwnd, "undone");
         // The first copy's ACK took 60 ms: the timer now allows for it.
         assert!(s.rtt.srtt().unwrap() > ms(8));
@@ -1041,6 +1066,66 @@ mod tests {
         s.on_ack(&ack(6000), d + ms(30));
         assert_eq!(s.counters.spurious, 1);
         assert!(s.cwnd() < cwnd);
+    }
+
+    #[test]
+    fn every_resend_a_dsack_proves_spurious_is_counted_undone_or_not() {
+        // RFC 3708 section 2: a DSACK (RFC 2883) for a resent segment shows the resend was
+        // unnecessary. Two of three holes resent in one episode come back duplicated: two
+        // spurious resends, while the episode (one resend real) is not undone.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        let held = [(3000, 6000), (7000, 11_000), (12_000, 22_000)];
+        for _ in 0..3 {
+            s.on_ack(
+                &AckInfo {
+                    sack: &held,
+                    ..ack(2000)
+                },
+                ms(30),
+            );
+        }
+        let mut out = Vec::new();
+        s.lost_holes(&mut out);
+        assert_eq!(out.len(), 3);
+        for &(a, b) in &out {
+            s.resent_below(a, b, ms(30));
+        }
+        let cwnd = s.cwnd();
+        // RFC 2883 section 4.2: the duplicate of 6000..7000, still above the hole at 2000,
+        // reported as a first block inside the second.
+        s.on_ack(
+            &AckInfo {
+                sack: &[(6000, 7000), (3000, 11_000), (12_000, 22_000)],
+                ..ack(2000)
+            },
+            ms(35),
+        );
+        assert_eq!((s.counters.dsacked, s.counters.spurious), (1, 0));
+        // The hole at 2000 filled by its resend; then section 4.1's DSACK below the
+        // cumulative ACK, for 11000..12000 (a first copy that was only late).
+        s.on_ack(&ack(22_000), ms(41));
+        s.on_ack(
+            &AckInfo {
+                sack: &[(11_000, 12_000)],
+                ..ack(22_000)
+            },
+            ms(42),
+        );
+        assert_eq!(s.counters.dsacked, 2);
+        assert_eq!(s.counters.spurious, 0, "one resend of three was needed");
+        assert_eq!(s.cwnd(), cwnd, "not undone");
+        // A repeated report of the same duplicate is not a second resend.
+        s.on_ack(
+            &AckInfo {
+                sack: &[(11_000, 12_000)],
+                ..ack(22_000)
+            },
+            ms(43),
+        );
+        assert_eq!(s.counters.dsacked, 2);
     }
 
     #[test]
