@@ -174,6 +174,9 @@ pub struct Sender {
     /// The smallest RTT sampled.
     min_rtt: Option<Duration>,
     sacked: Vec<(Seq, Seq)>,
+    /// RFC 6675 section 4's pipe, in octets: what is still in the network of what was sent,
+    /// as far as the SACK blocks tell (see [`Sender::send_window`]).
+    pipe: usize,
     acked_resent: VecDeque<Acked>,
     episode: Option<Episode>,
     /// DCTCP's observation window ends when this octet is acknowledged; ECN-Echo is
@@ -215,6 +218,7 @@ impl Sender {
             sent: VecDeque::new(),
             min_rtt: None,
             sacked: Vec::new(),
+            pipe: 0,
             acked_resent: VecDeque::new(),
             episode: None,
             dctcp_end: 0,
@@ -231,6 +235,45 @@ impl Sender {
 
     pub fn cwnd(&self) -> usize {
         self.cc.cwnd()
+    }
+
+    /// How far past the first unacknowledged octet the node may have data queued (sent or
+    /// not): the congestion window plus what the peer's SACK blocks show has left the
+    /// network. RFC 6675 section 5 sends while cwnd - pipe allows a segment; without the
+    /// SACKed octets, a sender in recovery would send nothing until the hole's repair
+    /// moved the cumulative ACK (a round trip later) and then its whole window at once,
+    /// a burst into the queue that just overflowed. `none` keeps its fixed bound.
+    pub fn send_window(&self) -> usize {
+        let cwnd = self.cc.cwnd();
+        if self.cc.algorithm() == Algorithm::None {
+            return cwnd;
+        }
+        cwnd + self.in_flight().saturating_sub(self.pipe)
+    }
+
+    /// RFC 6675 section 4's SetPipe over the segments in flight: each one neither SACKed
+    /// nor lost (IsLost: three segments' worth SACKed above it) counts, and each resent one
+    /// counts (again).
+    fn set_pipe(&mut self) {
+        if self.sacked.is_empty() {
+            self.pipe = self.in_flight();
+            return;
+        }
+        let (mut pipe, mut above) = (0, 0);
+        for s in self.sent.iter().rev() {
+            let len = dist(s.start, s.end);
+            if self.fully_sacked(s.start, s.end) {
+                above += len;
+                continue;
+            }
+            if above < 3 * self.mss {
+                pipe += len;
+            }
+            if s.resent {
+                pipe += len;
+            }
+        }
+        self.pipe = pipe;
     }
 
     /// Our retransmission timeout now: RFC 6298's, and at least the RTT plus the peer's ACK
@@ -447,8 +490,10 @@ impl Sender {
             at: stamp(now),
             last: stamp(now),
             resent: false,
+            dsacked: false,
         });
         self.nxt = end;
+        self.pipe += dist(start, end);
     }
 
     fn mark_resent(&mut self, start: Seq, end: Seq, now: Duration) {
@@ -457,6 +502,7 @@ impl Sender {
             if before(s.start, end) && before(start, s.end) {
                 if !s.resent {
                     n += 1;
+                    self.pipe += dist(s.start, s.end);
                 }
                 s.resent = true;
                 s.last = stamp(now);
@@ -500,6 +546,7 @@ impl Sender {
             }
         }
         self.last_window = a.window;
+        self.set_pipe();
         self.detect_by_time(now);
         if let Some((start, end)) = dsack {
             self.on_dsack(start, end);
@@ -1012,60 +1059,55 @@ mod tests {
     }
 
     #[test]
-    fn a_dsack_for_every_resend_undoes_the_reduction_and_teaches_the_timer() {
-        // RFC 3708 section 3 and RFC 2883 section 4: a spurious timeout, found and undone.
-        let mut s = sender(Algorithm::Cubic);
-        send(&mut s, 0, 4, ms(0));
-        s.on_ack(&ack(4000), ms(1));
-        let cwnd = s.cwnd();
-        // A lone small Write whose ACK the peer delays 60 ms (past our 41 ms timer).
-        assert_eq!(s.on_send(4000, 64, ms(10)), Verdict::Send);
-        assert_eq!(s.on_send(4000, 64, ms(55)), Verdict::Send);
-        assert_eq!(s.counters.rtos, 1);
-        assert!(s.cwnd() < cwnd);
-        s.on_ack(&ack(4064), ms(70));
-        s.on_ack(
-            &AckInfo {
-                sack: &[(4000, 4064)],
-                ..ack(4064)
-            },
-            ms(71),
-        );
-        assert_eq!(s.counters.spurious, 1);
-        assert_eq!(s.counters.dsacked, 1);
-        assert_eq!(s.cwnd(), cwnd, "undone");
-        // The first copy's ACK took 60 ms: the timer now allows for it.
-        assert!(s.rtt.srtt().unwrap() > ms(8));
-        assert_eq!(s.on_send(4064, 64, ms(80)), Verdict::Send);
-        assert!(s.rto() > ms(60), "{:?}", s.rto());
-    }
-
-    #[test]
-    fn an_ack_faster_than_any_round_trip_after_a_resend_undoes_it() {
-        // RFC 4015 section 3's detection (by the RTT here): the ACK of the first copy.
+    fn in_recovery_what_the_sack_blocks_show_delivered_makes_room_for_new_data() {
+        // RFC 6675 sections 4 and 5: new data goes while cwnd - pipe allows a segment,
+        // pipe counting the segments neither SACKed nor lost, and the resent ones.
         let mut s = sender(Algorithm::NewReno);
-        send(&mut s, 0, 4, ms(0));
-        s.on_ack(&ack(4000), ms(10));
-        let cwnd = s.cwnd();
-        // A lone segment whose ACK the peer holds past our timer (10 ms + 40 ms).
-        s.on_send(4000, MSS, ms(20));
-        assert_eq!(s.on_send(4000, MSS, ms(80)), Verdict::Send);
-        assert_eq!((s.counters.rtos, s.cwnd()), (1, MSS));
-        // Its ACK 1 ms after the resend: no round trip is that short.
-        s.on_ack(&ack(5000), ms(81));
-        assert_eq!(s.counters.spurious, 1);
-        assert!(s.cwnd() >= cwnd, "undone");
-        assert!(
-            s.rtt.srtt().unwrap() > ms(10),
-            "the 61 ms of the first copy count"
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        assert_eq!(
+            s.send_window(),
+            s.cwnd(),
+            "no SACK blocks: the window alone"
         );
-        // An ACK a round trip after a resend says nothing: no undo.
-        s.on_send(5000, MSS, ms(100));
-        let d = s.deadline().unwrap();
-        assert_eq!(s.on_send(5000, MSS, d), Verdict::Send);
-        s.on_ack(&ack(6000), d + ms(30));
-        assert_eq!(s.counters.spurious, 1);
-        assert!(s.cwnd() < cwnd);
+        let dup = |s: &mut Sender, sack: &[(Seq, Seq)], t| {
+            s.on_ack(&AckInfo { sack, ..ack(2000) }, t);
+        };
+        for r in [4000, 5000, 6000] {
+            dup(&mut s, &[(3000, r)], ms(30));
+        }
+        // Three duplicate ACKs: cwnd = 20 segments in flight / 2 (RFC 5681 equation (4)).
+        assert_eq!((s.cwnd(), s.in_flight()), (10 * MSS, 20 * MSS));
+        // pipe: 16 segments above the SACKed three; the one below them is lost.
+        assert_eq!(s.pipe, 16 * MSS);
+        assert_eq!(
+            s.send_window(),
+            14 * MSS,
+            "still more out than cwnd: nothing new"
+        );
+        s.resent_below(2000, 3000, ms(30));
+        assert_eq!(s.pipe, 17 * MSS, "the resend is in the network");
+        // Ten more segments reported delivered: room for three new ones.
+        dup(&mut s, &[(3000, 16_000)], ms(32));
+        assert_eq!(s.pipe, 7 * MSS);
+        assert_eq!(s.send_window() - s.in_flight(), 3 * MSS);
+        send(&mut s, 22_000, 3, ms(32));
+        assert_eq!(s.send_window(), s.in_flight(), "cwnd full again");
+        // The hole repaired: recovery ends with the window at ssthresh and no burst.
+        s.on_ack(&ack(22_000), ms(42));
+        assert_eq!((s.send_window(), s.in_flight()), (10 * MSS, 3 * MSS));
+        // `none` keeps the node's fixed bound.
+        let mut n = sender(Algorithm::None);
+        send(&mut n, 0, 5, ms(0));
+        n.on_ack(
+            &AckInfo {
+                sack: &[(1000, 5000)],
+                ..ack(0)
+            },
+            ms(1),
+        );
+        assert_eq!(n.send_window(), 1 << 20);
     }
 
     #[test]
@@ -1126,6 +1168,63 @@ mod tests {
             ms(43),
         );
         assert_eq!(s.counters.dsacked, 2);
+    }
+
+    #[test]
+    fn a_dsack_for_every_resend_undoes_the_reduction_and_teaches_the_timer() {
+        // RFC 3708 section 3 and RFC 2883 section 4: a spurious timeout, found and undone.
+        let mut s = sender(Algorithm::Cubic);
+        send(&mut s, 0, 4, ms(0));
+        s.on_ack(&ack(4000), ms(1));
+        let cwnd = s.cwnd();
+        // A lone small Write whose ACK the peer delays 60 ms (past our 41 ms timer).
+        assert_eq!(s.on_send(4000, 64, ms(10)), Verdict::Send);
+        assert_eq!(s.on_send(4000, 64, ms(55)), Verdict::Send);
+        assert_eq!(s.counters.rtos, 1);
+        assert!(s.cwnd() < cwnd);
+        s.on_ack(&ack(4064), ms(70));
+        s.on_ack(
+            &AckInfo {
+                sack: &[(4000, 4064)],
+                ..ack(4064)
+            },
+            ms(71),
+        );
+        assert_eq!(s.counters.spurious, 1);
+        assert_eq!(s.counters.dsacked, 1);
+        assert_eq!(s.cwnd(), cwnd, "undone");
+        // The first copy's ACK took 60 ms: the timer now allows for it.
+        assert!(s.rtt.srtt().unwrap() > ms(8));
+        assert_eq!(s.on_send(4064, 64, ms(80)), Verdict::Send);
+        assert!(s.rto() > ms(60), "{:?}", s.rto());
+    }
+
+    #[test]
+    fn an_ack_faster_than_any_round_trip_after_a_resend_undoes_it() {
+        // RFC 4015 section 3's detection (by the RTT here): the ACK of the first copy.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 4, ms(0));
+        s.on_ack(&ack(4000), ms(10));
+        let cwnd = s.cwnd();
+        // A lone segment whose ACK the peer holds past our timer (10 ms + 40 ms).
+        s.on_send(4000, MSS, ms(20));
+        assert_eq!(s.on_send(4000, MSS, ms(80)), Verdict::Send);
+        assert_eq!((s.counters.rtos, s.cwnd()), (1, MSS));
+        // Its ACK 1 ms after the resend: no round trip is that short.
+        s.on_ack(&ack(5000), ms(81));
+        assert_eq!(s.counters.spurious, 1);
+        assert!(s.cwnd() >= cwnd, "undone");
+        assert!(
+            s.rtt.srtt().unwrap() > ms(10),
+            "the 61 ms of the first copy count"
+        );
+        // An ACK a round trip after a resend says nothing: no undo.
+        s.on_send(5000, MSS, ms(100));
+        let d = s.deadline().unwrap();
+        assert_eq!(s.on_send(5000, MSS, d), Verdict::Send);
+        s.on_ack(&ack(6000), d + ms(30));
+        assert_eq!(s.counters.spurious, 1);
+        assert!(s.cwnd() < cwnd);
     }
 
     #[test]
