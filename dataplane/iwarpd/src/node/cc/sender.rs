@@ -182,6 +182,8 @@ pub struct Sender {
     /// DCTCP's observation window ends when this octet is acknowledged; ECN-Echo is
     /// answered once per window of data (RFC 3168 section 6.1.2).
     dctcp_end: Seq,
+    /// The current round trip ends when this octet is acknowledged (RFC 9406's windowEnd).
+    round_end: Seq,
     ecn_until: Option<Seq>,
     /// The window was reduced for an ECN-Echo: the next new data segment carries CWR (RFC
     /// 3168 section 6.1.2).
@@ -222,6 +224,7 @@ impl Sender {
             acked_resent: VecDeque::new(),
             episode: None,
             dctcp_end: 0,
+            round_end: 0,
             ecn_until: None,
             cwr_due: false,
             counters: SendCounters::default(),
@@ -313,6 +316,7 @@ impl Sender {
             self.una = seq;
             self.nxt = seq;
             self.dctcp_end = seq;
+            self.round_end = seq;
         }
         let end = seq.wrapping_add(len as u32);
         if before_eq(self.nxt, seq) {
@@ -594,11 +598,16 @@ impl Sender {
             // section 4.2): that many samples per round trip.
             let per_window = (acked + self.in_flight()).div_ceil(2 * self.mss.max(1));
             self.rtt.sample_of(r, per_window.clamp(1, 1024) as u32);
+            self.cc.on_rtt(r);
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
         self.sacked.retain(|&(_, r)| before(a.ack, r));
         if self.go_back.is_some_and(|g| before_eq(g, a.ack)) {
             self.go_back = None;
+        }
+        if before_eq(self.round_end, a.ack) {
+            self.cc.on_round_end();
+            self.round_end = self.nxt;
         }
         let window_done = before(self.dctcp_end, a.ack);
         if window_done {
