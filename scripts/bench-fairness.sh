@@ -83,7 +83,7 @@ done
 trace() {
     local t0=$SECONDS
     while sleep 1; do
-        sed -n -e 's/.*\(cwnd=[0-9]* bytes_in_flight=[0-9]* retransmits=[0-9]* fast_retransmits=[0-9]* rtos=[0-9]* ecn_marks=[0-9]* spurious_retransmits=[0-9]*\).*/\1/p' \
+        sed -n -e 's/.*\(cwnd=[0-9]* bytes_in_flight=[0-9]* retransmits=[0-9]* fast_retransmits=[0-9]* rtos=[0-9]* ecn_marks=[0-9]* spurious_retransmits=[0-9]* dsack_spurious=[0-9]*\).*/\1/p' \
             -e 's/^conn /  conn /p' "$run/a/stats" 2>/dev/null | sed "s/^/t=$((SECONDS - t0)) /"
     done
 }
@@ -109,7 +109,7 @@ ours_between() {
         END { if (n < 2) print 0; else printf "%.1f\n", (cb - ca) * 8 / (b - a) / 1e6 }' "$1"
 }
 counters() {
-    grep -o '^core.*' "$run/a/stats" | grep -o ' retransmits=[0-9]*\| fast_retransmits=[0-9]*\| rtos=[0-9]*\| spurious_retransmits=[0-9]*\| drops=[0-9]*' \
+    grep -o '^core.*' "$run/a/stats" | grep -o ' retransmits=[0-9]*\| fast_retransmits=[0-9]*\| rtos=[0-9]*\| spurious_retransmits=[0-9]*\| dsack_spurious=[0-9]*\| drops=[0-9]*' \
         | tr -d '\n'
 }
 # Waits until our flow's octets arrive at the receiver.

@@ -124,6 +124,9 @@ struct SynTx {
     isn: u32,
     next: Duration,
     wait: Duration,
+    /// The latest SYN of this attempt asked for ECN: only the first does (see
+    /// [`PeerTcp::admits`]).
+    ecn: bool,
 }
 
 #[derive(Default)]
@@ -353,12 +356,19 @@ impl PeerTcp {
         }
         let now = real(now, self.dilation);
         if o.syn {
-            if !self.syn_admits(o.key, o.seq, now) {
+            let Some(first) = self.syn_admits(o.key, o.seq, now) else {
                 return false;
-            }
+            };
             let flags = if !o.ack {
-                // RFC 3168 section 6.1.1: an ECN-setup SYN.
-                (self.ecn != Mode::Off).then_some(ecn::ECE | ecn::CWR)
+                // RFC 3168 section 6.1.1: an ECN-setup SYN. Section 6.1.1.1: an ECN-setup
+                // SYN that got no answer may have been dropped for its flags (a middlebox),
+                // so its repeats go as plain SYNs, and a SYN-ACK to the first no longer
+                // agrees ECN (as Linux's `tcp_ecn_fallback`).
+                let setup = self.ecn != Mode::Off && first;
+                if let Some(s) = self.syn_tx.iter_mut().find(|s| s.key == o.key) {
+                    s.ecn = setup;
+                }
+                setup.then_some(ecn::ECE | ecn::CWR)
             } else {
                 // An ECN-setup SYN-ACK, to a peer whose SYN was one.
                 self.syns
@@ -409,17 +419,19 @@ impl PeerTcp {
         true
     }
 
-    fn syn_admits(&mut self, key: FlowKey, isn: u32, now: Duration) -> bool {
+    /// Whether a SYN (or SYN-ACK) smoltcp sends goes now: `Some(true)` for the first of its
+    /// attempt, `Some(false)` for a repeat whose back-off ran out, `None` when held.
+    fn syn_admits(&mut self, key: FlowKey, isn: u32, now: Duration) -> Option<bool> {
         self.syn_tx.retain(|s| s.key != key || s.isn == isn);
         match self.syn_tx.iter_mut().find(|s| s.key == key) {
             Some(s) if now < s.next => {
                 self.syns_held += 1;
-                false
+                None
             }
             Some(s) => {
                 s.wait = s.wait.saturating_mul(2);
                 s.next = now + s.wait;
-                true
+                Some(false)
             }
             None => {
                 if self.syn_tx.len() == SYN_TX_SLOTS {
@@ -430,8 +442,9 @@ impl PeerTcp {
                     isn,
                     next: now + SYN_RTO,
                     wait: SYN_RTO,
+                    ecn: false,
                 });
-                true
+                Some(true)
             }
         }
     }
@@ -455,8 +468,18 @@ impl PeerTcp {
         }
         // RFC 3168 section 6.1.1: a SYN asks for ECN with ECE and CWR, a SYN-ACK grants it
         // with ECE alone (and a SYN-ACK is only ever an answer to our SYN, which asked).
-        let ecn =
-            self.ecn != Mode::Off && tcp.ece() && if tcp.ack() { !tcp.cwr() } else { tcp.cwr() };
+        // After a fallback to a plain SYN (see [`PeerTcp::admits`]) a SYN-ACK that grants
+        // ECN answers the first SYN, which we gave up on.
+        let asked = !tcp.ack()
+            || self
+                .syn_tx
+                .iter()
+                .find(|s| s.key == key)
+                .is_none_or(|s| s.ecn);
+        let ecn = self.ecn != Mode::Off
+            && asked
+            && tcp.ece()
+            && if tcp.ack() { !tcp.cwr() } else { tcp.cwr() };
         // A SYN's own window is never scaled (RFC 7323 section 2.2).
         let flow = Flow {
             ecn,
@@ -588,6 +611,7 @@ fn add(to: &mut SendCounters, c: &SendCounters) {
     to.rtos += c.rtos;
     to.ecn_marks += c.ecn_marks;
     to.spurious += c.spurious;
+    to.dsacked += c.dsacked;
     to.held += c.held;
 }
 
@@ -1119,6 +1143,37 @@ mod tests {
             assert!(w.admits(&mut syn, Instant::ZERO));
             assert_eq!(ecn_of(&syn), expect, "{mode:?}");
         }
+    }
+
+    #[test]
+    fn an_unanswered_ecn_setup_syn_is_repeated_as_a_plain_syn() {
+        // RFC 3168 section 6.1.1.1: a host whose ECN-setup SYN gets no answer may send its
+        // SYN retransmissions as non-ECN-setup SYNs (a middlebox may drop SYNs with ECE and
+        // CWR). A SYN-ACK that still grants ECN then answers the first one: no ECN.
+        let mut w = PeerTcp::default();
+        w.set_ecn(Mode::Classic);
+        w.set_dilation(1);
+        let at = |ms: u64| Instant::from_millis(ms as i64);
+        let mut syn = ecn_segment(false, TcpControl::Syn, 7, None, &[], 0, 0);
+        assert!(w.admits(&mut syn, at(0)));
+        assert_eq!(ecn_of(&syn), (0, true, true), "the first asks for ECN");
+        for t in [200, 600] {
+            let mut again = ecn_segment(false, TcpControl::Syn, 7, None, &[], 0, 0);
+            assert!(w.admits(&mut again, at(t)));
+            assert_eq!(ecn_of(&again), (0, false, false), "repeat at {t} ms");
+        }
+        let syn_ack = ecn_segment(true, TcpControl::Syn, 1000, Some(8), &[], ecn::ECE, 0);
+        w.observe(&syn_ack, at(601));
+        assert!(w.adopt(key()));
+        assert!(!w.ecn(key()), "ECN given up with the first SYN");
+        // A new attempt on the same ports (another initial sequence number) asks again.
+        let mut fresh = ecn_segment(false, TcpControl::Syn, 5000, None, &[], 0, 0);
+        assert!(w.admits(&mut fresh, at(700)));
+        assert_eq!(ecn_of(&fresh), (0, true, true));
+        let granted = ecn_segment(true, TcpControl::Syn, 3000, Some(5001), &[], ecn::ECE, 0);
+        w.observe(&granted, at(701));
+        assert!(w.adopt(key()));
+        assert!(w.ecn(key()), "answered at once: agreed");
     }
 
     #[test]

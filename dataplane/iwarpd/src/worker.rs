@@ -74,6 +74,7 @@ pub struct CoreCounters {
     pub rtos: AtomicU64,
     pub ecn_marks: AtomicU64,
     pub spurious_retransmits: AtomicU64,
+    pub dsack_spurious: AtomicU64,
     pub resends_held: AtomicU64,
     pub syns_held: AtomicU64,
     /// Stage times (ns, summed over busy turns) when stage timing is on: the bench's
@@ -128,6 +129,7 @@ impl CoreCounters {
         self.rtos.store(c.rtos, r);
         self.ecn_marks.store(c.ecn_marks, r);
         self.spurious_retransmits.store(c.spurious_retransmits, r);
+        self.dsack_spurious.store(c.dsack_spurious, r);
         self.resends_held.store(c.resends_held, r);
         self.syns_held.store(c.syns_held, r);
         if let Some(st) = c.stages {
@@ -161,6 +163,7 @@ impl CoreCounters {
             ("rtos", &self.rtos),
             ("ecn_marks", &self.ecn_marks),
             ("spurious_retransmits", &self.spurious_retransmits),
+            ("dsack_spurious", &self.dsack_spurious),
             ("resends_held", &self.resends_held),
             ("syns_held", &self.syns_held),
         ] {
@@ -504,6 +507,7 @@ mod tests {
             rtos: 24,
             ecn_marks: 25,
             spurious_retransmits: 26,
+            dsack_spurious: 29,
             resends_held: 27,
             syns_held: 28,
         });
@@ -531,6 +535,7 @@ mod tests {
             "rtos=24",
             "ecn_marks=25",
             "spurious_retransmits=26",
+            "dsack_spurious=29",
             "resends_held=27",
             "syns_held=28",
         ] {

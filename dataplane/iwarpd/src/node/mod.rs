@@ -311,13 +311,15 @@ pub struct Counters {
     pub cwnd: u64,
     pub bytes_in_flight: u64,
     /// Segments resent, of them on duplicate or partial ACKs, retransmission timeouts, ACKs
-    /// echoing ECN and CE marks received, recoveries found spurious and undone, resends of
-    /// smoltcp's held back (not due, or data the peer holds), SYN repeats held back.
+    /// echoing ECN and CE marks received, recoveries found spurious and undone, resends the
+    /// peer reported twice (DSACK), resends of smoltcp's held back (not due, or data the peer
+    /// holds), SYN repeats held back.
     pub retransmits: u64,
     pub fast_retransmits: u64,
     pub rtos: u64,
     pub ecn_marks: u64,
     pub spurious_retransmits: u64,
+    pub dsack_spurious: u64,
     pub resends_held: u64,
     pub syns_held: u64,
 }
@@ -548,6 +550,7 @@ impl<P: Port> Node<P> {
             rtos: send.rtos,
             ecn_marks: send.ecn_marks,
             spurious_retransmits: send.spurious,
+            dsack_spurious: send.dsacked,
             resends_held: send.held,
             syns_held: self.dev.peers.syns_held,
             rx_frames: self.dev.rx_frames,
@@ -590,7 +593,7 @@ impl<P: Port> Node<P> {
             out.push_str(&format!(
                 "conn id={} qp={} cwnd={} bytes_in_flight={} srtt_us={} rto_us={} \
                  retransmits={} fast_retransmits={} rtos={} ecn_marks={} \
-                 spurious_retransmits={} resends_held={}\n",
+                 spurious_retransmits={} dsack_spurious={} resends_held={}\n",
                 c.id,
                 c.qp.map_or("-".to_string(), |q| q.to_string()),
                 t.cwnd,
@@ -602,6 +605,7 @@ impl<P: Port> Node<P> {
                 k.rtos,
                 k.ecn_marks,
                 k.spurious,
+                k.dsacked,
                 k.held,
             ));
         }

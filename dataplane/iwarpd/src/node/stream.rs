@@ -60,10 +60,14 @@ impl<P: Port> Node<P> {
         let mut open = 0;
         while rnic.wants_transmit(qp) {
             let room = {
+                // The node's bound, or the sender's congestion window where it tracks one
+                // (with the SACKed octets it may send past: `Sender::send_window`).
+                let bound = flow
+                    .and_then(|k| self.dev.peers.sender(k))
+                    .map_or(self.tcp.max_inflight, |s| s.send_window());
                 let s = self.sockets.get::<tcp::Socket>(handle);
                 let queued = s.send_queue();
-                let mut room =
-                    (s.send_capacity() - queued).min(self.tcp.max_inflight.saturating_sub(queued));
+                let mut room = (s.send_capacity() - queued).min(bound.saturating_sub(queued));
                 // Within the peer's window too, or smoltcp cuts the last FPDU at its edge.
                 // With nothing queued a window below one segment is sent into anyway: it
                 // is the peer's to open, and waiting for it could wait forever.
@@ -71,11 +75,6 @@ impl<P: Port> Node<P> {
                     if let Some(window) = flow.and_then(|k| self.dev.peers.window(k)) {
                         room = room.min(window.saturating_sub(queued));
                     }
-                }
-                // And within the congestion window (at least a segment: one FPDU always
-                // fits once nothing is queued).
-                if let Some(s) = flow.and_then(|k| self.dev.peers.sender(k)) {
-                    room = room.min(s.cwnd().saturating_sub(queued));
                 }
                 room
             };

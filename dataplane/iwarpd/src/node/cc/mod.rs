@@ -5,7 +5,8 @@
 //!
 //! - NewReno: RFC 5681 (slow start, congestion avoidance, 3 duplicate ACKs, timeout), with
 //!   RFC 6582's recovery point kept by the caller;
-//! - CUBIC: RFC 9438 (`cubic.rs`), the default;
+//! - CUBIC: RFC 9438 (`cubic.rs`), the default, with HyStart++ (RFC 9406, `hystart.rs`)
+//!   for its first slow start, as Linux's CUBIC has HyStart;
 //! - DCTCP: RFC 8257 (`dctcp.rs`), NewReno growth with the ECN-proportional cut.
 //!
 //! The window never exceeds the node's own bound (`TcpSettings::max_inflight`), and
@@ -14,12 +15,14 @@
 mod cubic;
 mod dctcp;
 pub mod ecn;
+mod hystart;
 pub mod resend;
 mod rtt;
 pub mod sender;
 
 pub use cubic::Cubic;
 pub use dctcp::Dctcp;
+pub use hystart::HyStart;
 pub use rtt::RttEstimator;
 
 use std::time::Duration;
@@ -63,6 +66,7 @@ pub struct Window {
     ca_acked: usize,
     cubic: Cubic,
     dctcp: Dctcp,
+    hystart: HyStart,
     prior: Option<Prior>,
 }
 
@@ -80,6 +84,11 @@ impl Window {
             ca_acked: 0,
             cubic: Cubic::default(),
             dctcp: Dctcp::default(),
+            hystart: if alg == Algorithm::Cubic {
+                HyStart::default()
+            } else {
+                HyStart::off()
+            },
             prior: None,
         }
     }
@@ -128,9 +137,11 @@ impl Window {
         if self.in_slow_start() {
             // RFC 5681 section 3.1 grows by at most one SMSS per ACK; our peers acknowledge
             // up to a burst (32 frames) at once, so the octets acknowledged count whole
-            // (RFC 3465 byte counting, as Linux does), up to ssthresh.
+            // (RFC 3465 byte counting, as Linux does; RFC 9406's limit L of 8 segments per
+            // ACK is left out for the same reason), up to ssthresh. In HyStart++'s
+            // Conservative Slow Start, a quarter of that (RFC 9406 section 4.3).
             let grow = acked.min(self.ssthresh - self.cwnd);
-            self.cwnd += grow;
+            self.cwnd += grow / self.hystart.divisor();
             acked -= grow;
             self.clamp();
             if acked == 0 || self.cwnd >= self.max {
@@ -153,6 +164,27 @@ impl Window {
         self.clamp();
     }
 
+    /// An RTT sample (RFC 6298's rules), for HyStart++ while in its slow start.
+    pub fn on_rtt(&mut self, rtt: Duration) {
+        if self.in_slow_start() {
+            self.hystart.on_rtt(rtt);
+        }
+    }
+
+    /// A round trip ended: the data sent when the last one ended is acknowledged. After
+    /// HyStart++'s last round of Conservative Slow Start, congestion avoidance begins
+    /// (RFC 9406 section 4.3: ssthresh = cwnd).
+    pub fn on_round_end(&mut self) {
+        if self.hystart.on_round_end() == hystart::RoundEnd::ToAvoidance && self.in_slow_start() {
+            self.ssthresh = self.cwnd;
+        }
+    }
+
+    /// Whether HyStart++ has ended slow start and runs its conservative growth.
+    pub fn in_css(&self) -> bool {
+        self.hystart.in_css()
+    }
+
     /// Loss found by three duplicate ACKs (or an ECN echo, for all but DCTCP: RFC 3168
     /// section 6.1.2 treats it as a loss), once per window of data. `flight`: octets
     /// unacknowledged.
@@ -161,6 +193,7 @@ impl Window {
             return;
         }
         self.save_prior();
+        self.hystart.stop();
         match self.alg {
             Algorithm::Cubic => {
                 let (ssthresh, cwnd) = self.cubic.on_congestion(self.cwnd, flight, self.mss, now);
@@ -184,6 +217,7 @@ impl Window {
             return;
         }
         self.save_prior();
+        self.hystart.stop();
         self.ssthresh = match self.alg {
             Algorithm::Cubic => self.cubic.on_congestion(self.cwnd, flight, self.mss, now).0,
             _ => flight / 2,
@@ -369,6 +403,46 @@ mod tests {
             w.commit();
             assert!(!w.undo(), "committed");
         }
+    }
+
+    #[test]
+    fn cubic_leaves_its_first_slow_start_by_hystart_and_newreno_does_not() {
+        // RFC 9406 section 4.3 (RFC 9438 section 4.10): a round whose minimum RTT is 4 ms
+        // above the last one's ends slow start; CSS grows by a quarter of slow start for 5
+        // rounds, then congestion avoidance with ssthresh = cwnd.
+        let rounds = |alg| {
+            let mut w = Window::new(alg, MSS, MAX);
+            let mut t = ms(0);
+            let mut sizes = Vec::new();
+            for r in 0..8u64 {
+                // The queue fills from the third round: 1 ms, 1 ms, then 10 ms.
+                let rtt = if r < 2 { ms(1) } else { ms(10) };
+                let n = w.cwnd() / MSS;
+                for _ in 0..n {
+                    w.on_rtt(rtt);
+                    w.on_ack(MSS, t, rtt);
+                }
+                w.on_round_end();
+                t += rtt;
+                sizes.push((w.cwnd() / MSS, w.in_css(), w.in_slow_start()));
+            }
+            sizes
+        };
+        let cubic = rounds(Algorithm::Cubic);
+        // Slow start doubles twice, then the round at 10 ms turns to CSS after 8 samples.
+        assert_eq!(cubic[0], (20, false, true));
+        assert_eq!(cubic[1], (40, false, true));
+        assert!(cubic[2].1 && cubic[2].0 < 80, "{:?}", cubic[2]);
+        // CSS: +25 % a round.
+        let growth = cubic[3].0 as f64 / cubic[2].0 as f64;
+        assert!((growth - 1.25).abs() < 0.03, "{cubic:?}");
+        assert!(cubic[5].1, "{cubic:?}");
+        assert!(
+            !cubic[6].1 && !cubic[6].2,
+            "avoidance after 5 rounds: {cubic:?}"
+        );
+        let newreno = rounds(Algorithm::NewReno);
+        assert_eq!(newreno[4], (320, false, true), "plain slow start");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! holes the peer's SACK blocks show can all be resent at once from below smoltcp: its fast
 //! retransmit resends only the first unacknowledged segment, and its go-back-N resend waits
 //! for its own timer. The copies cost one copy of each data segment sent and, at most, the
-//! connection's in-flight bound in memory; buffers are reused, so nothing is allocated once
-//! the window is warm.
+//! connection's in-flight bound in memory, plus what the peer's SACK blocks show it holds
+//! in recovery (see `Sender::send_window`); buffers are reused, so nothing is allocated
+//! once the window is warm.
 
 use std::collections::VecDeque;
 

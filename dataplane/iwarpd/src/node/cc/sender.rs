@@ -55,6 +55,10 @@ pub struct SendCounters {
     pub ecn_marks: u64,
     /// Recovery episodes found spurious by DSACK and undone.
     pub spurious: u64,
+    /// Resent segments the peer reported receiving twice (a DSACK block, RFC 2883), each
+    /// a resend proven unnecessary (RFC 3708 section 2), whether or not its episode was
+    /// undone.
+    pub dsacked: u64,
     /// smoltcp's resends held back: its timer ran before ours, or the peer held the data.
     pub held: u64,
 }
@@ -92,6 +96,8 @@ struct Sent {
     at: u32,
     last: u32,
     resent: bool,
+    /// A DSACK showed the peer got it twice (counted once).
+    dsacked: bool,
 }
 
 /// A time as the low 32 bits of its microseconds: differences are right (wrapping) for
@@ -168,11 +174,16 @@ pub struct Sender {
     /// The smallest RTT sampled.
     min_rtt: Option<Duration>,
     sacked: Vec<(Seq, Seq)>,
+    /// RFC 6675 section 4's pipe, in octets: what is still in the network of what was sent,
+    /// as far as the SACK blocks tell (see [`Sender::send_window`]).
+    pipe: usize,
     acked_resent: VecDeque<Acked>,
     episode: Option<Episode>,
     /// DCTCP's observation window ends when this octet is acknowledged; ECN-Echo is
     /// answered once per window of data (RFC 3168 section 6.1.2).
     dctcp_end: Seq,
+    /// The current round trip ends when this octet is acknowledged (RFC 9406's windowEnd).
+    round_end: Seq,
     ecn_until: Option<Seq>,
     /// The window was reduced for an ECN-Echo: the next new data segment carries CWR (RFC
     /// 3168 section 6.1.2).
@@ -209,9 +220,11 @@ impl Sender {
             sent: VecDeque::new(),
             min_rtt: None,
             sacked: Vec::new(),
+            pipe: 0,
             acked_resent: VecDeque::new(),
             episode: None,
             dctcp_end: 0,
+            round_end: 0,
             ecn_until: None,
             cwr_due: false,
             counters: SendCounters::default(),
@@ -225,6 +238,45 @@ impl Sender {
 
     pub fn cwnd(&self) -> usize {
         self.cc.cwnd()
+    }
+
+    /// How far past the first unacknowledged octet the node may have data queued (sent or
+    /// not): the congestion window plus what the peer's SACK blocks show has left the
+    /// network. RFC 6675 section 5 sends while cwnd - pipe allows a segment; without the
+    /// SACKed octets, a sender in recovery would send nothing until the hole's repair
+    /// moved the cumulative ACK (a round trip later) and then its whole window at once,
+    /// a burst into the queue that just overflowed. `none` keeps its fixed bound.
+    pub fn send_window(&self) -> usize {
+        let cwnd = self.cc.cwnd();
+        if self.cc.algorithm() == Algorithm::None {
+            return cwnd;
+        }
+        cwnd + self.in_flight().saturating_sub(self.pipe)
+    }
+
+    /// RFC 6675 section 4's SetPipe over the segments in flight: each one neither SACKed
+    /// nor lost (IsLost: three segments' worth SACKed above it) counts, and each resent one
+    /// counts (again).
+    fn set_pipe(&mut self) {
+        if self.sacked.is_empty() {
+            self.pipe = self.in_flight();
+            return;
+        }
+        let (mut pipe, mut above) = (0, 0);
+        for s in self.sent.iter().rev() {
+            let len = dist(s.start, s.end);
+            if self.fully_sacked(s.start, s.end) {
+                above += len;
+                continue;
+            }
+            if above < 3 * self.mss {
+                pipe += len;
+            }
+            if s.resent {
+                pipe += len;
+            }
+        }
+        self.pipe = pipe;
     }
 
     /// Our retransmission timeout now: RFC 6298's, and at least the RTT plus the peer's ACK
@@ -264,6 +316,7 @@ impl Sender {
             self.una = seq;
             self.nxt = seq;
             self.dctcp_end = seq;
+            self.round_end = seq;
         }
         let end = seq.wrapping_add(len as u32);
         if before_eq(self.nxt, seq) {
@@ -441,8 +494,10 @@ impl Sender {
             at: stamp(now),
             last: stamp(now),
             resent: false,
+            dsacked: false,
         });
         self.nxt = end;
+        self.pipe += dist(start, end);
     }
 
     fn mark_resent(&mut self, start: Seq, end: Seq, now: Duration) {
@@ -451,6 +506,7 @@ impl Sender {
             if before(s.start, end) && before(start, s.end) {
                 if !s.resent {
                     n += 1;
+                    self.pipe += dist(s.start, s.end);
                 }
                 s.resent = true;
                 s.last = stamp(now);
@@ -494,6 +550,7 @@ impl Sender {
             }
         }
         self.last_window = a.window;
+        self.set_pipe();
         self.detect_by_time(now);
         if let Some((start, end)) = dsack {
             self.on_dsack(start, end);
@@ -522,6 +579,8 @@ impl Sender {
             let s = self.sent.pop_front().expect("front exists");
             if !s.resent {
                 sample = Some(since(now, s.at));
+            } else if s.dsacked {
+                // Already found spurious.
             } else if self.min_rtt.is_some_and(|m| since(now, s.last) < m / 2) {
                 // Acknowledged sooner after the resend than any round trip takes: the ACK
                 // is the first copy's (RFC 4015's detection, with the RTT for a clock
@@ -539,11 +598,16 @@ impl Sender {
             // section 4.2): that many samples per round trip.
             let per_window = (acked + self.in_flight()).div_ceil(2 * self.mss.max(1));
             self.rtt.sample_of(r, per_window.clamp(1, 1024) as u32);
+            self.cc.on_rtt(r);
             self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         }
         self.sacked.retain(|&(_, r)| before(a.ack, r));
         if self.go_back.is_some_and(|g| before_eq(g, a.ack)) {
             self.go_back = None;
+        }
+        if before_eq(self.round_end, a.ack) {
+            self.cc.on_round_end();
+            self.round_end = self.nxt;
         }
         let window_done = before(self.dctcp_end, a.ack);
         if window_done {
@@ -641,22 +705,32 @@ impl Sender {
         }
     }
 
-    /// The peer got `[start, end)` twice: if that was a resend, it was spurious.
+    /// The peer got `[start, end)` twice: each resend in it was spurious.
     fn on_dsack(&mut self, start: Seq, end: Seq) {
-        let Some(i) = self
+        let overlaps = |a: Seq, b: Seq| before(a, end) && before(start, b);
+        // Resends acknowledged since: their first copy's round trip teaches the timer.
+        while let Some(i) = self
             .acked_resent
             .iter()
-            .position(|s| before_eq(start, s.start) && before_eq(s.end, end))
-            .or_else(|| {
-                self.acked_resent
-                    .iter()
-                    .position(|s| before(s.start, end) && before(start, s.end))
-            })
-        else {
-            return;
-        };
-        let s = self.acked_resent.remove(i).expect("found");
-        self.first_copy_arrived(s);
+            .position(|s| overlaps(s.start, s.end))
+        {
+            let s = self.acked_resent.remove(i).expect("found");
+            self.counters.dsacked += 1;
+            self.first_copy_arrived(s);
+        }
+        // Resends still above a hole (RFC 2883 section 4.2: the block inside the second):
+        // proven spurious as well, though not acknowledged yet, so no round trip to take.
+        let mut n = 0u32;
+        for s in self.sent.iter_mut() {
+            if s.resent && !s.dsacked && overlaps(s.start, s.end) {
+                s.dsacked = true;
+                n += 1;
+            }
+        }
+        self.counters.dsacked += u64::from(n);
+        for _ in 0..n {
+            self.episode_resend_was_spurious();
+        }
     }
 
     /// The first copy of a resent segment reached the peer: the resend was spurious.
@@ -664,6 +738,12 @@ impl Sender {
         // Its ACK's delay is what the timer must allow for (RFC 4015's response: the RTT
         // of the original transmission).
         self.rtt.sample(s.acked_at.saturating_sub(s.first_sent));
+        self.episode_resend_was_spurious();
+    }
+
+    /// One resend of the episode under way proved unnecessary: when all were, its
+    /// reduction is undone.
+    fn episode_resend_was_spurious(&mut self) {
         let Some(e) = &mut self.episode else {
             return;
         };
@@ -988,6 +1068,118 @@ mod tests {
     }
 
     #[test]
+    fn in_recovery_what_the_sack_blocks_show_delivered_makes_room_for_new_data() {
+        // RFC 6675 sections 4 and 5: new data goes while cwnd - pipe allows a segment,
+        // pipe counting the segments neither SACKed nor lost, and the resent ones.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        assert_eq!(
+            s.send_window(),
+            s.cwnd(),
+            "no SACK blocks: the window alone"
+        );
+        let dup = |s: &mut Sender, sack: &[(Seq, Seq)], t| {
+            s.on_ack(&AckInfo { sack, ..ack(2000) }, t);
+        };
+        for r in [4000, 5000, 6000] {
+            dup(&mut s, &[(3000, r)], ms(30));
+        }
+        // Three duplicate ACKs: cwnd = 20 segments in flight / 2 (RFC 5681 equation (4)).
+        assert_eq!((s.cwnd(), s.in_flight()), (10 * MSS, 20 * MSS));
+        // pipe: 16 segments above the SACKed three; the one below them is lost.
+        assert_eq!(s.pipe, 16 * MSS);
+        assert_eq!(
+            s.send_window(),
+            14 * MSS,
+            "still more out than cwnd: nothing new"
+        );
+        s.resent_below(2000, 3000, ms(30));
+        assert_eq!(s.pipe, 17 * MSS, "the resend is in the network");
+        // Ten more segments reported delivered: room for three new ones.
+        dup(&mut s, &[(3000, 16_000)], ms(32));
+        assert_eq!(s.pipe, 7 * MSS);
+        assert_eq!(s.send_window() - s.in_flight(), 3 * MSS);
+        send(&mut s, 22_000, 3, ms(32));
+        assert_eq!(s.send_window(), s.in_flight(), "cwnd full again");
+        // The hole repaired: recovery ends with the window at ssthresh and no burst.
+        s.on_ack(&ack(22_000), ms(42));
+        assert_eq!((s.send_window(), s.in_flight()), (10 * MSS, 3 * MSS));
+        // `none` keeps the node's fixed bound.
+        let mut n = sender(Algorithm::None);
+        send(&mut n, 0, 5, ms(0));
+        n.on_ack(
+            &AckInfo {
+                sack: &[(1000, 5000)],
+                ..ack(0)
+            },
+            ms(1),
+        );
+        assert_eq!(n.send_window(), 1 << 20);
+    }
+
+    #[test]
+    fn every_resend_a_dsack_proves_spurious_is_counted_undone_or_not() {
+        // RFC 3708 section 2: a DSACK (RFC 2883) for a resent segment shows the resend was
+        // unnecessary. Two of three holes resent in one episode come back duplicated: two
+        // spurious resends, while the episode (one resend real) is not undone.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(2000), ms(10));
+        send(&mut s, 2000, 20, ms(20));
+        let held = [(3000, 6000), (7000, 11_000), (12_000, 22_000)];
+        for _ in 0..3 {
+            s.on_ack(
+                &AckInfo {
+                    sack: &held,
+                    ..ack(2000)
+                },
+                ms(30),
+            );
+        }
+        let mut out = Vec::new();
+        s.lost_holes(&mut out);
+        assert_eq!(out.len(), 3);
+        for &(a, b) in &out {
+            s.resent_below(a, b, ms(30));
+        }
+        let cwnd = s.cwnd();
+        // RFC 2883 section 4.2: the duplicate of 6000..7000, still above the hole at 2000,
+        // reported as a first block inside the second.
+        s.on_ack(
+            &AckInfo {
+                sack: &[(6000, 7000), (3000, 11_000), (12_000, 22_000)],
+                ..ack(2000)
+            },
+            ms(35),
+        );
+        assert_eq!((s.counters.dsacked, s.counters.spurious), (1, 0));
+        // The hole at 2000 filled by its resend; then section 4.1's DSACK below the
+        // cumulative ACK, for 11000..12000 (a first copy that was only late).
+        s.on_ack(&ack(22_000), ms(41));
+        s.on_ack(
+            &AckInfo {
+                sack: &[(11_000, 12_000)],
+                ..ack(22_000)
+            },
+            ms(42),
+        );
+        assert_eq!(s.counters.dsacked, 2);
+        assert_eq!(s.counters.spurious, 0, "one resend of three was needed");
+        assert_eq!(s.cwnd(), cwnd, "not undone");
+        // A repeated report of the same duplicate is not a second resend.
+        s.on_ack(
+            &AckInfo {
+                sack: &[(11_000, 12_000)],
+                ..ack(22_000)
+            },
+            ms(43),
+        );
+        assert_eq!(s.counters.dsacked, 2);
+    }
+
+    #[test]
     fn a_dsack_for_every_resend_undoes_the_reduction_and_teaches_the_timer() {
         // RFC 3708 section 3 and RFC 2883 section 4: a spurious timeout, found and undone.
         let mut s = sender(Algorithm::Cubic);
@@ -1008,6 +1200,7 @@ mod tests {
             ms(71),
         );
         assert_eq!(s.counters.spurious, 1);
+        assert_eq!(s.counters.dsacked, 1);
         assert_eq!(s.cwnd(), cwnd, "undone");
         // The first copy's ACK took 60 ms: the timer now allows for it.
         assert!(s.rtt.srtt().unwrap() > ms(8));
