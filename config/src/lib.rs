@@ -211,7 +211,9 @@ pub struct Tcp {
     /// (1460 on a 1500-octet link, 8960 with 9000-octet jumbo frames). See [`Config::mss`].
     pub mss: usize,
     /// Unacknowledged bytes per connection, at most (the node's own window; whole segments);
-    /// 0 (the default): see [`Config::max_inflight`]. smoltcp's maximum RTO is not a key: it
+    /// 0 (the default): see [`Config::max_inflight`]. In loss recovery, octets the peer has
+    /// SACKed do not count against it (RFC 6675's pipe), so up to `tx_buffer` may then be
+    /// unacknowledged. smoltcp's maximum RTO is not a key: it
     /// is its fixed 60 s divided by the clock dilation, 60 ms with the default min_rto_us.
     pub max_inflight: usize,
     /// A connection whose peer sends nothing this long (milliseconds of real time in which
