@@ -36,7 +36,7 @@ fi
 [ -f "$HOME/.cargo/env" ] && ! command -v cargo >/dev/null && . "$HOME/.cargo/env"
 if ! command -v cargo >/dev/null; then
     echo "setup: no cargo on PATH: installing rustup's stable toolchain into ~/.cargo"
-    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+    curl --proto '=https' --tlsv1.2 -sSf https://static.rust-lang.org/rustup/rustup-init.sh |
         sh -s -- -y -q --profile minimal --component rustfmt,clippy
     . "$HOME/.cargo/env"
 fi
