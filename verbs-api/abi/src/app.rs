@@ -577,6 +577,36 @@ mod tests {
         ]
     }
 
+    /// Every message of [`every_request`] and [`every_message_to_app`], framed, one hex line
+    /// each: the octets control.sock carries.
+    fn every_message_hex() -> String {
+        let requests = every_request();
+        let to_app = every_message_to_app();
+        let frames = requests
+            .iter()
+            .map(encode_request)
+            .chain(to_app.iter().map(encode_to_app));
+        let mut out = String::new();
+        for f in frames {
+            for b in f {
+                out.push_str(&format!("{b:02x}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The typed ids are their number on the wire: every message encodes to the octets in
+    /// `testdata/app-messages.hex`, recorded when requests, replies and events carried bare
+    /// `u32`s, so applications and controls built either way understand each other.
+    #[test]
+    fn messages_encode_to_the_recorded_octets() {
+        assert_eq!(
+            every_message_hex(),
+            include_str!("../testdata/app-messages.hex")
+        );
+    }
+
     #[test]
     fn every_request_reply_and_event_round_trips() {
         for req in every_request() {
