@@ -39,6 +39,7 @@ use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
 use crate::stages::{DaemonMemory, DaemonStages, StageTimes};
 use crate::workload::{Exchange, Op, TransportKind};
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     Error as VerbsError, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WorkCompletion,
     WrOpcode,
@@ -249,7 +250,7 @@ impl OpWr {
             op,
             size,
             half,
-            rkey: peer.mr.stag(),
+            rkey: peer.mr.stag().into(),
             peer_src: remote_to(peer, 0)?,
             peer_dst: remote_to(peer, half)?,
         })
@@ -260,25 +261,25 @@ impl OpWr {
             Op::Send => WrOpcode::Send,
             Op::SendImm => WrOpcode::SendWithImm { imm: seq as u32 },
             Op::Write => WrOpcode::RdmaWrite {
-                rkey: self.rkey,
+                rkey: Stag(self.rkey),
                 remote_addr: self.peer_dst,
             },
             Op::WriteImm => WrOpcode::RdmaWriteWithImm {
-                rkey: self.rkey,
+                rkey: Stag(self.rkey),
                 remote_addr: self.peer_dst,
                 imm: seq,
             },
             Op::Read => WrOpcode::RdmaRead {
-                rkey: self.rkey,
+                rkey: Stag(self.rkey),
                 remote_addr: self.peer_src,
             },
             Op::FetchAdd => WrOpcode::FetchAdd {
-                rkey: self.rkey,
+                rkey: Stag(self.rkey),
                 remote_addr: self.peer_dst,
                 add: 1,
             },
             Op::CmpSwap => WrOpcode::CmpSwap {
-                rkey: self.rkey,
+                rkey: Stag(self.rkey),
                 remote_addr: self.peer_dst,
                 compare,
                 swap: compare.wrapping_add(1),
