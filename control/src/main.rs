@@ -20,7 +20,7 @@ use iwarp_abi::id::{CqId, QpId, SrqId};
 use iwarp_abi::qp::QpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::Waker;
-use iwarp_config::{Config, LogLevel};
+use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
 use iwarp_control::client::{Outbox, Unwritable};
@@ -485,20 +485,6 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
 }
 
 /// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
-fn init_logging(level: LogLevel) {
-    let level = match level {
-        LogLevel::Error => tracing::Level::ERROR,
-        LogLevel::Warn => tracing::Level::WARN,
-        LogLevel::Info => tracing::Level::INFO,
-        LogLevel::Debug => tracing::Level::DEBUG,
-        LogLevel::Trace => tracing::Level::TRACE,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut config = Config::default();
@@ -519,7 +505,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    init_logging(config.daemon.log_level);
+    iwarp_config::logging::init(config.daemon.log_level);
     let dir = runtime.unwrap_or_else(|| config.runtime_dir());
     let shm = dir.join("daemon.shm");
     let generation = std::time::SystemTime::now()
