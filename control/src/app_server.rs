@@ -430,7 +430,7 @@ mod tests {
         let mut c = Core::new(Limits::default());
         let (pd, cmds) = id(c.handle(1, Request::AllocPd));
         let pd = PdId(pd);
-        assert_eq!(cmds, vec![Command::AllocPd { pd: pd }]);
+        assert_eq!(cmds, vec![Command::AllocPd { pd }]);
         let (cq, _) = id(c.handle(
             1,
             Request::CreateCq {
@@ -515,11 +515,11 @@ mod tests {
         assert_eq!(
             cmds[0],
             Command::ModifyQp {
-                qp: qp,
+                qp,
                 state: QpState::Error
             }
         );
-        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd: pd }));
+        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
         assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
     }
 
@@ -629,7 +629,7 @@ mod tests {
             &mut busy,
         );
         assert!(matches!(reply, Reply::Failed(Error::Refused { .. })));
-        assert_eq!(sent, vec![Command::DeregisterMr { stag: stag }; 2]);
+        assert_eq!(sent, vec![Command::DeregisterMr { stag }; 2]);
         assert!(c.resources().mr(1, stag).is_ok(), "still registered");
         // Once iwarpd agrees, re-registration gives a new key and deregistration works.
         let mut ok = |_: &Command| reply_status::OK;
@@ -723,7 +723,7 @@ mod tests {
             matches!(reply, Reply::Failed(Error::Refused { what: Resource::Qp, id, .. }) if id == qp.0),
             "{reply:?}"
         );
-        assert_eq!(sent, [Command::DestroyQp { qp: qp }]);
+        assert_eq!(sent, [Command::DestroyQp { qp }]);
         assert_eq!(
             c.handle(1, Request::QueryQp { qp }).0,
             Reply::Qp {
@@ -771,7 +771,7 @@ mod tests {
         assert!(cmds.is_empty());
         let (stag, cmds) = id(c.handle(1, Request::AllocStag { pd }));
         let stag = Stag(stag);
-        assert_eq!(cmds, vec![Command::AllocFastRegStag { stag: stag, pd: pd }]);
+        assert_eq!(cmds, vec![Command::AllocFastRegStag { stag, pd }]);
         // Not a region: Deregister MR and Deallocate MW do not take it.
         assert!(matches!(
             c.handle(1, Request::DeallocMw { stag }).0,
@@ -783,7 +783,7 @@ mod tests {
         ));
         let (reply, cmds) = c.handle(1, Request::DeallocStag { stag });
         assert_eq!(reply, Reply::Done);
-        assert_eq!(cmds, vec![Command::DeregisterMr { stag: stag }]);
+        assert_eq!(cmds, vec![Command::DeregisterMr { stag }]);
         assert_eq!(c.resources().counts().4, 0);
     }
 

@@ -259,9 +259,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     let (stag, stag2, qp_num, cq_num, pd_num) =
         (mr.stag(), mr2.stag(), qp.qp_num(), cq.cq_num(), pd.pd());
     mr.deregister().map_err(|(_, e)| e).unwrap();
-    ep.expect("DeregisterMr", |c| {
-        *c == Command::DeregisterMr { stag: stag }
-    });
+    ep.expect("DeregisterMr", |c| *c == Command::DeregisterMr { stag });
     drop(mr2);
     ep.expect("DeregisterMr", |c| {
         *c == Command::DeregisterMr { stag: stag2 }
