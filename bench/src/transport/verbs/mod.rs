@@ -238,7 +238,7 @@ struct OpWr {
     op: Op,
     size: usize,
     half: usize,
-    rkey: u32,
+    rkey: Stag,
     /// The peer's SRC (Read source) and DST (Write target, atomic target).
     peer_src: u64,
     peer_dst: u64,
@@ -250,7 +250,7 @@ impl OpWr {
             op,
             size,
             half,
-            rkey: peer.mr.stag().into(),
+            rkey: peer.mr.stag(),
             peer_src: remote_to(peer, 0)?,
             peer_dst: remote_to(peer, half)?,
         })
@@ -261,25 +261,25 @@ impl OpWr {
             Op::Send => WrOpcode::Send,
             Op::SendImm => WrOpcode::SendWithImm { imm: seq as u32 },
             Op::Write => WrOpcode::RdmaWrite {
-                rkey: Stag(self.rkey),
+                rkey: self.rkey,
                 remote_addr: self.peer_dst,
             },
             Op::WriteImm => WrOpcode::RdmaWriteWithImm {
-                rkey: Stag(self.rkey),
+                rkey: self.rkey,
                 remote_addr: self.peer_dst,
                 imm: seq,
             },
             Op::Read => WrOpcode::RdmaRead {
-                rkey: Stag(self.rkey),
+                rkey: self.rkey,
                 remote_addr: self.peer_src,
             },
             Op::FetchAdd => WrOpcode::FetchAdd {
-                rkey: Stag(self.rkey),
+                rkey: self.rkey,
                 remote_addr: self.peer_dst,
                 add: 1,
             },
             Op::CmpSwap => WrOpcode::CmpSwap {
-                rkey: Stag(self.rkey),
+                rkey: self.rkey,
                 remote_addr: self.peer_dst,
                 compare,
                 swap: compare.wrapping_add(1),
