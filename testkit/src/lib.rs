@@ -53,7 +53,7 @@ pub fn raise_open_files_limit() -> u64 {
             }
         }
     }
-    l.rlim_cur as u64
+    l.rlim_cur
 }
 
 /// The EAL arguments that say where DPDK's memory comes from, for a process that needs
