@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ "${1:-}" = "--no-setup" ] || bash scripts/setup.sh
+# setup.sh may just have installed rustup, whose PATH only later login shells get.
+[ -f "$HOME/.cargo/env" ] && ! command -v cargo >/dev/null && . "$HOME/.cargo/env"
 
 echo "demo: building (release)"
 cargo build --release -q -p iwarpd -p iwarp-control -p iwarp-bench

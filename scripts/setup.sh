@@ -14,9 +14,10 @@ ci=0
 # veth test (the kernel's checksum offload), gcc for the C ABI example, iperf3 for the kernel TCP
 # flow of the fairness test; rdma-core's headers (bindgen for the drop-in libibverbs/librdmacm)
 # and the unmodified rdma-core, perftest and rdmacm programs the drop-in libraries are tested with;
-# jq for the benchmark scripts to read iwarp-bench's and iperf3's JSON.
+# jq for the benchmark scripts to read iwarp-bench's and iperf3's JSON; curl to fetch rustup when
+# there is no Rust toolchain.
 pkgs=(build-essential pkg-config libdpdk-dev dpdk libclang-dev clang tshark iproute2 nftables ethtool
-    iperf3 libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils jq)
+    iperf3 libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils jq curl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,6 +30,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Rust: Debian 12's cargo is older than the workspace's rust-version, so a user (or root) without a
+# toolchain gets rustup's stable one in ~/.cargo, which also puts ~/.cargo/bin on the PATH of later
+# login shells (~/.profile); this script's own later steps read ~/.cargo/env.
+[ -f "$HOME/.cargo/env" ] && ! command -v cargo >/dev/null && . "$HOME/.cargo/env"
+if ! command -v cargo >/dev/null; then
+    echo "setup: no cargo on PATH: installing rustup's stable toolchain into ~/.cargo"
+    curl --proto '=https' --tlsv1.2 -sSf https://static.rust-lang.org/rustup/rustup-init.sh |
+        sh -s -- -y -q --profile minimal --component rustfmt,clippy
+    . "$HOME/.cargo/env"
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 if [ $ci -eq 1 ] && [ "$(id -u)" -eq 0 ]; then

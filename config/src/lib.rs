@@ -3,6 +3,9 @@
 //! "unix", "tap", "dpdk"`).
 
 pub use iwarp_abi::limits::Limits;
+#[cfg(feature = "logging")]
+pub mod logging;
+
 use serde::Deserialize;
 use std::fmt;
 use std::net::Ipv4Addr;

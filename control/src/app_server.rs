@@ -9,7 +9,7 @@ use crate::error::Resource;
 use crate::resources::{check_access, AppId, Resources};
 use iwarp_abi::app::Request;
 use iwarp_abi::command::{reply_status, Command, ShmPath, NO_ID};
-use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
+use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
 use iwarp_abi::qp::QpState;
 use iwarp_config::Limits;
 use std::collections::BTreeMap;
@@ -136,8 +136,8 @@ impl Core {
                 (Reply::Id(pd), vec![Command::AllocPd { pd: PdId(pd) }])
             }
             Request::DeallocPd { pd } => {
-                r.dealloc_pd(app, pd)?;
-                (Reply::Done, vec![Command::DeallocPd { pd: PdId(pd) }])
+                r.dealloc_pd(app, pd.0)?;
+                (Reply::Done, vec![Command::DeallocPd { pd }])
             }
             Request::CreateCq { depth, ring } => {
                 let cq = r.create_cq(app, depth)?;
@@ -151,53 +151,47 @@ impl Core {
                 )
             }
             Request::DestroyCq { cq } => {
-                r.destroy_cq(app, cq)?;
-                (Reply::Done, vec![Command::DestroyCq { cq: CqId(cq) }])
+                r.destroy_cq(app, cq.0)?;
+                (Reply::Done, vec![Command::DestroyCq { cq }])
             }
             Request::QueryCq { cq } => (
                 Reply::Cq {
-                    depth: r.cq(app, cq)?.depth,
+                    depth: r.cq(app, cq.0)?.depth,
                 },
                 vec![],
             ),
             Request::CreateSrq { pd, depth, ring } => {
-                let srq = r.create_srq(app, pd, depth)?;
+                let srq = r.create_srq(app, pd.0, depth)?;
                 let c = Command::CreateSrq {
                     srq: SrqId(srq),
-                    pd: PdId(pd),
+                    pd,
                     depth,
                     ring,
                 };
                 (Reply::Id(srq), vec![c])
             }
             Request::DestroySrq { srq } => {
-                r.destroy_srq(app, srq)?;
-                (Reply::Done, vec![Command::DestroySrq { srq: SrqId(srq) }])
+                r.destroy_srq(app, srq.0)?;
+                (Reply::Done, vec![Command::DestroySrq { srq }])
             }
             Request::QuerySrq { srq } => {
-                let s = r.srq(app, srq)?;
+                let s = r.srq(app, srq.0)?;
                 let (depth, limit) = (s.depth, s.limit);
                 (Reply::Srq { depth, limit }, vec![])
             }
             Request::ModifySrq { srq, limit } => {
-                r.set_srq_limit(app, srq, limit)?;
-                (
-                    Reply::Done,
-                    vec![Command::ArmSrq {
-                        srq: SrqId(srq),
-                        limit,
-                    }],
-                )
+                r.set_srq_limit(app, srq.0, limit)?;
+                (Reply::Done, vec![Command::ArmSrq { srq, limit }])
             }
             Request::CreateQp { attrs, sq, rq } => {
                 let a = attrs.clone();
                 let qp = r.create_qp(app, attrs)?;
                 let c = Command::CreateQp {
                     qp: QpId(qp),
-                    pd: PdId(a.pd),
-                    send_cq: CqId(a.send_cq),
-                    recv_cq: CqId(a.recv_cq),
-                    srq: SrqId(a.srq.unwrap_or(NO_ID)),
+                    pd: a.pd,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq.unwrap_or(SrqId(NO_ID)),
                     sq_depth: a.sq_depth,
                     rq_depth: a.rq_depth,
                     sq,
@@ -206,18 +200,12 @@ impl Core {
                 (Reply::Id(qp), vec![c])
             }
             Request::ModifyQp { qp, state } => {
-                r.modify_qp(app, qp, state)?;
-                (
-                    Reply::Done,
-                    vec![Command::ModifyQp {
-                        qp: QpId(qp),
-                        state,
-                    }],
-                )
+                r.modify_qp(app, qp.0, state)?;
+                (Reply::Done, vec![Command::ModifyQp { qp, state }])
             }
             Request::QueryQp { qp } => (
                 Reply::Qp {
-                    state: r.qp(app, qp)?.state,
+                    state: r.qp(app, qp.0)?.state,
                 },
                 vec![],
             ),
@@ -239,13 +227,13 @@ impl Core {
                         segment_len: 0,
                     })?
                     .clone();
-                let stag = r.reg_mr(app, pd, access, segment, seg.data_len, offset, len)?;
+                let stag = r.reg_mr(app, pd.0, access, segment, seg.data_len, offset, len)?;
                 if let Some(va) = va {
                     r.set_mr_va(stag, va);
                 }
                 let c = Command::RegisterMr {
                     stag,
-                    pd: PdId(pd),
+                    pd,
                     access,
                     zero_based: va.is_none(),
                     offset,
@@ -257,29 +245,23 @@ impl Core {
             }
             Request::RegMrVa { .. } => unreachable!("rewritten as RegMr above"),
             Request::AllocMw { pd } => {
-                let stag = r.alloc_mw(app, pd)?;
-                (
-                    Reply::Id(stag.0),
-                    vec![Command::AllocMw { stag, pd: PdId(pd) }],
-                )
+                let stag = r.alloc_mw(app, pd.0)?;
+                (Reply::Id(stag.0), vec![Command::AllocMw { stag, pd }])
             }
             Request::DeallocMw { stag } => {
-                r.dealloc_mw(app, Stag(stag))?;
-                (Reply::Done, vec![Command::DeallocMw { stag: Stag(stag) }])
+                r.dealloc_mw(app, stag)?;
+                (Reply::Done, vec![Command::DeallocMw { stag }])
             }
             Request::AllocStag { pd } => {
-                let stag = r.alloc_fastreg(app, pd)?;
+                let stag = r.alloc_fastreg(app, pd.0)?;
                 (
                     Reply::Id(stag.0),
-                    vec![Command::AllocFastRegStag { stag, pd: PdId(pd) }],
+                    vec![Command::AllocFastRegStag { stag, pd }],
                 )
             }
             Request::DeallocStag { stag } => {
-                r.dealloc_fastreg(app, Stag(stag))?;
-                (
-                    Reply::Done,
-                    vec![Command::DeregisterMr { stag: Stag(stag) }],
-                )
+                r.dealloc_fastreg(app, stag)?;
+                (Reply::Done, vec![Command::DeregisterMr { stag }])
             }
             // The daemon decides these (see `serve`).
             Request::ModifyCq { .. }
@@ -345,31 +327,31 @@ impl Core {
         let r = &mut self.res;
         match req {
             Request::DeregMr { stag } => {
-                r.mr(app, Stag(stag))?;
+                r.mr(app, stag)?;
                 refused(
-                    daemon(&Command::DeregisterMr { stag: Stag(stag) }),
+                    daemon(&Command::DeregisterMr { stag }),
                     Resource::Mr,
-                    stag,
+                    stag.0,
                 )?;
-                r.dereg_mr(app, Stag(stag))?;
+                r.dereg_mr(app, stag)?;
                 Ok(Reply::Done)
             }
             Request::ReregMr { stag, access } => {
                 check_access(access)?;
-                let old = r.mr(app, Stag(stag))?.clone();
+                let old = r.mr(app, stag)?.clone();
                 let seg = self
                     .segments
                     .get(&(app, old.segment))
                     .map(|s| s.path)
-                    .ok_or(Error::InvalidStag { stag })?;
+                    .ok_or(Error::InvalidStag { stag: stag.0 })?;
                 // The old registration goes first: iwarpd refuses while windows point
                 // into it, and then nothing changed.
                 refused(
-                    daemon(&Command::DeregisterMr { stag: Stag(stag) }),
+                    daemon(&Command::DeregisterMr { stag }),
                     Resource::Mr,
-                    stag,
+                    stag.0,
                 )?;
-                let new = r.rereg_mr(app, Stag(stag), access)?;
+                let new = r.rereg_mr(app, stag, access)?;
                 let status = daemon(&Command::RegisterMr {
                     stag: new,
                     pd: PdId(old.pd),
@@ -388,24 +370,16 @@ impl Core {
                 Ok(Reply::Id(new.0))
             }
             Request::DestroyQp { qp } => {
-                r.qp(app, qp)?;
-                refused(
-                    daemon(&Command::DestroyQp { qp: QpId(qp) }),
-                    Resource::Qp,
-                    qp,
-                )?;
-                r.destroy_qp(app, qp)?;
+                r.qp(app, qp.0)?;
+                refused(daemon(&Command::DestroyQp { qp }), Resource::Qp, qp.0)?;
+                r.destroy_qp(app, qp.0)?;
                 Ok(Reply::Done)
             }
             Request::ModifyCq { cq, depth, ring } => {
-                r.check_cq_resize(app, cq, depth)?;
-                let status = daemon(&Command::ResizeCq {
-                    cq: CqId(cq),
-                    depth,
-                    ring,
-                });
-                refused(status, Resource::Cq, cq)?;
-                r.resize_cq(app, cq, depth)?;
+                r.check_cq_resize(app, cq.0, depth)?;
+                let status = daemon(&Command::ResizeCq { cq, depth, ring });
+                refused(status, Resource::Cq, cq.0)?;
+                r.resize_cq(app, cq.0, depth)?;
                 Ok(Reply::Cq { depth })
             }
             _ => Err(Error::Protocol {
@@ -415,8 +389,8 @@ impl Core {
     }
 
     /// Checks that `qp` is one of `app`'s QPs (before connecting or accepting on it).
-    pub fn check_qp(&self, app: AppId, qp: u32) -> Result<(), Error> {
-        self.res.qp(app, qp).map(|_| ())
+    pub fn check_qp(&self, app: AppId, qp: QpId) -> Result<(), Error> {
+        self.res.qp(app, qp.0).map(|_| ())
     }
 
     /// Records that connection setup moved `qp` to RTS (or teardown to Error).
@@ -437,6 +411,7 @@ mod tests {
     use super::*;
     use crate::resources::access;
     use iwarp_abi::app::QpAttrs;
+    use iwarp_abi::id::Stag;
     use std::path::Path;
 
     fn path(s: &str) -> ShmPath {
@@ -454,7 +429,8 @@ mod tests {
     fn a_vertical_slice_becomes_the_right_daemon_commands() {
         let mut c = Core::new(Limits::default());
         let (pd, cmds) = id(c.handle(1, Request::AllocPd));
-        assert_eq!(cmds, vec![Command::AllocPd { pd: PdId(pd) }]);
+        let pd = PdId(pd);
+        assert_eq!(cmds, vec![Command::AllocPd { pd }]);
         let (cq, _) = id(c.handle(
             1,
             Request::CreateCq {
@@ -462,6 +438,7 @@ mod tests {
                 ring: path("/dev/shm/iw-1-cq1"),
             },
         ));
+        let cq = CqId(cq);
         let attrs = QpAttrs {
             pd,
             send_cq: cq,
@@ -482,8 +459,9 @@ mod tests {
                 rq: path("/dev/shm/iw-1-rq1"),
             },
         ));
+        let qp = QpId(qp);
         assert!(
-            matches!(cmds[0], Command::CreateQp { qp: q, srq: iwarp_abi::command::NO_SRQ, .. } if q == QpId(qp))
+            matches!(cmds[0], Command::CreateQp { qp: q, srq: iwarp_abi::command::NO_SRQ, .. } if q == qp)
         );
         let seg = c.add_segment(
             1,
@@ -500,8 +478,9 @@ mod tests {
             len: 4096,
         };
         let (stag, cmds) = id(c.handle(1, req.clone()));
+        let stag = Stag(stag);
         assert!(
-            matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, zero_based: true, va: 0, .. } if s == Stag(stag))
+            matches!(cmds[0], Command::RegisterMr { stag: s, len: 4096, zero_based: true, va: 0, .. } if s == stag)
         );
         // VA-based (Verbs section 7.2.3): the daemon is told the first octet's tagged offset.
         let va = Request::RegMrVa {
@@ -536,11 +515,11 @@ mod tests {
         assert_eq!(
             cmds[0],
             Command::ModifyQp {
-                qp: QpId(qp),
+                qp,
                 state: QpState::Error
             }
         );
-        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd: PdId(pd) }));
+        assert_eq!(cmds.last(), Some(&Command::DeallocPd { pd }));
         assert_eq!(c.resources().counts(), (0, 0, 0, 0, 0));
     }
 
@@ -552,6 +531,7 @@ mod tests {
     fn reregister_checks_the_rights_and_keeps_the_va() {
         let mut c = Core::new(Limits::default());
         let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let pd = PdId(pd);
         let seg = c.add_segment(
             1,
             VerifiedSegment {
@@ -581,6 +561,7 @@ mod tests {
             va: 0x4000_0000,
         };
         let (stag, _) = id(c.handle(1, reg));
+        let stag = Stag(stag);
         let mut sent = Vec::new();
         let mut ok = |cmd: &Command| {
             sent.push(*cmd);
@@ -611,6 +592,7 @@ mod tests {
     fn what_iwarpd_refuses_changes_nothing_in_control() {
         let mut c = Core::new(Limits::default());
         let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let pd = PdId(pd);
         let seg = c.add_segment(
             1,
             VerifiedSegment {
@@ -626,6 +608,7 @@ mod tests {
             len: 4096,
         };
         let (stag, _) = id(c.handle(1, reg));
+        let stag = Stag(stag);
         // A window is bound into the region: iwarpd says IN_USE, the region stays.
         let mut sent = Vec::new();
         let mut busy = |cmd: &Command| {
@@ -634,7 +617,7 @@ mod tests {
         };
         let reply = c.serve(1, Request::DeregMr { stag }, &mut busy);
         assert!(
-            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Mr, id, .. }) if id == stag),
+            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Mr, id, .. }) if id == stag.0),
             "{reply:?}"
         );
         let reply = c.serve(
@@ -646,8 +629,8 @@ mod tests {
             &mut busy,
         );
         assert!(matches!(reply, Reply::Failed(Error::Refused { .. })));
-        assert_eq!(sent, vec![Command::DeregisterMr { stag: Stag(stag) }; 2]);
-        assert!(c.resources().mr(1, Stag(stag)).is_ok(), "still registered");
+        assert_eq!(sent, vec![Command::DeregisterMr { stag }; 2]);
+        assert!(c.resources().mr(1, stag).is_ok(), "still registered");
         // Once iwarpd agrees, re-registration gives a new key and deregistration works.
         let mut ok = |_: &Command| reply_status::OK;
         let Reply::Id(new) = c.serve(
@@ -660,6 +643,7 @@ mod tests {
         ) else {
             panic!()
         };
+        let new = Stag(new);
         assert_ne!(new, stag);
         assert_eq!(
             c.serve(1, Request::DeregMr { stag: new }, &mut ok),
@@ -675,6 +659,7 @@ mod tests {
                 ring: path("/dev/shm/iw-1-cq1"),
             },
         ));
+        let cq = CqId(cq);
         let resize = |depth| Request::ModifyCq {
             cq,
             depth,
@@ -728,16 +713,17 @@ mod tests {
                 rq: path("/dev/shm/iw-1-rq1"),
             },
         ));
+        let qp = QpId(qp);
         let mut sent = Vec::new();
         let reply = c.serve(1, Request::DestroyQp { qp }, |cmd: &Command| {
             sent.push(*cmd);
             reply_status::IN_USE
         });
         assert!(
-            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Qp, id, .. }) if id == qp),
+            matches!(reply, Reply::Failed(Error::Refused { what: Resource::Qp, id, .. }) if id == qp.0),
             "{reply:?}"
         );
-        assert_eq!(sent, [Command::DestroyQp { qp: QpId(qp) }]);
+        assert_eq!(sent, [Command::DestroyQp { qp }]);
         assert_eq!(
             c.handle(1, Request::QueryQp { qp }).0,
             Reply::Qp {
@@ -757,6 +743,7 @@ mod tests {
     fn srq_limits_and_fast_register_stags() {
         let mut c = Core::new(Limits::default());
         let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let pd = PdId(pd);
         let (srq, _) = id(c.handle(
             1,
             Request::CreateSrq {
@@ -765,15 +752,10 @@ mod tests {
                 ring: path("/dev/shm/iw-1-srq1"),
             },
         ));
+        let srq = SrqId(srq);
         let (reply, cmds) = c.handle(1, Request::ModifySrq { srq, limit: 4 });
         assert_eq!(reply, Reply::Done);
-        assert_eq!(
-            cmds,
-            vec![Command::ArmSrq {
-                srq: SrqId(srq),
-                limit: 4
-            }]
-        );
+        assert_eq!(cmds, vec![Command::ArmSrq { srq, limit: 4 }]);
         assert_eq!(
             c.handle(1, Request::QuerySrq { srq }).0,
             Reply::Srq {
@@ -788,13 +770,8 @@ mod tests {
         ));
         assert!(cmds.is_empty());
         let (stag, cmds) = id(c.handle(1, Request::AllocStag { pd }));
-        assert_eq!(
-            cmds,
-            vec![Command::AllocFastRegStag {
-                stag: Stag(stag),
-                pd: PdId(pd)
-            }]
-        );
+        let stag = Stag(stag);
+        assert_eq!(cmds, vec![Command::AllocFastRegStag { stag, pd }]);
         // Not a region: Deregister MR and Deallocate MW do not take it.
         assert!(matches!(
             c.handle(1, Request::DeallocMw { stag }).0,
@@ -806,7 +783,7 @@ mod tests {
         ));
         let (reply, cmds) = c.handle(1, Request::DeallocStag { stag });
         assert_eq!(reply, Reply::Done);
-        assert_eq!(cmds, vec![Command::DeregisterMr { stag: Stag(stag) }]);
+        assert_eq!(cmds, vec![Command::DeregisterMr { stag }]);
         assert_eq!(c.resources().counts().4, 0);
     }
 
@@ -814,6 +791,7 @@ mod tests {
     fn unverified_memory_and_bad_requests_fail_with_a_reason_and_no_command() {
         let mut c = Core::new(Limits::default());
         let (pd, _) = id(c.handle(1, Request::AllocPd));
+        let pd = PdId(pd);
         let (reply, cmds) = c.handle(
             1,
             Request::RegMr {
@@ -827,7 +805,7 @@ mod tests {
         assert!(matches!(reply, Reply::Failed(Error::InvalidRegion { .. })));
         assert!(cmds.is_empty());
         let mut asked = false;
-        let reply = c.serve(1, Request::DestroyQp { qp: 1 }, |_| {
+        let reply = c.serve(1, Request::DestroyQp { qp: QpId(1) }, |_| {
             asked = true;
             reply_status::OK
         });

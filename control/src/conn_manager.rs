@@ -515,7 +515,7 @@ impl ConnManager {
                             app,
                             event: Event::Established(Established {
                                 conn,
-                                qp,
+                                qp: QpId(qp),
                                 ird: params.ird,
                                 ord: params.ord,
                                 rdmap_version: params.rdmap_version,

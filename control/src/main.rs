@@ -16,10 +16,11 @@
 use iwarp_abi::app::{ConnSettings, Event, Request};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
+use iwarp_abi::id::{CqId, QpId, SrqId};
 use iwarp_abi::qp::QpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::Waker;
-use iwarp_config::{Config, LogLevel};
+use iwarp_config::Config;
 use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, message_len};
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
 use iwarp_control::client::{Outbox, Unwritable};
@@ -212,7 +213,7 @@ fn serve_cm(
             if let Err(e) = core.check_qp(app, qp) {
                 return Reply::Failed(e);
             }
-            let (conn, acts) = cm.connect(app, qp, remote, settings, now);
+            let (conn, acts) = cm.connect(app, qp.0, remote, settings, now);
             outbox.extend(acts);
             return Reply::Id(conn);
         }
@@ -220,7 +221,7 @@ fn serve_cm(
             if let Err(e) = core.check_qp(app, qp) {
                 return Reply::Failed(e);
             }
-            cm.accept(app, conn, qp, settings)
+            cm.accept(app, conn, qp.0, settings)
                 .map_err(|e| cm_error(e, conn))
         }
         Request::Reject { conn, private_data } => cm
@@ -279,11 +280,11 @@ fn closing_done(core: &mut Core, cm: &mut ConnManager, u: &Upcall) {
 fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
     let r = core.resources();
     let (app, event) = match *u {
-        Upcall::QpTerminated(t) => (r.qp_owner(t.qp)?, Event::QpTerminated(t)),
+        Upcall::QpTerminated(t) => (r.qp_owner(t.qp.0)?, Event::QpTerminated(t)),
         Upcall::QpError { qp } => {
             let app = r.qp_owner(qp)?;
             core.set_qp_state(qp, QpState::Error);
-            (app, Event::QpError { qp })
+            (app, Event::QpError { qp: QpId(qp) })
         }
         Upcall::QpClosed { qp } => {
             // The application hears of the close as Disconnected (TcpClosed); here only the
@@ -294,8 +295,8 @@ fn async_event(core: &mut Core, u: &Upcall) -> Option<Action> {
             }
             return None;
         }
-        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, Event::CqOverflow { cq }),
-        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, Event::SrqLimit { srq }),
+        Upcall::CqOverflow { cq } => (r.cq_owner(cq)?, Event::CqOverflow { cq: CqId(cq) }),
+        Upcall::SrqLimit { srq } => (r.srq_owner(srq)?, Event::SrqLimit { srq: SrqId(srq) }),
         _ => return None,
     };
     Some(Action::App { app, event })
@@ -484,20 +485,6 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
 }
 
 /// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
-fn init_logging(level: LogLevel) {
-    let level = match level {
-        LogLevel::Error => tracing::Level::ERROR,
-        LogLevel::Warn => tracing::Level::WARN,
-        LogLevel::Info => tracing::Level::INFO,
-        LogLevel::Debug => tracing::Level::DEBUG,
-        LogLevel::Trace => tracing::Level::TRACE,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut config = Config::default();
@@ -518,7 +505,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    init_logging(config.daemon.log_level);
+    iwarp_config::logging::init(config.daemon.log_level);
     let dir = runtime.unwrap_or_else(|| config.runtime_dir());
     let shm = dir.join("daemon.shm");
     let generation = std::time::SystemTime::now()

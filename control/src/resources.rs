@@ -10,6 +10,7 @@
 use crate::error::{Error, Resource};
 use crate::stag::{Stag, StagEntry, StagKind, StagTable};
 use iwarp_abi::app::QpAttrs;
+use iwarp_abi::id::SrqId;
 use iwarp_abi::qp::QpState;
 use iwarp_config::Limits;
 use std::collections::BTreeMap;
@@ -171,7 +172,12 @@ impl Resources {
 
     pub fn dealloc_pd(&mut self, app: AppId, pd: u32) -> Result<(), Error> {
         self.pds.owned(pd, app, |p| p.app)?;
-        let users = self.qps.items.values().filter(|q| q.attrs.pd == pd).count()
+        let users = self
+            .qps
+            .items
+            .values()
+            .filter(|q| q.attrs.pd.0 == pd)
+            .count()
             + self.srqs.items.values().filter(|s| s.pd == pd).count()
             + self.mrs.values().filter(|m| m.pd == pd).count();
         if users > 0 {
@@ -236,7 +242,7 @@ impl Resources {
             .qps
             .items
             .values()
-            .filter(|q| q.attrs.send_cq == cq || q.attrs.recv_cq == cq)
+            .filter(|q| q.attrs.send_cq.0 == cq || q.attrs.recv_cq.0 == cq)
             .count();
         if users > 0 {
             return Err(Error::InUse {
@@ -266,7 +272,7 @@ impl Resources {
             .qps
             .items
             .values()
-            .filter(|q| q.attrs.srq == Some(srq))
+            .filter(|q| q.attrs.srq == Some(SrqId(srq)))
             .count();
         if users > 0 {
             return Err(Error::InUse {
@@ -283,14 +289,14 @@ impl Resources {
     /// sizes within the limits. The QP starts in Idle.
     pub fn create_qp(&mut self, app: AppId, attrs: QpAttrs) -> Result<u32, Error> {
         let l = &self.limits;
-        self.pds.owned(attrs.pd, app, |p| p.app)?;
-        self.cqs.owned(attrs.send_cq, app, |c| c.app)?;
-        self.cqs.owned(attrs.recv_cq, app, |c| c.app)?;
+        self.pds.owned(attrs.pd.0, app, |p| p.app)?;
+        self.cqs.owned(attrs.send_cq.0, app, |c| c.app)?;
+        self.cqs.owned(attrs.recv_cq.0, app, |c| c.app)?;
         if let Some(srq) = attrs.srq {
-            let s = self.srqs.owned(srq, app, |s| s.app)?;
-            if s.pd != attrs.pd {
+            let s = self.srqs.owned(srq.0, app, |s| s.app)?;
+            if s.pd != attrs.pd.0 {
                 return Err(Error::PdMismatch {
-                    expected: attrs.pd,
+                    expected: attrs.pd.0,
                     found: s.pd,
                 });
             }
@@ -547,6 +553,7 @@ pub(crate) fn check_access(a: u32) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iwarp_abi::id::{CqId, PdId};
 
     fn small() -> Limits {
         Limits {
@@ -561,9 +568,9 @@ mod tests {
 
     fn attrs(pd: u32, cq: u32) -> QpAttrs {
         QpAttrs {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
+            pd: PdId(pd),
+            send_cq: CqId(cq),
+            recv_cq: CqId(cq),
             srq: None,
             sq_depth: 64,
             rq_depth: 64,
@@ -648,7 +655,7 @@ mod tests {
         let cq = r.create_cq(1, 16).unwrap();
         let srq = r.create_srq(1, pd, 16).unwrap();
         let mut a = attrs(pd, cq);
-        a.srq = Some(srq);
+        a.srq = Some(SrqId(srq));
         let qp = r.create_qp(1, a).unwrap();
         assert!(matches!(r.dealloc_pd(1, pd), Err(Error::InUse { .. })));
         assert!(matches!(r.destroy_cq(1, cq), Err(Error::InUse { .. })));
@@ -668,7 +675,7 @@ mod tests {
         let cq = r.create_cq(1, 16).unwrap();
         let srq = r.create_srq(1, pd2, 16).unwrap();
         let mut a = attrs(pd1, cq);
-        a.srq = Some(srq);
+        a.srq = Some(SrqId(srq));
         assert_eq!(
             r.create_qp(1, a),
             Err(Error::PdMismatch {

@@ -8,6 +8,7 @@ use iwarp_abi::app::{
 };
 use iwarp_abi::command::{Command, ShmPath};
 use iwarp_abi::daemon_shm::DaemonShm;
+use iwarp_abi::id::{CqId, PdId, QpId};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -69,7 +70,7 @@ impl Client {
         }
     }
     /// PD, CQ and one QP with ring segments this process created.
-    fn qp(&mut self, tag: &str, keep: &mut Vec<Segment>) -> u32 {
+    fn qp(&mut self, tag: &str, keep: &mut Vec<Segment>) -> QpId {
         let mut seg = |kind: SegmentKind, what: &str| {
             let s = Segment::create_sealed(
                 &format!("iw-cmtest-{}-{tag}-{what}", std::process::id()),
@@ -87,11 +88,11 @@ impl Client {
             seg(SegmentKind::SendQueue, "sq"),
             seg(SegmentKind::RecvQueue, "rq"),
         );
-        let pd = self.id(&Request::AllocPd);
-        let cq = self.id(&Request::CreateCq {
+        let pd = PdId(self.id(&Request::AllocPd));
+        let cq = CqId(self.id(&Request::CreateCq {
             depth: 64,
             ring: cq_ring,
-        });
+        }));
         let attrs = QpAttrs {
             pd,
             send_cq: cq,
@@ -104,7 +105,7 @@ impl Client {
             ird: 16,
             ord: 16,
         };
-        self.id(&Request::CreateQp { attrs, sq, rq })
+        QpId(self.id(&Request::CreateQp { attrs, sq, rq }))
     }
 }
 
@@ -233,10 +234,10 @@ fn connect_accept_reject_and_disconnect_through_the_process() {
         })
     );
     // The daemon was told to hand each stream to its QP with the negotiated values.
-    let rts: Vec<(u32, u16, u16)> =
+    let rts: Vec<(QpId, u16, u16)> =
         std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(5)).ok())
             .filter_map(|c| match c {
-                Command::QpRts { qp, params, .. } => Some((qp.0, params.ird, params.ord)),
+                Command::QpRts { qp, params, .. } => Some((qp, params.ird, params.ord)),
                 _ => None,
             })
             .take(2)

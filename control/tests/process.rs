@@ -4,7 +4,7 @@
 use iwarp_abi::app::{decode_to_app, encode_request, message_len, Failure, Reply, Request, ToApp};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
 use iwarp_abi::daemon_shm::{DaemonShm, DaemonSide};
-use iwarp_abi::id::{CqId, PdId, Stag};
+use iwarp_abi::id::{CqId, PdId, QpId, Stag};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_control::resources::access;
 use std::io::{Read, Write};
@@ -111,8 +111,8 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         panic!("no Query RNIC answer")
     };
     assert_eq!(limits.max_sge, 4);
-    let pd = id(call(&mut s, &Request::AllocPd));
-    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd: PdId(pd) });
+    let pd = PdId(id(call(&mut s, &Request::AllocPd)));
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
     // A ring path that is not this application's CQ segment is refused...
     let ring = ShmPath::new(Path::new("/dev/shm/iw-test-no-such-cq")).unwrap();
     match call(&mut s, &Request::CreateCq { depth: 64, ring }) {
@@ -205,7 +205,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         }
         other => panic!("{other:?}"),
     }
-    match call(&mut s, &Request::QueryQp { qp: 1 }) {
+    match call(&mut s, &Request::QueryQp { qp: QpId(1) }) {
         Reply::Failed(Failure { code: 1, .. }) => {}
         other => panic!("{other:?}"),
     }
@@ -227,7 +227,7 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         vec![
             Command::DeregisterMr { stag: Stag(stag) },
             Command::DestroyCq { cq: CqId(cq) },
-            Command::DeallocPd { pd: PdId(pd) },
+            Command::DeallocPd { pd },
         ]
     );
     stop_tx.send(()).unwrap();
@@ -316,8 +316,8 @@ fn sigterm_cleans_up_and_leaves_no_socket_behind() {
             Err(e) => panic!("control never listened: {e}"),
         }
     };
-    let pd = id(call(&mut s, &Request::AllocPd));
-    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd: PdId(pd) });
+    let pd = PdId(id(call(&mut s, &Request::AllocPd)));
+    assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
     // SAFETY: signalling our own child.
     assert_eq!(
         unsafe { libc::kill(ctl.0.id() as libc::pid_t, libc::SIGTERM) },
@@ -333,7 +333,7 @@ fn sigterm_cleans_up_and_leaves_no_socket_behind() {
     assert!(status.success(), "{status:?}");
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-        Command::DeallocPd { pd: PdId(pd) },
+        Command::DeallocPd { pd },
         "the application's PD was freed in the daemon"
     );
     assert!(!dir.join("control.sock").exists());

@@ -29,6 +29,33 @@ pub fn root_or_skip(test: &str) -> bool {
     root
 }
 
+/// Raises this process's soft limit on open files to its hard limit, which the daemons it
+/// starts inherit, and returns the limit now in force. An ordinary user's soft limit is
+/// often 1024, fewer than a test holding hundreds of QPs needs (each QP's rings are
+/// shared-memory files, open in the application, the daemon and control).
+pub fn raise_open_files_limit() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 0;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                l = raised;
+            }
+        }
+    }
+    l.rlim_cur
+}
+
 /// The EAL arguments that say where DPDK's memory comes from, for a process that needs
 /// `megabytes` of it: `--in-memory` on hugepages when enough 2 MiB pages are free, else
 /// ordinary memory (`--no-huge`), saying so on stderr for `test`. A machine set up without

@@ -6,7 +6,7 @@
 //! them, SIGINT/SIGTERM stop it cleanly (connections aborted, runtime files removed).
 
 use clap::Parser;
-use iwarp_config::{Config, ConfigError, LogLevel};
+use iwarp_config::{Config, ConfigError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -136,18 +136,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let level = match cfg.daemon.log_level {
-        LogLevel::Error => tracing::Level::ERROR,
-        LogLevel::Warn => tracing::Level::WARN,
-        LogLevel::Info => tracing::Level::INFO,
-        LogLevel::Debug => tracing::Level::DEBUG,
-        LogLevel::Trace => tracing::Level::TRACE,
-    };
-    // Also bridges smoltcp's `log` records into tracing.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .try_init();
+    iwarp_config::logging::init(cfg.daemon.log_level);
     match iwarpd::daemon::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -7,6 +7,7 @@
 use iwarp_abi::app::{decode_to_app, encode_request, message_len, ToApp};
 use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event, QpAttrs, Reply, Request};
 use iwarp_abi::command::ShmPath;
+use iwarp_abi::id::{CqId, PdId, QpId, Stag};
 use iwarp_abi::qp::{QpState, Terminated};
 use iwarp_abi::ring;
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
@@ -165,7 +166,7 @@ fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
         depth: cq_depth,
         ring: path(&cq_seg),
     });
-    let cq = Arc::new(CompletionQueue::from_ring(cq, cq_ring));
+    let cq = Arc::new(CompletionQueue::from_ring(CqId(cq), cq_ring));
     let sq_seg = segment(
         &format!("{tag}-sq"),
         SegmentKind::SendQueue,
@@ -179,7 +180,7 @@ fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
     let (sq, _) = ring::init_segment::<SendWqe>(&sq_seg, 64).unwrap();
     let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, 64).unwrap();
     let attrs = QpAttrs {
-        pd,
+        pd: PdId(pd),
         send_cq: cq.cq_num(),
         recv_cq: cq.cq_num(),
         srq: None,
@@ -195,11 +196,11 @@ fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
         sq: path(&sq_seg),
         rq: path(&rq_seg),
     });
-    let qp = QueuePair::from_rings(qp_num, sq, Some(rq), cq.clone(), cq.clone(), 4, 64);
+    let qp = QueuePair::from_rings(QpId(qp_num), sq, Some(rq), cq.clone(), cq.clone(), 4, 64);
     let mem = segment(&format!("{tag}-mem"), SegmentKind::Memory, 1 << 16);
     let seg = e.id(&Request::AttachSegment { path: path(&mem) });
     let stag = e.id(&Request::RegMr {
-        pd,
+        pd: PdId(pd),
         access: access::LOCAL_WRITE
             | access::REMOTE_READ
             | access::REMOTE_WRITE
@@ -211,7 +212,7 @@ fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
     Side {
         qp,
         cq,
-        mr: MemoryRegion::from_registration(stag, 0, 1 << 16),
+        mr: MemoryRegion::from_registration(Stag(stag), 0, 1 << 16),
         mem,
         qp_num,
     }
@@ -290,7 +291,7 @@ fn connect(
         Reply::Done
     ));
     let conn_a = a.id(&Request::Connect {
-        qp: sa.qp_num,
+        qp: QpId(sa.qp_num),
         remote: format!("10.99.0.2:{port}").parse().unwrap(),
         settings: set_a,
     });
@@ -300,7 +301,7 @@ fn connect(
     assert!(matches!(
         b.call(&Request::Accept {
             conn,
-            qp: sb.qp_num,
+            qp: QpId(sb.qp_num),
             settings: set_b
         }),
         Reply::Done
@@ -544,7 +545,7 @@ fn a_rejected_connection_carries_its_private_data() {
         Reply::Done
     ));
     a.id(&Request::Connect {
-        qp: sa.qp_num,
+        qp: QpId(sa.qp_num),
         remote: "10.99.0.2:7002".parse().unwrap(),
         settings: ConnSettings::default(),
     });
@@ -606,7 +607,7 @@ fn a_passive_side_at_its_qp_limit_rejects_naming_the_limit() {
     ));
     let (first, second) = (resources(&mut a, "lim1"), resources(&mut a, "lim2"));
     a.id(&Request::Connect {
-        qp: first.qp_num,
+        qp: QpId(first.qp_num),
         remote: "10.99.0.2:7010".parse().unwrap(),
         settings: ConnSettings::default(),
     });
@@ -615,7 +616,7 @@ fn a_passive_side_at_its_qp_limit_rejects_naming_the_limit() {
         panic!("no connect request")
     };
     let refused = a.id(&Request::Connect {
-        qp: second.qp_num,
+        qp: QpId(second.qp_num),
         remote: "10.99.0.2:7010".parse().unwrap(),
         settings: ConnSettings::default(),
     });
@@ -654,7 +655,7 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
         &p.sa.qp,
         1,
         WrOpcode::RdmaWrite {
-            rkey: p.sb.mr.stag() ^ 0x100,
+            rkey: Stag(p.sb.mr.stag().0 ^ 0x100),
             remote_addr: 0,
         },
         &p.sa.mr,
@@ -683,12 +684,12 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
     let qp_a = p.sa.qp_num;
     let e = p.a.event_matching(
         "Terminate",
-        |e| matches!(e, Event::QpTerminated(t) if t.qp == qp_a),
+        |e| matches!(e, Event::QpTerminated(t) if t.qp == QpId(qp_a)),
     );
     assert_eq!(
         e,
         Event::QpTerminated(Terminated {
-            qp: qp_a,
+            qp: QpId(qp_a),
             received: true,
             layer: 1,
             etype: 1,
@@ -698,7 +699,7 @@ fn bad_work_requests_get_verbs_statuses_and_the_daemons_keep_serving() {
     let qp_b = p.sb.qp_num;
     p.b.event_matching(
         "Terminate",
-        |e| matches!(e, Event::QpTerminated(t) if t.qp == qp_b && !t.received),
+        |e| matches!(e, Event::QpTerminated(t) if t.qp == QpId(qp_b) && !t.received),
     );
     // A's QP is in Error now: new work is flushed.
     post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 8);
@@ -761,7 +762,7 @@ fn an_stag_of_another_pd_and_a_cq_never_polled_get_their_verbs_errors() {
     // The receives reach the daemon before the modify (each turn pumps the rings first).
     std::thread::sleep(Duration::from_millis(50));
     match a.call(&Request::ModifyQp {
-        qp: small.qp_num,
+        qp: QpId(small.qp_num),
         state: QpState::Error,
     }) {
         Reply::Qp { .. } | Reply::Done => {}
@@ -834,7 +835,7 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
         Reply::Done
     ));
     let conn_a = a.id(&Request::Connect {
-        qp: sa.qp_num,
+        qp: QpId(sa.qp_num),
         remote: "10.99.0.2:7000".parse().unwrap(),
         settings: ConnSettings {
             private_data: b"hello".to_vec(),
@@ -851,7 +852,7 @@ fn two_endpoints_connect_through_control_and_move_data_through_the_daemons() {
     assert!(matches!(
         b.call(&Request::Accept {
             conn,
-            qp: sb.qp_num,
+            qp: QpId(sb.qp_num),
             settings: ConnSettings::default()
         }),
         Reply::Done
@@ -956,7 +957,7 @@ fn a_corrupted_ring_entry_completes_in_its_turn_and_the_daemon_keeps_serving() {
         depth: 16,
         ring: path(&cq_seg),
     });
-    let cq = CompletionQueue::from_ring(cq, cq_ring);
+    let cq = CompletionQueue::from_ring(CqId(cq), cq_ring);
     let sq_seg = segment(
         "raw-sq",
         SegmentKind::SendQueue,
@@ -970,7 +971,7 @@ fn a_corrupted_ring_entry_completes_in_its_turn_and_the_daemon_keeps_serving() {
     let (mut sq, _) = ring::init_segment::<SendWqe>(&sq_seg, 16).unwrap();
     let _rq = ring::init_segment::<RecvWqe>(&rq_seg, 16).unwrap();
     let attrs = QpAttrs {
-        pd,
+        pd: PdId(pd),
         send_cq: cq.cq_num(),
         recv_cq: cq.cq_num(),
         srq: None,
@@ -997,7 +998,7 @@ fn a_corrupted_ring_entry_completes_in_its_turn_and_the_daemon_keeps_serving() {
     sq.push(SendWqe::new(67, iwarp_abi::wqe::SendOpcode::Send, &[]).unwrap())
         .unwrap();
     match e.call(&Request::ModifyQp {
-        qp,
+        qp: QpId(qp),
         state: QpState::Error,
     }) {
         Reply::Qp { .. } | Reply::Done => {}
@@ -1025,7 +1026,7 @@ fn a_refused_connection_leaves_its_qp_ready_for_another_attempt() {
     let sb = resources(&mut b, "b");
     // Nobody listens on 7010 yet: refused, with a reason.
     a.id(&Request::Connect {
-        qp: sa.qp_num,
+        qp: QpId(sa.qp_num),
         remote: "10.99.0.2:7010".parse().unwrap(),
         settings: ConnSettings::default(),
     });
@@ -1079,7 +1080,9 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
         Reply::Done
     ));
     ok(&p.sa.cq, 30);
-    let query = Request::QueryQp { qp: p.sa.qp_num };
+    let query = Request::QueryQp {
+        qp: QpId(p.sa.qp_num),
+    };
     assert!(matches!(
         p.a.call(&query),
         Reply::Qp {
@@ -1118,7 +1121,7 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
         std::thread::sleep(Duration::from_millis(5));
     }
     let to_error = Request::ModifyQp {
-        qp: p.sa.qp_num,
+        qp: QpId(p.sa.qp_num),
         state: QpState::Error,
     };
     assert!(matches!(p.a.call(&to_error), Reply::Done));

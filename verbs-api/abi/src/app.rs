@@ -6,6 +6,7 @@
 
 use crate::codec;
 use crate::command::ShmPath;
+use crate::id::{CqId, PdId, QpId, SrqId, Stag};
 pub use crate::limits::Limits;
 use crate::qp::{QpState, Terminated};
 use core::fmt;
@@ -87,10 +88,10 @@ impl Default for ConnSettings {
 /// What Create QP asks for (Verbs section 7.3.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QpAttrs {
-    pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub srq: Option<u32>,
+    pub pd: PdId,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub srq: Option<SrqId>,
     pub sq_depth: u32,
     pub rq_depth: u32,
     pub max_sge: u32,
@@ -105,38 +106,38 @@ pub enum Request {
     QueryRnic,
     AllocPd,
     DeallocPd {
-        pd: u32,
+        pd: PdId,
     },
     CreateCq {
         depth: u32,
         ring: ShmPath,
     },
     DestroyCq {
-        cq: u32,
+        cq: CqId,
     },
     /// Query CQ (Verbs section 9.2.3.2): answered with [`Reply::Cq`].
     QueryCq {
-        cq: u32,
+        cq: CqId,
     },
     /// Modify CQ (Verbs section 9.2.3.3): resize to `depth` onto the new ring segment `ring`
     /// the application made; answered with [`Reply::Cq`], or refused (nothing changes) when
     /// more completions are present than `depth` holds.
     ModifyCq {
-        cq: u32,
+        cq: CqId,
         depth: u32,
         ring: ShmPath,
     },
     CreateSrq {
-        pd: u32,
+        pd: PdId,
         depth: u32,
         ring: ShmPath,
     },
     DestroySrq {
-        srq: u32,
+        srq: SrqId,
     },
     /// Query S-RQ (Verbs section 9.2.4.2): answered with [`Reply::Srq`].
     QuerySrq {
-        srq: u32,
+        srq: SrqId,
     },
     /// Which of the daemon's poll-mode workers serves this application (answered with
     /// [`Reply::Id`]), so that its posts ring only that worker's doorbell.
@@ -144,7 +145,7 @@ pub enum Request {
     /// Modify S-RQ (Verbs section 9.2.4.3): set and arm the S-RQ limit (the asynchronous
     /// event when fewer than `limit` receives remain). The depth cannot change.
     ModifySrq {
-        srq: u32,
+        srq: SrqId,
         limit: u32,
     },
     CreateQp {
@@ -153,44 +154,44 @@ pub enum Request {
         rq: ShmPath,
     },
     ModifyQp {
-        qp: u32,
+        qp: QpId,
         state: QpState,
     },
     QueryQp {
-        qp: u32,
+        qp: QpId,
     },
     DestroyQp {
-        qp: u32,
+        qp: QpId,
     },
     /// Register part of a segment control verified (its id from [`Request::AttachSegment`]).
     RegMr {
-        pd: u32,
+        pd: PdId,
         access: u32,
         segment: u32,
         offset: u64,
         len: u64,
     },
     ReregMr {
-        stag: u32,
+        stag: Stag,
         access: u32,
     },
     DeregMr {
-        stag: u32,
+        stag: Stag,
     },
     AllocMw {
-        pd: u32,
+        pd: PdId,
     },
     DeallocMw {
-        stag: u32,
+        stag: Stag,
     },
     /// Allocate Non-Shared Memory Region STag (Verbs section 9.2.6.1): an STag a Fast-Register
     /// work request gives memory later (here: part of a region of the same PD).
     AllocStag {
-        pd: u32,
+        pd: PdId,
     },
     /// Deallocate STag (section 9.2.6.4) of one from [`Request::AllocStag`].
     DeallocStag {
-        stag: u32,
+        stag: Stag,
     },
     /// Offer a shared segment (allocated through iwarp-verbs) for registration; control opens
     /// and verifies it. Answered with its id.
@@ -205,13 +206,13 @@ pub enum Request {
     },
     /// Active open for `qp`; answered with the connection id, then events.
     Connect {
-        qp: u32,
+        qp: QpId,
         remote: SocketAddr,
         settings: ConnSettings,
     },
     Accept {
         conn: u32,
-        qp: u32,
+        qp: QpId,
         settings: ConnSettings,
     },
     Reject {
@@ -227,7 +228,7 @@ pub enum Request {
     /// offset of the region's first octet `va` (the application's address of it, which
     /// peers are told) instead of 0.
     RegMrVa {
-        pd: u32,
+        pd: PdId,
         access: u32,
         segment: u32,
         offset: u64,
@@ -318,7 +319,7 @@ pub struct ConnectRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Established {
     pub conn: u32,
-    pub qp: u32,
+    pub qp: QpId,
     /// Inbound Read/atomic requests this side accepts at once.
     pub ird: u16,
     /// Outbound Read/atomic requests this side may have outstanding (≤ the peer's IRD).
@@ -350,13 +351,13 @@ pub enum Event {
     },
     QpTerminated(Terminated),
     QpError {
-        qp: u32,
+        qp: QpId,
     },
     CqOverflow {
-        cq: u32,
+        cq: CqId,
     },
     SrqLimit {
-        srq: u32,
+        srq: SrqId,
     },
 }
 
@@ -423,24 +424,24 @@ mod tests {
         vec![
             Request::QueryRnic,
             Request::AllocPd,
-            Request::DeallocPd { pd: 3 },
+            Request::DeallocPd { pd: PdId(3) },
             Request::CreateCq {
                 depth: 64,
                 ring: p("/dev/shm/iw-1-cq1"),
             },
-            Request::DestroyCq { cq: 1 },
+            Request::DestroyCq { cq: CqId(1) },
             Request::CreateSrq {
-                pd: 1,
+                pd: PdId(1),
                 depth: 8,
                 ring: p("/dev/shm/iw-1-srq1"),
             },
-            Request::DestroySrq { srq: 1 },
+            Request::DestroySrq { srq: SrqId(1) },
             Request::CreateQp {
                 attrs: QpAttrs {
-                    pd: 1,
-                    send_cq: 2,
-                    recv_cq: 3,
-                    srq: Some(4),
+                    pd: PdId(1),
+                    send_cq: CqId(2),
+                    recv_cq: CqId(3),
+                    srq: Some(SrqId(4)),
                     sq_depth: 5,
                     rq_depth: 6,
                     max_sge: 2,
@@ -452,25 +453,25 @@ mod tests {
                 rq: p("/dev/shm/b"),
             },
             Request::ModifyQp {
-                qp: 1,
+                qp: QpId(1),
                 state: QpState::Closing,
             },
-            Request::QueryQp { qp: 9 },
-            Request::DestroyQp { qp: 9 },
+            Request::QueryQp { qp: QpId(9) },
+            Request::DestroyQp { qp: QpId(9) },
             Request::RegMr {
-                pd: 1,
+                pd: PdId(1),
                 access: 7,
                 segment: 2,
                 offset: 1 << 40,
                 len: 4096,
             },
             Request::ReregMr {
-                stag: 0x101,
+                stag: Stag(0x101),
                 access: 1,
             },
-            Request::DeregMr { stag: 0x101 },
-            Request::AllocMw { pd: 1 },
-            Request::DeallocMw { stag: 0x201 },
+            Request::DeregMr { stag: Stag(0x101) },
+            Request::AllocMw { pd: PdId(1) },
+            Request::DeallocMw { stag: Stag(0x201) },
             Request::AttachSegment {
                 path: p("/dev/shm/iw-1-buf"),
             },
@@ -480,7 +481,7 @@ mod tests {
             },
             Request::Unlisten { port: 5000 },
             Request::Connect {
-                qp: 3,
+                qp: QpId(3),
                 remote: "10.0.0.2:5000".parse().unwrap(),
                 settings: ConnSettings {
                     ird: 4,
@@ -497,7 +498,7 @@ mod tests {
             },
             Request::Accept {
                 conn: 9,
-                qp: 3,
+                qp: QpId(3),
                 settings: ConnSettings::default(),
             },
             Request::Reject {
@@ -508,16 +509,19 @@ mod tests {
                 conn: 9,
                 abort: true,
             },
-            Request::QueryCq { cq: 2 },
+            Request::QueryCq { cq: CqId(2) },
             Request::ModifyCq {
-                cq: 2,
+                cq: CqId(2),
                 depth: 512,
                 ring: p("/dev/shm/iw-1-cq9"),
             },
-            Request::ModifySrq { srq: 1, limit: 4 },
-            Request::AllocStag { pd: 1 },
-            Request::DeallocStag { stag: 0x301 },
-            Request::QuerySrq { srq: 1 },
+            Request::ModifySrq {
+                srq: SrqId(1),
+                limit: 4,
+            },
+            Request::AllocStag { pd: PdId(1) },
+            Request::DeallocStag { stag: Stag(0x301) },
+            Request::QuerySrq { srq: SrqId(1) },
             Request::Placement,
         ]
     }
@@ -546,7 +550,7 @@ mod tests {
             })),
             e(Event::Established(Established {
                 conn: 1,
-                qp: 2,
+                qp: QpId(2),
                 ird: 3,
                 ord: 4,
                 rdmap_version: 2,
@@ -565,16 +569,46 @@ mod tests {
                 reason: "Reset".into(),
             }),
             e(Event::QpTerminated(Terminated {
-                qp: 2,
+                qp: QpId(2),
                 received: true,
                 layer: 1,
                 etype: 2,
                 code: 3,
             })),
-            e(Event::QpError { qp: 2 }),
-            e(Event::CqOverflow { cq: 3 }),
-            e(Event::SrqLimit { srq: 4 }),
+            e(Event::QpError { qp: QpId(2) }),
+            e(Event::CqOverflow { cq: CqId(3) }),
+            e(Event::SrqLimit { srq: SrqId(4) }),
         ]
+    }
+
+    /// Every message of [`every_request`] and [`every_message_to_app`], framed, one hex line
+    /// each: the octets control.sock carries.
+    fn every_message_hex() -> String {
+        let requests = every_request();
+        let to_app = every_message_to_app();
+        let frames = requests
+            .iter()
+            .map(encode_request)
+            .chain(to_app.iter().map(encode_to_app));
+        let mut out = String::new();
+        for f in frames {
+            for b in f {
+                out.push_str(&format!("{b:02x}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The typed ids are their number on the wire: every message encodes to the octets in
+    /// `testdata/app-messages.hex`, recorded when requests, replies and events carried bare
+    /// `u32`s, so applications and controls built either way understand each other.
+    #[test]
+    fn messages_encode_to_the_recorded_octets() {
+        assert_eq!(
+            every_message_hex(),
+            include_str!("../testdata/app-messages.hex")
+        );
     }
 
     #[test]
@@ -626,7 +660,7 @@ mod tests {
         assert!(message_len(&0u32.to_le_bytes()).is_err());
         assert!(message_len(&(MAX_MESSAGE as u32 + 1).to_le_bytes()).is_err());
         let good = encode_request(&Request::ModifyQp {
-            qp: 1,
+            qp: QpId(1),
             state: QpState::Rts,
         });
         let mut bad_state = good.clone();

@@ -612,7 +612,7 @@ mod tests {
                 reason: CloseReason::Reset,
             },
             QpTerminated(Terminated {
-                qp: 5,
+                qp: QpId(5),
                 received: true,
                 layer: 1,
                 etype: 2,

@@ -24,6 +24,12 @@ macro_rules! id {
             }
         }
 
+        impl fmt::LowerHex for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::LowerHex::fmt(&self.0, f)
+            }
+        }
+
         impl From<u32> for $name {
             fn from(v: u32) -> $name {
                 $name(v)
@@ -92,6 +98,7 @@ mod tests {
             crate::codec::encode_append(&(7u32, 0x309u32), Vec::new())
         );
         assert_eq!(QpId(7).to_string(), "QP 7");
+        assert_eq!(format!("{:#010x}", Stag(0x1234)), "0x00001234");
     }
 
     /// RFC 5040 section 2.1: STag index and key.

@@ -1,6 +1,7 @@
 //! What the command ring and the application protocol both say about a queue pair: its state
 //! and the cause of a Terminate.
 
+use crate::id::QpId;
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
@@ -63,7 +64,7 @@ impl fmt::Display for QpState {
 /// error type and code of RFC 5040 section 7. The QP is in Error with its work flushed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Terminated {
-    pub qp: u32,
+    pub qp: QpId,
     pub received: bool,
     pub layer: u8,
     pub etype: u8,

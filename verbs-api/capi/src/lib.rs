@@ -5,6 +5,7 @@
 //! the contract (valid handles, destroy order). Nothing here panics across the boundary: a
 //! null handle is an error return, and Rust errors become messages for `iwv_last_error`.
 
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     ConnSettings, Context, Established, Event, FastRegStag, MemoryRegion, MemoryWindow,
     ProtectionDomain, QpInitAttr, QueuePair, RecvWr, SendWr, Sg, SharedBuffer, SharedReceiveQueue,
@@ -155,7 +156,7 @@ pub unsafe extern "C" fn iwv_resize_cq(cq: *mut IwvCq, depth: u32) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_cq_num(cq: *const IwvCq) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(cq, "cq") }.map_or(0, |c| c.0.cq_num())
+    unsafe { handle(cq, "cq") }.map_or(0, |c| c.0.cq_num().into())
 }
 
 fn c_wc(wc: &WorkCompletion) -> CWc {
@@ -311,7 +312,7 @@ pub unsafe extern "C" fn iwv_destroy_srq(srq: *mut IwvSrq) {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_srq_num(srq: *const IwvSrq) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(srq, "srq") }.map_or(0, |q| q.0.srq_num())
+    unsafe { handle(srq, "srq") }.map_or(0, |q| q.0.srq_num().into())
 }
 
 /// # Safety
@@ -385,7 +386,7 @@ pub unsafe extern "C" fn iwv_destroy_qp(qp: *mut QueuePair) {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_qp_num(qp: *const QueuePair) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(qp, "qp") }.map_or(0, |q| q.qp_num())
+    unsafe { handle(qp, "qp") }.map_or(0, |q| q.qp_num().into())
 }
 
 /// `struct iwv_sge`.
@@ -453,25 +454,31 @@ fn opcode(wr: &CSendWr) -> Result<WrOpcode, String> {
         1 => WrOpcode::SendWithImm {
             imm: wr.imm_data as u32,
         },
-        2 => WrOpcode::RdmaWrite { rkey, remote_addr },
+        2 => WrOpcode::RdmaWrite {
+            rkey: Stag(rkey),
+            remote_addr,
+        },
         3 => WrOpcode::RdmaWriteWithImm {
-            rkey,
+            rkey: Stag(rkey),
             remote_addr,
             imm: wr.imm_data,
         },
-        4 => WrOpcode::RdmaRead { rkey, remote_addr },
+        4 => WrOpcode::RdmaRead {
+            rkey: Stag(rkey),
+            remote_addr,
+        },
         5 => WrOpcode::FetchAdd {
-            rkey,
+            rkey: Stag(rkey),
             remote_addr,
             add: wr.compare_add,
         },
         6 => WrOpcode::CmpSwap {
-            rkey,
+            rkey: Stag(rkey),
             remote_addr,
             compare: wr.compare_add,
             swap: wr.swap,
         },
-        7 => WrOpcode::SendWithInvalidate { stag: rkey },
+        7 => WrOpcode::SendWithInvalidate { stag: Stag(rkey) },
         8 => WrOpcode::Immediate { imm: wr.imm_data },
         o => return Err(format!("unknown opcode {o}")),
     })
@@ -587,7 +594,7 @@ pub unsafe extern "C" fn iwv_reg_mr_va(
 #[no_mangle]
 pub unsafe extern "C" fn iwv_mr_stag(mr: *const MemoryRegion) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(mr, "mr") }.map_or(0, |m| m.stag())
+    unsafe { handle(mr, "mr") }.map_or(0, |m| m.stag().into())
 }
 
 /// # Safety
@@ -638,7 +645,7 @@ pub unsafe extern "C" fn iwv_dealloc_mw(mw: *mut MemoryWindow) {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_mw_stag(mw: *const MemoryWindow) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(mw, "mw") }.map_or(0, |m| m.stag())
+    unsafe { handle(mw, "mw") }.map_or(0, |m| m.stag().into())
 }
 
 /// # Safety
@@ -664,7 +671,7 @@ pub unsafe extern "C" fn iwv_dealloc_fastreg_stag(f: *mut FastRegStag) {
 #[no_mangle]
 pub unsafe extern "C" fn iwv_fastreg_stag(f: *const FastRegStag) -> u32 {
     // SAFETY: forwarded contract.
-    unsafe { handle(f, "fastreg") }.map_or(0, |x| x.stag())
+    unsafe { handle(f, "fastreg") }.map_or(0, |x| x.stag().into())
 }
 
 /// Posts one send work request without a scatter/gather list.
@@ -739,7 +746,7 @@ pub unsafe extern "C" fn iwv_post_fast_reg(
 #[no_mangle]
 pub unsafe extern "C" fn iwv_post_local_inv(qp: *mut QueuePair, wr_id: u64, stag: u32) -> c_int {
     // SAFETY: forwarded contract.
-    status(unsafe { post_bare(qp, wr_id, WrOpcode::LocalInvalidate { stag }) })
+    status(unsafe { post_bare(qp, wr_id, WrOpcode::LocalInvalidate { stag: Stag(stag) }) })
 }
 
 /// `struct iwv_async_event`.
@@ -773,12 +780,12 @@ fn c_event(e: &Event) -> Option<CAsyncEvent> {
             }
         }
         Event::QpTerminated(t) => {
-            (c.kind, c.id, c.received) = (2, t.qp, t.received as c_int);
+            (c.kind, c.id, c.received) = (2, t.qp.0, t.received as c_int);
             (c.layer, c.etype, c.code) = (t.layer, t.etype, t.code);
         }
-        Event::QpError { qp } => (c.kind, c.id) = (3, *qp),
-        Event::CqOverflow { cq } => (c.kind, c.id) = (4, *cq),
-        Event::SrqLimit { srq } => (c.kind, c.id) = (5, *srq),
+        Event::QpError { qp } => (c.kind, c.id) = (3, qp.0),
+        Event::CqOverflow { cq } => (c.kind, c.id) = (4, cq.0),
+        Event::SrqLimit { srq } => (c.kind, c.id) = (5, srq.0),
         _ => return None,
     }
     Some(c)

@@ -393,17 +393,17 @@ fn collect(c: usize) {
             Event::QpError { qp } | Event::QpTerminated(iwarp_abi::qp::Terminated { qp, .. }) => {
                 // A Terminate, sent or received, leaves the QP in error (siw reports both as
                 // a fatal QP event).
-                if let Some(p) = ctx.object(device::Object::Qp, qp) {
+                if let Some(p) = ctx.object(device::Object::Qp, qp.into()) {
                     ctx.post_async(async_event(IBV_EVENT_QP_FATAL, |e| e.qp = p as *mut ibv_qp));
                 }
             }
             Event::CqOverflow { cq } => {
-                if let Some(p) = ctx.object(device::Object::Cq, cq) {
+                if let Some(p) = ctx.object(device::Object::Cq, cq.into()) {
                     ctx.post_async(async_event(IBV_EVENT_CQ_ERR, |e| e.cq = p as *mut ibv_cq));
                 }
             }
             Event::SrqLimit { srq } => {
-                if let Some(p) = ctx.object(device::Object::Srq, srq) {
+                if let Some(p) = ctx.object(device::Object::Srq, srq.into()) {
                     ctx.post_async(async_event(IBV_EVENT_SRQ_LIMIT_REACHED, |e| {
                         e.srq = p as *mut ibv_srq
                     }));

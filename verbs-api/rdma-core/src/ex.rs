@@ -16,6 +16,7 @@ use crate::verbs::{self, access_of, ctx_of, ibv_wc_of, sg_list, Cq, Qp};
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
+use iwarp_verbs::Stag;
 use iwarp_verbs::{SendWr, WrOpcode};
 
 /// A lock held from one call of the application to a later one (`wr_start` to
@@ -319,12 +320,20 @@ unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: __be32) {
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
     // SAFETY: as in wr_send.
-    unsafe { build(qp, WrOpcode::SendWithInvalidate { stag: rkey }) }
+    unsafe { build(qp, WrOpcode::SendWithInvalidate { stag: Stag(rkey) }) }
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: as in wr_send.
-    unsafe { build(qp, WrOpcode::RdmaWrite { rkey, remote_addr }) }
+    unsafe {
+        build(
+            qp,
+            WrOpcode::RdmaWrite {
+                rkey: Stag(rkey),
+                remote_addr,
+            },
+        )
+    }
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(
@@ -334,7 +343,7 @@ unsafe extern "C" fn wr_rdma_write_imm(
     imm: __be32,
 ) {
     let op = WrOpcode::RdmaWriteWithImm {
-        rkey,
+        rkey: Stag(rkey),
         remote_addr,
         imm: imm as u64,
     };
@@ -344,7 +353,15 @@ unsafe extern "C" fn wr_rdma_write_imm(
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
     // SAFETY: as in wr_send.
-    unsafe { build(qp, WrOpcode::RdmaRead { rkey, remote_addr }) }
+    unsafe {
+        build(
+            qp,
+            WrOpcode::RdmaRead {
+                rkey: Stag(rkey),
+                remote_addr,
+            },
+        )
+    }
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -355,7 +372,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     swap: u64,
 ) {
     let op = WrOpcode::CmpSwap {
-        rkey,
+        rkey: Stag(rkey),
         remote_addr,
         compare,
         swap,
@@ -371,7 +388,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     add: u64,
 ) {
     let op = WrOpcode::FetchAdd {
-        rkey,
+        rkey: Stag(rkey),
         remote_addr,
         add,
     };
@@ -381,7 +398,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 
 unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
     // SAFETY: as in wr_send.
-    unsafe { build(qp, WrOpcode::LocalInvalidate { stag: rkey }) }
+    unsafe { build(qp, WrOpcode::LocalInvalidate { stag: Stag(rkey) }) }
 }
 
 /// Binds a type 2 window. Its STag keeps its key: a bind asking for another `rkey` (as
@@ -400,8 +417,8 @@ unsafe extern "C" fn wr_bind_mw(
         } else {
             let b = &*info;
             window_access(b.mw_access_flags).map(|access| WrOpcode::BindMw {
-                mw: rkey,
-                mr: (*b.mr).lkey,
+                mw: Stag(rkey),
+                mr: Stag((*b.mr).lkey),
                 to: b.addr,
                 len: b.length,
                 access,

@@ -14,6 +14,7 @@ use crate::channel::Watcher;
 use crate::device::{Ctx, Object};
 use crate::stub::set_errno;
 use core::ffi::{c_int, c_void};
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     access, CompletionQueue, MemoryWindow, ProtectionDomain, QpInitAttr, QpState, QueuePair,
     RecvWr, SendWr, Sg, SharedReceiveQueue, UserMr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -150,7 +151,7 @@ pub(crate) unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_
         Ok(pd) => {
             let ibv = ibv_pd {
                 context: ctx,
-                handle: pd.pd(),
+                handle: pd.pd().into(),
             };
             leak(Box::new(Pd { ibv, pd })).cast()
         }
@@ -194,14 +195,14 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, acc: u3
                 pd,
                 addr,
                 length: len,
-                handle: stag,
-                lkey: stag,
-                rkey: stag,
+                handle: stag.into(),
+                lkey: stag.into(),
+                rkey: stag.into(),
             };
             let m = leak(Box::new(Mr { ibv, umr }));
             // SAFETY: the PD's context is ours.
             if let Some(c) = unsafe { ctx_of(p.ibv.context) } {
-                c.regions_write().insert(stag, m as usize);
+                c.regions_write().insert(stag.into(), m as usize);
             }
             m.cast()
         }
@@ -303,7 +304,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 context: ctx,
                 channel,
                 cq_context,
-                handle: cq.cq_num(),
+                handle: cq.cq_num().into(),
                 cqe,
                 ..Default::default()
             };
@@ -319,7 +320,7 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
                 // SAFETY: just made; the watcher gets its final address.
                 unsafe { (*p).watcher = Some(Watcher::start(n, p.cast(), channel)) };
             }
-            register(c, Object::Cq, num, p as usize);
+            register(c, Object::Cq, num.into(), p as usize);
             p.cast()
         }
         Err(_) => {
@@ -463,14 +464,14 @@ pub(crate) unsafe extern "C" fn ibv_create_srq(
                 context: p.ibv.context,
                 srq_context: a.srq_context,
                 pd,
-                handle: srq.srq_num(),
+                handle: srq.srq_num().into(),
                 ..Default::default()
             };
             let num = srq.srq_num();
             let p = leak(Box::new(Srq { ibv, srq }));
             // SAFETY: the PD's context is ours.
             if let Some(c) = unsafe { ctx_of(p_ctx) } {
-                register(c, Object::Srq, num, p as usize);
+                register(c, Object::Srq, num.into(), p as usize);
             }
             p.cast()
         }
@@ -602,8 +603,8 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
                     send_cq: a.send_cq,
                     recv_cq: a.recv_cq,
                     srq: a.srq,
-                    handle: qp.qp_num(),
-                    qp_num: qp.qp_num(),
+                    handle: qp.qp_num().into(),
+                    qp_num: qp.qp_num().into(),
                     state: IBV_QPS_RESET,
                     qp_type: a.qp_type,
                     ..Default::default()
@@ -619,7 +620,7 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
                 sig_all: a.sq_sig_all != 0,
                 ex: Default::default(),
             }));
-            register(c, Object::Qp, num, p as usize);
+            register(c, Object::Qp, num.into(), p as usize);
             p.cast()
         }
         Err(_) => fail(libc::ENOMEM),
@@ -794,34 +795,34 @@ unsafe fn opcode(w: &ibv_send_wr) -> Option<WrOpcode> {
                 imm: w.__bindgen_anon_1.imm_data,
             },
             o if o == IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInvalidate {
-                stag: w.__bindgen_anon_1.invalidate_rkey,
+                stag: Stag(w.__bindgen_anon_1.invalidate_rkey),
             },
             o if o == IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite {
-                rkey: rdma.rkey,
+                rkey: Stag(rdma.rkey),
                 remote_addr: rdma.remote_addr,
             },
             o if o == IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm {
-                rkey: rdma.rkey,
+                rkey: Stag(rdma.rkey),
                 remote_addr: rdma.remote_addr,
                 imm: w.__bindgen_anon_1.imm_data as u64,
             },
             o if o == IBV_WR_RDMA_READ => WrOpcode::RdmaRead {
-                rkey: rdma.rkey,
+                rkey: Stag(rdma.rkey),
                 remote_addr: rdma.remote_addr,
             },
             o if o == IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::FetchAdd {
-                rkey: atomic.rkey,
+                rkey: Stag(atomic.rkey),
                 remote_addr: atomic.remote_addr,
                 add: atomic.compare_add,
             },
             o if o == IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::CmpSwap {
-                rkey: atomic.rkey,
+                rkey: Stag(atomic.rkey),
                 remote_addr: atomic.remote_addr,
                 compare: atomic.compare_add,
                 swap: atomic.swap,
             },
             o if o == IBV_WR_LOCAL_INV => WrOpcode::LocalInvalidate {
-                stag: w.__bindgen_anon_1.invalidate_rkey,
+                stag: Stag(w.__bindgen_anon_1.invalidate_rkey),
             },
             o if o == IBV_WR_BIND_MW => {
                 let b = w.__bindgen_anon_2.bind_mw;
@@ -830,8 +831,8 @@ unsafe fn opcode(w: &ibv_send_wr) -> Option<WrOpcode> {
                     return None;
                 }
                 WrOpcode::BindMw {
-                    mw: (*b.mw).rkey,
-                    mr: (*mr).lkey,
+                    mw: Stag((*b.mw).rkey),
+                    mr: Stag((*mr).lkey),
                     to: b.bind_info.addr,
                     len: b.bind_info.length,
                     access: crate::ex::window_access(b.bind_info.mw_access_flags)?,
@@ -1015,8 +1016,8 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: ibv_mw_type) -> *mut ibv_mw {
             let ibv = ibv_mw {
                 context: p.ibv.context,
                 pd,
-                rkey: mw.stag(),
-                handle: mw.stag(),
+                rkey: mw.stag().into(),
+                handle: mw.stag().into(),
                 type_: ty,
             };
             leak(Box::new(Mw { ibv, mw })).cast()
@@ -1052,9 +1053,9 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
         return libc::EINVAL;
     };
     let op = WrOpcode::BindMw {
-        mw: w.rkey,
+        mw: Stag(w.rkey),
         // SAFETY: a region of ibv_reg_mr.
-        mr: unsafe { (*b.bind_info.mr).lkey },
+        mr: unsafe { Stag((*b.bind_info.mr).lkey) },
         to: b.bind_info.addr,
         len: b.bind_info.length,
         access: acc,

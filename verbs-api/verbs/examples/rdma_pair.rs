@@ -13,7 +13,7 @@
 
 use iwarp_verbs::{
     access, ConnSettings, Context, MemoryRegion, QpInitAttr, QueuePair, RecvWr, SendWr, Sg,
-    SharedBuffer, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    SharedBuffer, Stag, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,7 +88,7 @@ impl Side {
 
     /// The STag and length of our buffer, for the peer (the private data).
     fn token(&self) -> Vec<u8> {
-        let mut t = self.mr.stag().to_le_bytes().to_vec();
+        let mut t = self.mr.stag().0.to_le_bytes().to_vec();
         t.extend_from_slice(&(BUF as u32).to_le_bytes());
         t
     }
@@ -161,12 +161,12 @@ fn settings(private_data: Vec<u8>) -> ConnSettings {
     }
 }
 
-fn peer_token(pd: &[u8]) -> Result<(u32, u32)> {
+fn peer_token(pd: &[u8]) -> Result<(Stag, u32)> {
     if pd.len() < 8 {
         return Err("peer sent no STag in its private data".into());
     }
     Ok((
-        u32::from_le_bytes(pd[0..4].try_into()?),
+        Stag(u32::from_le_bytes(pd[0..4].try_into()?)),
         u32::from_le_bytes(pd[4..8].try_into()?),
     ))
 }

@@ -26,6 +26,7 @@
 //! Addresses are tagged offsets of this stack's zero-based regions; the peer takes them as
 //! opaque.
 
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     access, ConnSettings, Context, Event, MemoryRegion, QpInitAttr, QueuePair, RecvWr, Rtr, SendWr,
     Sg, SharedBuffer, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -296,7 +297,7 @@ fn server(o: &Options) -> Result<u64> {
             return Err(format!("the client's source is {len} octets (1 to 64 KiB)").into());
         }
         let read = WrOpcode::RdmaRead {
-            rkey: source.stag,
+            rkey: Stag(source.stag),
             remote_addr: source.addr,
         };
         s.run(read, SINK_AT, len)?;
@@ -309,7 +310,7 @@ fn server(o: &Options) -> Result<u64> {
         let echo = s.text(SINK_AT, len)?.len() + 1;
         let echo = echo.min(len).min(sink.len as usize);
         let write = WrOpcode::RdmaWrite {
-            rkey: sink.stag,
+            rkey: Stag(sink.stag),
             remote_addr: sink.addr,
         };
         s.run(write, SINK_AT, echo)?;
@@ -379,13 +380,13 @@ fn client(o: &Options, addr: IpAddr) -> Result<u64> {
         let len = o.size as u32;
         s.send_info(Info {
             addr: SOURCE_AT as u64,
-            stag,
+            stag: stag.into(),
             len,
         })?;
         s.receive()?.ok_or("the server disconnected")?;
         s.send_info(Info {
             addr: SINK_AT as u64,
-            stag,
+            stag: stag.into(),
             len,
         })?;
         s.receive()?.ok_or("the server disconnected")?;

@@ -23,6 +23,7 @@ use crate::link::{lock, Release};
 use crate::mr::MemoryRegion;
 use crate::shm::segment_name;
 use iwarp_abi::app::{Reply, Request};
+use iwarp_abi::id::Stag;
 use iwarp_abi::segment::{Segment, SegmentKind, PAGE};
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
@@ -402,7 +403,7 @@ impl ProtectionDomain {
             len: len as u64,
             va: iova,
         })? {
-            Reply::Id(s) => s,
+            Reply::Id(s) => Stag(s),
             other => return Err(Error::Protocol(format!("Register MR answered {other:?}"))),
         };
         let mr = MemoryRegion::from_registration(stag, iova, len as u64)

@@ -18,6 +18,7 @@ use crate::srq::SharedReceiveQueue;
 /// Terminate).
 pub use iwarp_abi::app::{ConnectRequest, Established, Event};
 use iwarp_abi::app::{QpAttrs, Reply, Request};
+use iwarp_abi::id::PdId;
 use iwarp_abi::qp::QpState;
 use iwarp_abi::ring;
 use iwarp_abi::segment::{Segment, SegmentKind};
@@ -33,9 +34,10 @@ pub use iwarp_abi::app::Limits as RnicAttr;
 /// peer-to-peer RTR, RDMAP version 2, private data.
 pub use iwarp_abi::app::{ConnSettings, Rtr};
 
-fn id(r: Reply) -> Result<u32, Error> {
+/// The id of a reply, as the type the request's caller knows it to be.
+fn id<T: From<u32>>(r: Reply) -> Result<T, Error> {
     match r {
-        Reply::Id(i) => Ok(i),
+        Reply::Id(i) => Ok(T::from(i)),
         other => Err(Error::Protocol(format!("expected an id, got {other:?}"))),
     }
 }
@@ -93,7 +95,7 @@ impl QpInitAttr {
 
 /// A protection domain (Verbs section 8.2.3).
 pub struct ProtectionDomain {
-    pd: u32,
+    pd: PdId,
     ctx: Context,
     _release: Release,
 }
@@ -404,7 +406,7 @@ impl Context {
 }
 
 impl ProtectionDomain {
-    pub fn pd(&self) -> u32 {
+    pub fn pd(&self) -> PdId {
         self.pd
     }
 

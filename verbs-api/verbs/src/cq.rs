@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::link::Release;
 use crate::wr::Regions;
 use iwarp_abi::app::{Reply, Request};
+use iwarp_abi::id::CqId;
 use iwarp_abi::ring::Consumer;
 use iwarp_abi::wqe::Cqe;
 pub use iwarp_abi::wqe::{CqeOpcode as WcOpcode, CqeStatus as WcStatus};
@@ -126,7 +127,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct CompletionQueue {
     /// Destroys the CQ in control when dropped (first, before the ring is unmapped).
     release: Option<Release>,
-    cq_num: u32,
+    cq_num: CqId,
     ring: Mutex<CqRing>,
     qps: Mutex<HashMap<u32, Arc<QpTracker>>>,
 }
@@ -157,7 +158,7 @@ impl core::fmt::Debug for CompletionQueue {
 
 impl CompletionQueue {
     /// A CQ over the reading end of its ring (created by iwarp-control, attached here).
-    pub fn from_ring(cq_num: u32, ring: Consumer<Cqe>) -> CompletionQueue {
+    pub fn from_ring(cq_num: CqId, ring: Consumer<Cqe>) -> CompletionQueue {
         let depth = ring.capacity() as u32;
         CompletionQueue {
             release: None,
@@ -287,7 +288,7 @@ impl CompletionQueue {
         lock(&self.ring).notify.clone()
     }
 
-    pub fn cq_num(&self) -> u32 {
+    pub fn cq_num(&self) -> CqId {
         self.cq_num
     }
 
@@ -342,7 +343,7 @@ mod tests {
     use crate::MemoryRegion;
 
     fn regions() -> [MemoryRegion; 3] {
-        [1, 2, 3].map(|i| MemoryRegion::from_registration(0x100 * i, 0, 64))
+        [1, 2, 3].map(|i| MemoryRegion::from_registration(iwarp_abi::id::Stag(0x100 * i), 0, 64))
     }
 
     fn posted(mrs: &[MemoryRegion; 3]) -> [u64; 3] {

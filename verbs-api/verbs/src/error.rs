@@ -2,6 +2,7 @@
 //! lists (section 7 "errors" of Post Send, Post Receive, Poll CQ, Deregister, ...).
 
 use core::fmt;
+use iwarp_abi::id::Stag;
 
 #[derive(Debug)]
 #[non_exhaustive]
@@ -33,7 +34,7 @@ pub enum Error {
     InvalidWrOpcode,
     /// Deregister while posted work requests still use the region.
     MrInUse {
-        stag: u32,
+        stag: Stag,
         posted: u64,
     },
     /// The shared-memory contract failed (ring corrupted, segment not mapped).

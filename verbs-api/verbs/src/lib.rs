@@ -35,6 +35,7 @@ pub use context::{
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use error::Error;
 pub use iwarp_abi::app::ErrorCode;
+pub use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 pub use iwarp_abi::qp::{QpState, Terminated};
 pub use iwarp_abi::wqe::access;
 pub use mr::{FastRegStag, MemoryRegion, MemoryWindow};

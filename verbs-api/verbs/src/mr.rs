@@ -4,6 +4,7 @@
 
 use crate::error::Error;
 use crate::link::Release;
+use iwarp_abi::id::Stag;
 use iwarp_abi::wqe::Sge;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,7 +27,7 @@ pub(crate) struct MrInner {
 /// Deregistering consumes the region, so it cannot be used afterwards:
 ///
 /// ```compile_fail
-/// let mr = iwarp_verbs::MemoryRegion::from_registration(0x100, 0, 64);
+/// let mr = iwarp_verbs::MemoryRegion::from_registration(iwarp_abi::id::Stag(0x100), 0, 64);
 /// mr.deregister().unwrap();
 /// let _ = mr.stag(); // error: use of moved value
 /// ```
@@ -38,10 +39,10 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     /// A region whose STag `stag` was allocated by iwarp-control for `len` octets starting at
     /// tagged offset `base_to`.
-    pub fn from_registration(stag: u32, base_to: u64, len: u64) -> MemoryRegion {
+    pub fn from_registration(stag: Stag, base_to: u64, len: u64) -> MemoryRegion {
         MemoryRegion {
             inner: Arc::new(MrInner {
-                lkey: stag,
+                lkey: stag.0,
                 len,
                 base_to,
                 posted: AtomicU64::new(0),
@@ -76,8 +77,8 @@ impl MemoryRegion {
     }
 
     /// The STag, used locally (lkey) and given to peers (rkey).
-    pub fn stag(&self) -> u32 {
-        self.inner.lkey
+    pub fn stag(&self) -> Stag {
+        Stag(self.inner.lkey)
     }
 
     pub fn len(&self) -> u64 {
@@ -134,12 +135,12 @@ impl MemoryRegion {
 /// Deallocated when dropped.
 #[derive(Debug)]
 pub struct FastRegStag {
-    stag: u32,
+    stag: Stag,
     _release: Release,
 }
 
 impl FastRegStag {
-    pub(crate) fn new(stag: u32, release: Release) -> FastRegStag {
+    pub(crate) fn new(stag: Stag, release: Release) -> FastRegStag {
         FastRegStag {
             stag,
             _release: release,
@@ -147,7 +148,7 @@ impl FastRegStag {
     }
 
     /// The STag, given to the peer once fast-registered.
-    pub fn stag(&self) -> u32 {
+    pub fn stag(&self) -> Stag {
         self.stag
     }
 }
@@ -157,12 +158,12 @@ impl FastRegStag {
 /// Invalidate or a peer's Send with Invalidate. Deallocated when dropped.
 #[derive(Debug)]
 pub struct MemoryWindow {
-    stag: u32,
+    stag: Stag,
     _release: Release,
 }
 
 impl MemoryWindow {
-    pub(crate) fn new(stag: u32, release: Release) -> MemoryWindow {
+    pub(crate) fn new(stag: Stag, release: Release) -> MemoryWindow {
         MemoryWindow {
             stag,
             _release: release,
@@ -170,7 +171,7 @@ impl MemoryWindow {
     }
 
     /// The window's STag, given to the peer once bound.
-    pub fn stag(&self) -> u32 {
+    pub fn stag(&self) -> Stag {
         self.stag
     }
 }

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::link::Release;
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{sgl, RecvWr, Regions, Sg, Sgl};
+use iwarp_abi::id::{QpId, Stag};
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{send_flags, RecvWqe, SendOpcode, SendWqe, MAX_INLINE, MAX_SGE};
@@ -18,37 +19,37 @@ pub enum WrOpcode {
     Send,
     /// Send with Invalidate of the peer's STag (RFC 5040 section 6.10).
     SendWithInvalidate {
-        stag: u32,
+        stag: Stag,
     },
     /// Send with Immediate (RDMAP version 2 draft); `imm` in the low 32 bits.
     SendWithImm {
         imm: u32,
     },
     RdmaWrite {
-        rkey: u32,
+        rkey: Stag,
         remote_addr: u64,
     },
     /// RDMA Write followed by Immediate Data (RFC 7306 section 6).
     RdmaWriteWithImm {
-        rkey: u32,
+        rkey: Stag,
         remote_addr: u64,
         imm: u64,
     },
     /// RDMA Read into the local SGE; on iWARP the sink region needs remote write access
     /// (RFC 5040 places a Read Response as a tagged write).
     RdmaRead {
-        rkey: u32,
+        rkey: Stag,
         remote_addr: u64,
     },
     /// RFC 7306 Fetch and Add; the original value lands in the single 8-octet SGE.
     FetchAdd {
-        rkey: u32,
+        rkey: Stag,
         remote_addr: u64,
         add: u64,
     },
     /// RFC 7306 Compare and Swap; the original value lands in the single 8-octet SGE.
     CmpSwap {
-        rkey: u32,
+        rkey: Stag,
         remote_addr: u64,
         compare: u64,
         swap: u64,
@@ -61,22 +62,22 @@ pub enum WrOpcode {
     /// [`crate::MemoryWindow`]) covers `len` octets at tagged offset `to` of
     /// region `mr` (its STag; the region needs the bind right) with `access` rights.
     BindMw {
-        mw: u32,
-        mr: u32,
+        mw: Stag,
+        mr: Stag,
         to: u64,
         len: u64,
         access: u32,
     },
     /// Local Invalidate (Verbs section 7.3.5) of a window or fast-registered STag.
     LocalInvalidate {
-        stag: u32,
+        stag: Stag,
     },
     /// Fast-Register (Verbs section 7.3.4): `stag` (a [`crate::FastRegStag`]) names `len`
     /// octets at `offset` of region `mr` (its STag, same PD) with `access` rights, tagged
     /// offsets from 0 at its first octet. Valid until invalidated.
     FastRegister {
-        stag: u32,
-        mr: u32,
+        stag: Stag,
+        mr: Stag,
         offset: u64,
         len: u64,
         access: u32,
@@ -117,7 +118,7 @@ pub struct QueuePair {
     release: Option<Release>,
     /// The S-RQ it takes receives from, kept alive (destroyed after the QP).
     srq: Option<Arc<SharedReceiveQueue>>,
-    qp_num: u32,
+    qp_num: QpId,
     sq: Mutex<Producer<SendWqe>>,
     rq: Option<Mutex<Producer<RecvWqe>>>,
     send_cq: Arc<CompletionQueue>,
@@ -161,7 +162,7 @@ impl core::fmt::Debug for QueuePair {
 impl QueuePair {
     /// A QP over the writing ends of its SQ and RQ rings (`rq` is `None` with an S-RQ).
     pub fn from_rings(
-        qp_num: u32,
+        qp_num: QpId,
         sq: Producer<SendWqe>,
         rq: Option<Producer<RecvWqe>>,
         send_cq: Arc<CompletionQueue>,
@@ -184,7 +185,7 @@ impl QueuePair {
     /// A QP whose receives come from `srq` (its outstanding receives are the S-RQ's).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn with_srq(
-        qp_num: u32,
+        qp_num: QpId,
         sq: Producer<SendWqe>,
         send_cq: Arc<CompletionQueue>,
         recv_cq: Arc<CompletionQueue>,
@@ -203,7 +204,7 @@ impl QueuePair {
 
     #[allow(clippy::too_many_arguments)]
     fn with_tracker(
-        qp_num: u32,
+        qp_num: QpId,
         sq: Producer<SendWqe>,
         rq: Option<Producer<RecvWqe>>,
         send_cq: Arc<CompletionQueue>,
@@ -212,8 +213,8 @@ impl QueuePair {
         max_inline: usize,
         tracker: Arc<QpTracker>,
     ) -> QueuePair {
-        send_cq.attach_qp(qp_num, tracker.clone());
-        recv_cq.attach_qp(qp_num, tracker.clone());
+        send_cq.attach_qp(qp_num.0, tracker.clone());
+        recv_cq.attach_qp(qp_num.0, tracker.clone());
         let (sq_depth, rq_depth) = (sq.capacity(), rq.as_ref().map_or(0, |r| r.capacity()));
         QueuePair {
             release: None,
@@ -261,7 +262,7 @@ impl QueuePair {
         self
     }
 
-    pub fn qp_num(&self) -> u32 {
+    pub fn qp_num(&self) -> QpId {
         self.qp_num
     }
 
@@ -296,7 +297,7 @@ impl QueuePair {
         let mut w = SendWqe::new(wr.wr_id, op, &sgl)?;
         match wr.opcode {
             WrOpcode::Send => {}
-            WrOpcode::SendWithInvalidate { stag } => w.invalidate_stag = stag,
+            WrOpcode::SendWithInvalidate { stag } => w.invalidate_stag = stag.0,
             WrOpcode::SendWithImm { imm } => w.imm = imm as u64,
             WrOpcode::Immediate { imm } => w.imm = imm,
             WrOpcode::BindMw {
@@ -306,13 +307,13 @@ impl QueuePair {
                 len,
                 access,
             } => {
-                w.local_stag = mw;
-                w.mr_stag = mr;
+                w.local_stag = mw.0;
+                w.mr_stag = mr.0;
                 w.mr_to = to;
                 w.mr_len = len;
                 w.access = access;
             }
-            WrOpcode::LocalInvalidate { stag } => w.local_stag = stag,
+            WrOpcode::LocalInvalidate { stag } => w.local_stag = stag.0,
             WrOpcode::FastRegister {
                 stag,
                 mr,
@@ -320,8 +321,8 @@ impl QueuePair {
                 len,
                 access,
             } => {
-                w.local_stag = stag;
-                w.mr_stag = mr;
+                w.local_stag = stag.0;
+                w.mr_stag = mr.0;
                 w.mr_offset = offset;
                 w.mr_len = len;
                 w.mr_to = 0;
@@ -329,7 +330,7 @@ impl QueuePair {
             }
             WrOpcode::RdmaWrite { rkey, remote_addr }
             | WrOpcode::RdmaRead { rkey, remote_addr } => {
-                w.remote_stag = rkey;
+                w.remote_stag = rkey.0;
                 w.remote_to = remote_addr;
             }
             WrOpcode::RdmaWriteWithImm {
@@ -337,7 +338,7 @@ impl QueuePair {
                 remote_addr,
                 imm,
             } => {
-                w.remote_stag = rkey;
+                w.remote_stag = rkey.0;
                 w.remote_to = remote_addr;
                 w.imm = imm;
             }
@@ -346,7 +347,7 @@ impl QueuePair {
                 remote_addr,
                 add,
             } => {
-                w.remote_stag = rkey;
+                w.remote_stag = rkey.0;
                 w.remote_to = remote_addr;
                 w.compare_add = add;
             }
@@ -356,7 +357,7 @@ impl QueuePair {
                 compare,
                 swap,
             } => {
-                w.remote_stag = rkey;
+                w.remote_stag = rkey.0;
                 w.remote_to = remote_addr;
                 w.compare_add = compare;
                 // RFC 7306 section 4.2: all-ones masks make a plain compare-and-swap.
@@ -468,8 +469,8 @@ impl Drop for QueuePair {
         // Destroy first (control, then the daemon, stop using the rings), then forget the
         // work still posted, so its regions can be deregistered.
         drop(self.release.take());
-        self.send_cq.detach_qp(self.qp_num);
-        self.recv_cq.detach_qp(self.qp_num);
+        self.send_cq.detach_qp(self.qp_num.0);
+        self.recv_cq.detach_qp(self.qp_num.0);
         self.tracker.sq.retire_all();
         // An S-RQ's receives belong to the S-RQ, not to this QP.
         if self.rq.is_some() {

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::link::{Release, Shared};
 use crate::wr::{sgl, RecvWr};
 use iwarp_abi::app::{Reply, Request};
+use iwarp_abi::id::SrqId;
 use iwarp_abi::ring::Producer;
 use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{RecvWqe, MAX_SGE};
@@ -19,7 +20,7 @@ pub struct SharedReceiveQueue {
     release: Option<Release>,
     /// The control connection, for Query and Modify S-RQ.
     link: Shared,
-    srq_num: u32,
+    srq_num: SrqId,
     ring: Mutex<Producer<RecvWqe>>,
     /// Receives it holds at most (the depth asked for; the ring may have more slots).
     depth: usize,
@@ -30,7 +31,7 @@ pub struct SharedReceiveQueue {
 
 impl SharedReceiveQueue {
     pub(crate) fn new(
-        srq_num: u32,
+        srq_num: SrqId,
         ring: Producer<RecvWqe>,
         depth: u32,
         release: Release,
@@ -47,7 +48,7 @@ impl SharedReceiveQueue {
         }
     }
 
-    pub fn srq_num(&self) -> u32 {
+    pub fn srq_num(&self) -> SrqId {
         self.srq_num
     }
 

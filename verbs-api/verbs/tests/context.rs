@@ -8,7 +8,6 @@
 
 use iwarp_abi::command::{Command, ShmPath, NO_SRQ};
 use iwarp_abi::daemon_shm::DaemonShm;
-use iwarp_abi::id::{CqId, PdId, QpId, Stag};
 use iwarp_abi::segment::HugePolicy;
 use iwarp_verbs::{
     access, ConnSettings, Context, Error, ErrorCode, Event, QpInitAttr, QpState, QueuePair,
@@ -134,7 +133,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     );
 
     let pd = ctx.alloc_pd().unwrap();
-    ep.expect("AllocPd", |c| *c == Command::AllocPd { pd: PdId(pd.pd()) });
+    ep.expect("AllocPd", |c| *c == Command::AllocPd { pd: pd.pd() });
 
     // A CQ: its ring is a segment this process created, which the daemon is told to map.
     let cq = ctx.create_cq(64).unwrap();
@@ -144,7 +143,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "CreateCq",
-        |c| matches!(c, Command::CreateCq { cq: n, .. } if *n == CqId(cq.cq_num())),
+        |c| matches!(c, Command::CreateCq { cq: n, .. } if *n == cq.cq_num()),
     )
     else {
         unreachable!()
@@ -166,14 +165,14 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "CreateQp",
-        |c| matches!(c, Command::CreateQp { qp: n, .. } if *n == QpId(qp.qp_num())),
+        |c| matches!(c, Command::CreateQp { qp: n, .. } if *n == qp.qp_num()),
     )
     else {
         unreachable!()
     };
     assert_eq!(
         (qp_pd, send_cq, recv_cq),
-        (PdId(pd.pd()), CqId(cq.cq_num()), CqId(cq.cq_num()))
+        (pd.pd(), cq.cq_num(), cq.cq_num())
     );
     assert_eq!((srq, sq_depth, rq_depth), (NO_SRQ, 32, 32));
     assert!(exists(&sq) && exists(&rq) && sq != rq && sq != cq_ring);
@@ -201,14 +200,14 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
         ..
     } = ep.expect(
         "RegisterMr",
-        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == Stag(mr.stag())),
+        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == mr.stag()),
     )
     else {
         unreachable!()
     };
     assert_eq!(
         (mr_pd, mr_access, offset, len),
-        (PdId(pd.pd()), rights, 4096, 8192)
+        (pd.pd(), rights, 4096, 8192)
     );
     assert_eq!(mr.len(), 8192);
     assert!(exists(&buf_seg));
@@ -216,7 +215,7 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     assert_ne!(mr2.stag(), mr.stag());
     let Command::RegisterMr { segment, len, .. } = ep.expect(
         "the second RegisterMr",
-        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == Stag(mr2.stag())),
+        |c| matches!(c, Command::RegisterMr { stag, .. } if *stag == mr2.stag()),
     ) else {
         unreachable!()
     };
@@ -260,26 +259,18 @@ fn resources_reach_the_daemon_through_control_and_are_released_when_dropped() {
     let (stag, stag2, qp_num, cq_num, pd_num) =
         (mr.stag(), mr2.stag(), qp.qp_num(), cq.cq_num(), pd.pd());
     mr.deregister().map_err(|(_, e)| e).unwrap();
-    ep.expect("DeregisterMr", |c| {
-        *c == Command::DeregisterMr { stag: Stag(stag) }
-    });
+    ep.expect("DeregisterMr", |c| *c == Command::DeregisterMr { stag });
     drop(mr2);
     ep.expect("DeregisterMr", |c| {
-        *c == Command::DeregisterMr { stag: Stag(stag2) }
+        *c == Command::DeregisterMr { stag: stag2 }
     });
     drop(qp);
-    ep.expect("DestroyQp", |c| {
-        *c == Command::DestroyQp { qp: QpId(qp_num) }
-    });
+    ep.expect("DestroyQp", |c| *c == Command::DestroyQp { qp: qp_num });
     drop(cq);
-    ep.expect("DestroyCq", |c| {
-        *c == Command::DestroyCq { cq: CqId(cq_num) }
-    });
+    ep.expect("DestroyCq", |c| *c == Command::DestroyCq { cq: cq_num });
     drop(buf);
     drop(pd);
-    ep.expect("DeallocPd", |c| {
-        *c == Command::DeallocPd { pd: PdId(pd_num) }
-    });
+    ep.expect("DeallocPd", |c| *c == Command::DeallocPd { pd: pd_num });
     drop(ctx);
     wait_removed(&[sq, rq, cq_ring, buf_seg].map(|p| p.to_path()));
 }
@@ -327,7 +318,7 @@ fn connect_accept_reject_refusal_and_disconnect_with_events() {
     ep.expect("TcpConnect", |c| {
         *c == Command::TcpConnect {
             conn,
-            qp: QpId(qa.qp_num()),
+            qp: qa.qp_num(),
             remote,
         }
     });
@@ -364,7 +355,7 @@ fn connect_accept_reject_refusal_and_disconnect_with_events() {
     );
     ep.expect(
         "QpRts",
-        |c| matches!(c, Command::QpRts { qp, .. } if *qp == QpId(qa.qp_num())),
+        |c| matches!(c, Command::QpRts { qp, .. } if *qp == qa.qp_num()),
     );
 
     // A second QP of A is rejected with private data.

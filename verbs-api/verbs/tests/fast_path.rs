@@ -8,6 +8,7 @@ use iwarp_verbs::{
     CompletionQueue, Error, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcOpcode, WcStatus,
     WrOpcode,
 };
+use iwarp_verbs::{CqId, QpId, Stag};
 use std::sync::Arc;
 
 fn ring<T: iwarp_abi::ring::Slot>(
@@ -31,8 +32,8 @@ fn setup(sq_cap: usize) -> (QueuePair, Arc<CompletionQueue>, Daemon) {
     let (sq_p, sq_c) = ring::<SendWqe>("t-sq", SegmentKind::SendQueue, sq_cap);
     let (rq_p, rq_c) = ring::<RecvWqe>("t-rq", SegmentKind::RecvQueue, 8);
     let (cq_p, cq_c) = ring::<Cqe>("t-cq", SegmentKind::CompletionQueue, 16);
-    let cq = Arc::new(CompletionQueue::from_ring(3, cq_c));
-    let qp = QueuePair::from_rings(7, sq_p, Some(rq_p), cq.clone(), cq.clone(), 2, 16);
+    let cq = Arc::new(CompletionQueue::from_ring(CqId(3), cq_c));
+    let qp = QueuePair::from_rings(QpId(7), sq_p, Some(rq_p), cq.clone(), cq.clone(), 2, 16);
     (
         qp,
         cq,
@@ -58,7 +59,7 @@ fn cqe(wr_id: u64, op: WcOpcode, status: WcStatus) -> Cqe {
 #[test]
 fn a_batch_rings_the_doorbell_once_and_encodes_every_operation() {
     let (qp, _cq, mut d) = setup(16);
-    let mr = MemoryRegion::from_registration(0x100, 0x1000, 4096);
+    let mr = MemoryRegion::from_registration(Stag(0x100), 0x1000, 4096);
     let sg = [Sg {
         mr: &mr,
         offset: 8,
@@ -68,25 +69,25 @@ fn a_batch_rings_the_doorbell_once_and_encodes_every_operation() {
         WrOpcode::Send,
         WrOpcode::SendWithImm { imm: 5 },
         WrOpcode::RdmaWrite {
-            rkey: 9,
+            rkey: Stag(9),
             remote_addr: 64,
         },
         WrOpcode::RdmaWriteWithImm {
-            rkey: 9,
+            rkey: Stag(9),
             remote_addr: 64,
             imm: 6,
         },
         WrOpcode::RdmaRead {
-            rkey: 9,
+            rkey: Stag(9),
             remote_addr: 128,
         },
         WrOpcode::FetchAdd {
-            rkey: 9,
+            rkey: Stag(9),
             remote_addr: 0,
             add: 3,
         },
         WrOpcode::CmpSwap {
-            rkey: 9,
+            rkey: Stag(9),
             remote_addr: 0,
             compare: 1,
             swap: 2,
@@ -131,7 +132,7 @@ fn a_batch_rings_the_doorbell_once_and_encodes_every_operation() {
 #[test]
 fn a_region_cannot_be_deregistered_while_posted_work_uses_it() {
     let (qp, cq, mut d) = setup(16);
-    let mr = MemoryRegion::from_registration(0x200, 0, 64);
+    let mr = MemoryRegion::from_registration(Stag(0x200), 0, 64);
     let sg = [Sg {
         mr: &mr,
         offset: 0,
@@ -189,7 +190,7 @@ fn failed_completions_are_data_and_corrupt_ones_are_errors() {
 #[test]
 fn bad_work_requests_are_refused_before_touching_the_ring() {
     let (qp, _cq, mut d) = setup(2);
-    let mr = MemoryRegion::from_registration(0x300, 0, 64);
+    let mr = MemoryRegion::from_registration(Stag(0x300), 0, 64);
     let past = [Sg {
         mr: &mr,
         offset: 60,
@@ -209,7 +210,7 @@ fn bad_work_requests_are_refused_before_touching_the_ring() {
         Err(Error::InvalidSgeCount { count: 3, max: 2 })
     ));
     let fa = WrOpcode::FetchAdd {
-        rkey: 1,
+        rkey: Stag(1),
         remote_addr: 0,
         add: 1,
     };
@@ -226,7 +227,7 @@ fn bad_work_requests_are_refused_before_touching_the_ring() {
     // Verbs section 9.3.1.1: a Read's Local Address is one buffer ("Invalid Scatter/Gather
     // list length"); inline data only where the WR carries a payload ("Invalid Modifier").
     let read = WrOpcode::RdmaRead {
-        rkey: 1,
+        rkey: Stag(1),
         remote_addr: 0,
     };
     assert!(matches!(

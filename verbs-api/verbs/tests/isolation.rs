@@ -306,7 +306,7 @@ fn the_peer_of_an_application_killed_with_sigkill_hears_a_reset() {
             .create_qp(&QpInitAttr::new(&client.cq, 16))
             .unwrap();
         let settings = ConnSettings {
-            private_data: [client.mr.stag().to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
+            private_data: [client.mr.stag().0.to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
             ..ConnSettings::default()
         };
         let remote = format!("10.59.0.2:{port}").parse().unwrap();
@@ -368,7 +368,7 @@ fn a_peer_hears_of_an_application_that_died_while_its_control_plane_was_down() {
     );
     let client = side(&b.runtime, 16);
     let settings = ConnSettings {
-        private_data: [client.mr.stag().to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
+        private_data: [client.mr.stag().0.to_le_bytes(), (BUF as u32).to_le_bytes()].concat(),
         ..ConnSettings::default()
     };
     let t = Instant::now();

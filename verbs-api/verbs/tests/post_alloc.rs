@@ -7,6 +7,7 @@ use iwarp_abi::ring::{init_segment, ring_bytes, Consumer, Producer};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use iwarp_verbs::{CompletionQueue, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WrOpcode};
+use iwarp_verbs::{CqId, QpId, Stag};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -65,9 +66,9 @@ fn posting_allocates_nothing_once_the_queues_are_warm() {
     let (sq_p, mut sq) = ring::<SendWqe>(SegmentKind::SendQueue, 16);
     let (rq_p, mut rq) = ring::<RecvWqe>(SegmentKind::RecvQueue, 16);
     let (mut cq_p, cq_c) = ring::<Cqe>(SegmentKind::CompletionQueue, 16);
-    let cq = Arc::new(CompletionQueue::from_ring(3, cq_c));
-    let qp = QueuePair::from_rings(7, sq_p, Some(rq_p), cq.clone(), cq.clone(), 4, 16);
-    let mr = MemoryRegion::from_registration(0x100, 0x1000, 4096);
+    let cq = Arc::new(CompletionQueue::from_ring(CqId(3), cq_c));
+    let qp = QueuePair::from_rings(QpId(7), sq_p, Some(rq_p), cq.clone(), cq.clone(), 4, 16);
+    let mr = MemoryRegion::from_registration(Stag(0x100), 0x1000, 4096);
     let sg: Vec<Sg> = (0..4)
         .map(|i| Sg {
             mr: &mr,
@@ -76,7 +77,7 @@ fn posting_allocates_nothing_once_the_queues_are_warm() {
         })
         .collect();
     let write = WrOpcode::RdmaWrite {
-        rkey: 9,
+        rkey: Stag(9),
         remote_addr: 0,
     };
     let mut during = Vec::new();

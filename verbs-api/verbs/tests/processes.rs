@@ -3,6 +3,7 @@
 //! `rdma_pair` as one application and this test as the other.
 
 use iwarp_testkit::{self as testkit, Proc};
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     access, CompletionQueue, ConnSettings, Context, Error, Event, QpInitAttr, QueuePair, RecvWr,
     SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
@@ -82,7 +83,7 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
     }
     let settings = ConnSettings {
         rdmap_v2: true,
-        private_data: [mr.stag().to_le_bytes(), (1u32 << 20).to_le_bytes()].concat(),
+        private_data: [mr.stag().0.to_le_bytes(), (1u32 << 20).to_le_bytes()].concat(),
         ..ConnSettings::default()
     };
     let t = Instant::now();
@@ -132,7 +133,7 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
         let wr = SendWr::new(
             i,
             WrOpcode::RdmaWrite {
-                rkey,
+                rkey: Stag(rkey),
                 remote_addr: 131072,
             },
             &sg,
@@ -423,7 +424,7 @@ fn two_qps_take_their_receives_from_one_shared_receive_queue() {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
         // S-RQ entries are taken in posting order, each by the QP the message came to.
         assert_eq!(wc.wr_id, 40 + i as u64);
-        assert_eq!(wc.qp_num, pairs[i].1.qp_num());
+        assert_eq!(wc.qp_num, pairs[i].1.qp_num().0);
         assert_eq!(bb.to_vec(i * 1024, text.len()).unwrap(), text.as_bytes());
     }
     // Both receives are retired: the region can go.

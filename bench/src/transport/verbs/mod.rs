@@ -39,6 +39,7 @@ use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
 use crate::stages::{DaemonMemory, DaemonStages, StageTimes};
 use crate::workload::{Exchange, Op, TransportKind};
+use iwarp_verbs::Stag;
 use iwarp_verbs::{
     Error as VerbsError, MemoryRegion, QueuePair, RecvWr, SendWr, Sg, WcStatus, WorkCompletion,
     WrOpcode,
@@ -237,7 +238,7 @@ struct OpWr {
     op: Op,
     size: usize,
     half: usize,
-    rkey: u32,
+    rkey: Stag,
     /// The peer's SRC (Read source) and DST (Write target, atomic target).
     peer_src: u64,
     peer_dst: u64,

@@ -162,7 +162,7 @@ pub fn event(e: &AsyncEvent) -> (wqe::AsyncEvent, Upcall) {
             r.term_type = cause.etype;
             r.term_code = cause.code;
             up = Upcall::QpTerminated(Terminated {
-                qp: r.qp,
+                qp,
                 received,
                 layer: r.term_layer,
                 etype: r.term_type,
