@@ -506,6 +506,11 @@ fn main() -> ExitCode {
         }
     }
     iwarp_config::logging::init(config.daemon.log_level);
+    // Each QP's rings are shared-memory files held open here; an ordinary user's soft limit
+    // (often 1024) would cap a daemon at a few hundred connections.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!("cannot raise the open-file limit: {e}");
+    }
     let dir = runtime.unwrap_or_else(|| config.runtime_dir());
     let shm = dir.join("daemon.shm");
     let generation = std::time::SystemTime::now()

@@ -34,26 +34,7 @@ pub fn root_or_skip(test: &str) -> bool {
 /// often 1024, fewer than a test holding hundreds of QPs needs (each QP's rings are
 /// shared-memory files, open in the application, the daemon and control).
 pub fn raise_open_files_limit() -> u64 {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
-            return 0;
-        }
-        if l.rlim_cur < l.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: l.rlim_max,
-                rlim_max: l.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                l = raised;
-            }
-        }
-    }
-    l.rlim_cur
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0)
 }
 
 /// The EAL arguments that say where DPDK's memory comes from, for a process that needs

@@ -137,6 +137,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     iwarp_config::logging::init(cfg.daemon.log_level);
+    // Each QP's rings are shared-memory files held open here; an ordinary user's soft limit
+    // (often 1024) would cap a daemon at a few hundred connections.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!("cannot raise the open-file limit: {e}");
+    }
     match iwarpd::daemon::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
