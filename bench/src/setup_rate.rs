@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 /// The first TCP port the listening side uses (one per context).
 const PORT: u16 = 19515;
+/// Connects in flight per listening port: the daemon's listener answers a SYN only while one
+/// of its sockets is free for the handshake (16 per port), and a SYN it cannot take is
+/// refused.
+const IN_FLIGHT: usize = 16;
 /// The longest the whole run may take.
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -121,9 +125,9 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
     let b_ip = endpoints.b.ip;
     let start = Instant::now();
     let mut next_qp = vec![0usize; workers];
-    let mut up_a = 0;
     let mut up_b = 0;
     let mut started = vec![0usize; workers];
+    let mut up_a = vec![0usize; workers];
     let accept = |b: &mut [Side], up_b: &mut usize, next_qp: &mut [usize]| -> Result<bool> {
         let mut any = false;
         for (k, s) in b.iter_mut().enumerate() {
@@ -148,13 +152,13 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
         }
         Ok(any)
     };
-    let collect = |a: &[Side], up_a: &mut usize| -> Result<bool> {
+    let collect = |a: &[Side], up_a: &mut [usize]| -> Result<bool> {
         let mut any = false;
-        for s in a {
+        for (k, s) in a.iter().enumerate() {
             while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
                 any = true;
                 match e {
-                    Event::Established(_) => *up_a += 1,
+                    Event::Established(_) => up_a[k] += 1,
                     Event::ConnectFailed { reason, .. } => return Err(err("at a", reason)),
                     Event::Rejected { private_data, .. } => {
                         return Err(err(
@@ -168,29 +172,35 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
         }
         Ok(any)
     };
-    // Connects go out as fast as control takes them, interleaved with the listener's
-    // accepts (as a server thread would run beside the client).
-    for i in 0..n {
-        let k = i % workers;
-        let s = &a[k];
-        let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
-        s.ctx
-            .connect(&s.qps[started[k]], remote, &settings)
-            .map_err(|e| err("connect", e))?;
-        started[k] += 1;
-        accept(&mut b, &mut up_b, &mut next_qp)?;
-        collect(&a, &mut up_a)?;
-    }
-    while up_a < n || up_b < n {
+    // Connects go out as fast as control takes them, up to IN_FLIGHT at a time per
+    // listening port, interleaved with the listener's accepts (as a server thread would
+    // run beside the client).
+    loop {
+        let mut busy = false;
+        for (k, s) in a.iter().enumerate() {
+            let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
+            while started[k] < per(k) && started[k] - up_a[k] < IN_FLIGHT {
+                s.ctx
+                    .connect(&s.qps[started[k]], remote, &settings)
+                    .map_err(|e| err("connect", e))?;
+                started[k] += 1;
+                busy = true;
+            }
+        }
+        busy |= accept(&mut b, &mut up_b, &mut next_qp)?;
+        busy |= collect(&a, &mut up_a)?;
+        let done_a: usize = up_a.iter().sum();
+        if done_a == n && up_b == n {
+            break;
+        }
         if start.elapsed() > DEADLINE {
             return Err(err(
                 "timed out",
-                format!("{up_a} of {n} established at a, {up_b} at b"),
+                format!("{done_a} of {n} established at a, {up_b} at b"),
             ));
         }
-        let busy = accept(&mut b, &mut up_b, &mut next_qp)? | collect(&a, &mut up_a)?;
         if !busy {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::yield_now();
         }
     }
     let seconds = start.elapsed().as_secs_f64();
