@@ -31,6 +31,24 @@ pub struct SetupRate {
     pub qp_seconds: f64,
     /// Seconds for the kernel's `N` connects and accepts on loopback.
     pub tcp_seconds: f64,
+    /// CPU seconds the daemons (both iwarpd and both iwarp-control) and this process spent
+    /// while the connections were set up (`None` for daemons not spawned here).
+    pub cpu: Option<(f64, f64)>,
+    /// What holding the connections afterwards showed (`--hold`).
+    pub held: Option<Held>,
+}
+
+/// The connections held open after setup.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub seconds: f64,
+    /// Connections that ended or whose QP failed while held (either side's event).
+    pub lost: usize,
+    /// The first such event, as the application heard it.
+    pub first_loss: Option<String>,
+    /// Resident memory of each iwarpd (KiB): with the QPs created, once all were
+    /// established, and at the end of the hold.
+    pub rss_kib: Vec<(u64, u64, u64)>,
 }
 
 impl SetupRate {
@@ -49,7 +67,39 @@ impl SetupRate {
             self.qp_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
-        )
+        ) + &self.held.as_ref().map_or(String::new(), |h| {
+            let n = n.max(1.0);
+            let mut s = format!(
+                "  held {:.0} s: {} of {} connections lost{}\n",
+                h.seconds,
+                h.lost,
+                self.connections,
+                h.first_loss
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" (first: {e})")),
+            );
+            for (i, (qps, up, end)) in h.rss_kib.iter().enumerate() {
+                s += &format!(
+                    "  iwarpd {}: RSS {:.1} MiB with the QPs, {:.1} MiB connected, {:.1} MiB at \
+                     the end: {:.1} KiB per connection\n",
+                    ['a', 'b'].get(i).unwrap_or(&'?'),
+                    *qps as f64 / 1024.0,
+                    *up as f64 / 1024.0,
+                    *end as f64 / 1024.0,
+                    (*end as f64 - *qps as f64) / n,
+                );
+            }
+            s
+        }) + &self.cpu.map_or(String::new(), |(daemons, app)| {
+            format!(
+                "  CPU per connection:       {:>9.0} µs (daemons {:.0}, application {:.0}): \
+                 {:.0} connections/s per busy core\n",
+                1e6 * (daemons + app) / n,
+                1e6 * daemons / n,
+                1e6 * app / n,
+                n / (daemons + app),
+            )
+        })
     }
 }
 
@@ -82,12 +132,15 @@ fn side(ctx: Context, n: usize) -> Result<Side> {
 }
 
 /// Runs the measurement on the endpoints `plan` names.
-pub fn run(plan: &Plan, connections: usize) -> Result<SetupRate> {
+pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<SetupRate> {
     let workers = plan.endpoint.daemon_workers.max(1);
-    let endpoints = Endpoints::start(&plan.endpoint)?;
-    let result = measure(&endpoints, connections, workers);
+    // Spawned daemons' limits are raised to hold every connection.
+    let mut ep = plan.endpoint.clone();
+    ep.qps = ep.qps.max(connections);
+    let endpoints = Endpoints::start(&ep)?;
+    let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds) = result?;
+    let (seconds, qp_seconds, cpu, held) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
@@ -95,10 +148,56 @@ pub fn run(plan: &Plan, connections: usize) -> Result<SetupRate> {
         seconds,
         qp_seconds,
         tcp_seconds,
+        cpu,
+        held,
     })
 }
 
-fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)> {
+/// CPU seconds (user and system, every thread) process `pid` has used, from `/proc`; `None`
+/// where it cannot be read.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are the 14th and 15th of the whole line, in USER_HZ (100 on Linux).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// CPU seconds of the spawned daemons together, and of this process.
+fn cpu_now(endpoints: &Endpoints) -> Option<(f64, f64)> {
+    let pids = endpoints.pids();
+    if pids.is_empty() {
+        return None;
+    }
+    let daemons = pids
+        .iter()
+        .map(|p| cpu_seconds(&p.to_string()))
+        .sum::<Option<f64>>()?;
+    Some((daemons, cpu_seconds("self")?))
+}
+
+/// Resident memory of process `pid` in KiB (`VmRSS`), 0 where it cannot be read.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+type Measured = (f64, f64, Option<(f64, f64)>, Option<Held>);
+
+fn measure(
+    endpoints: &Endpoints,
+    n: usize,
+    workers: usize,
+    hold: Option<Duration>,
+) -> Result<Measured> {
     let [dir_a, dir_b] = endpoints.runtime_dirs();
     let open = |dir: &std::path::Path| -> Result<Vec<Context>> {
         // Control places each new context on the worker with the fewest applications.
@@ -123,6 +222,8 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
             .map_err(|e| err("listen", e))?;
     }
     let b_ip = endpoints.b.ip;
+    let rss_qps: Vec<u64> = endpoints.iwarpd_pids().into_iter().map(rss_kib).collect();
+    let cpu_before = cpu_now(endpoints);
     let start = Instant::now();
     let mut next_qp = vec![0usize; workers];
     let mut up_b = 0;
@@ -204,8 +305,69 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
         }
     }
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_before
+        .zip(cpu_now(endpoints))
+        .map(|((d0, a0), (d1, a1))| (d1 - d0, a1 - a0));
+    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
     drop((a, b));
-    Ok((seconds, qp_seconds))
+    Ok((seconds, qp_seconds, cpu, held))
+}
+
+/// Keeps every connection open for `d`, counting those either side hears end or fail.
+fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps: Vec<u64>) -> Held {
+    let pids = endpoints.iwarpd_pids();
+    let rss_up: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let start = Instant::now();
+    let mut lost = std::collections::HashSet::new();
+    let mut first_loss = None;
+    while start.elapsed() < d {
+        for (side, s) in a.iter().map(|s| ('a', s)).chain(b.iter().map(|s| ('b', s))) {
+            let e = match s.ctx.next_event(Duration::from_millis(100)) {
+                Ok(Some(e)) => e,
+                Ok(None) => continue,
+                Err(e) => {
+                    first_loss.get_or_insert_with(|| format!("at {side}: {e}"));
+                    lost.insert((side, u32::MAX));
+                    continue;
+                }
+            };
+            let id = match &e {
+                Event::Disconnected { conn, .. } => Some(*conn),
+                Event::QpError { qp } => Some(*qp | 1 << 31),
+                Event::QpTerminated(t) => Some(t.qp | 1 << 31),
+                _ => None,
+            };
+            if let Some(id) = id {
+                if lost.insert((side, id)) {
+                    first_loss.get_or_insert_with(|| format!("at {side}: {e:?}"));
+                }
+            }
+        }
+    }
+    let rss_end: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    // A connection lost shows as its Disconnected and its QP's error, on one side or both:
+    // what is counted is connections, by the larger side's count.
+    let per_side = |c: char| {
+        lost.iter()
+            .filter(|(s, id)| *s == c && *id & 1 << 31 == 0)
+            .count()
+            .max(
+                lost.iter()
+                    .filter(|(s, id)| *s == c && *id & 1 << 31 != 0)
+                    .count(),
+            )
+    };
+    Held {
+        seconds: start.elapsed().as_secs_f64(),
+        lost: per_side('a').max(per_side('b')),
+        first_loss,
+        rss_kib: rss_qps
+            .into_iter()
+            .zip(rss_up)
+            .zip(rss_end)
+            .map(|((q, u), e)| (q, u, e))
+            .collect(),
+    }
 }
 
 /// `n` kernel TCP connects on loopback, each accepted by a thread beside; all stay open
