@@ -31,9 +31,9 @@ pub struct SetupRate {
     pub qp_seconds: f64,
     /// Seconds for the kernel's `N` connects and accepts on loopback.
     pub tcp_seconds: f64,
-    /// CPU seconds the daemons (both iwarpd and both iwarp-control) and this process spent
-    /// while the connections were set up (`None` for daemons not spawned here).
-    pub cpu: Option<(f64, f64)>,
+    /// CPU seconds both iwarpd, both iwarp-control and this process spent while the
+    /// connections were set up (`None` for daemons not spawned here).
+    pub cpu: Option<[f64; 3]>,
     /// What holding the connections afterwards showed (`--hold`).
     pub held: Option<Held>,
 }
@@ -90,14 +90,14 @@ impl SetupRate {
                 );
             }
             s
-        }) + &self.cpu.map_or(String::new(), |(daemons, app)| {
+        }) + &self.cpu.map_or(String::new(), |[iwarpd, control, app]| {
             format!(
-                "  CPU per connection:       {:>9.0} µs (daemons {:.0}, application {:.0}): \
-                 {:.0} connections/s per busy core\n",
-                1e6 * (daemons + app) / n,
-                1e6 * daemons / n,
+                "  CPU per connection:       {:>9.0} µs (iwarpd {:.0}, iwarp-control {:.0}, \
+                 application {:.0}; polling included)\n",
+                1e6 * (iwarpd + control + app) / n,
+                1e6 * iwarpd / n,
+                1e6 * control / n,
                 1e6 * app / n,
-                n / (daemons + app),
             )
         })
     }
@@ -165,17 +165,21 @@ fn cpu_seconds(pid: &str) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-/// CPU seconds of the spawned daemons together, and of this process.
-fn cpu_now(endpoints: &Endpoints) -> Option<(f64, f64)> {
-    let pids = endpoints.pids();
-    if pids.is_empty() {
+/// CPU seconds of the spawned iwarpd together, of the iwarp-control together, and of this
+/// process.
+fn cpu_now(endpoints: &Endpoints) -> Option<[f64; 3]> {
+    let iwarpd = endpoints.iwarpd_pids();
+    if iwarpd.is_empty() {
         return None;
     }
-    let daemons = pids
-        .iter()
-        .map(|p| cpu_seconds(&p.to_string()))
-        .sum::<Option<f64>>()?;
-    Some((daemons, cpu_seconds("self")?))
+    let sum = |pids: &[u32]| -> Option<f64> {
+        pids.iter()
+            .map(|p| cpu_seconds(&p.to_string()))
+            .sum::<Option<f64>>()
+    };
+    let all = sum(&endpoints.pids())?;
+    let d = sum(&iwarpd)?;
+    Some([d, all - d, cpu_seconds("self")?])
 }
 
 /// Resident memory of process `pid` in KiB (`VmRSS`), 0 where it cannot be read.
@@ -190,7 +194,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Measured = (f64, f64, Option<(f64, f64)>, Option<Held>);
+type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>);
 
 fn measure(
     endpoints: &Endpoints,
@@ -307,7 +311,7 @@ fn measure(
     let seconds = start.elapsed().as_secs_f64();
     let cpu = cpu_before
         .zip(cpu_now(endpoints))
-        .map(|((d0, a0), (d1, a1))| (d1 - d0, a1 - a0));
+        .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
     let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
     drop((a, b));
     Ok((seconds, qp_seconds, cpu, held))
