@@ -322,6 +322,8 @@ fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps:
     let pids = endpoints.iwarpd_pids();
     let rss_up: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
     let start = Instant::now();
+    // A connection lost shows as its Disconnected, its QP's error, or both, on one side or
+    // both: each is counted per side and kind, and the largest count is the connections.
     let mut lost = std::collections::HashSet::new();
     let mut first_loss = None;
     while start.elapsed() < d {
@@ -330,40 +332,40 @@ fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps:
                 Ok(Some(e)) => e,
                 Ok(None) => continue,
                 Err(e) => {
-                    first_loss.get_or_insert_with(|| format!("at {side}: {e}"));
-                    lost.insert((side, u32::MAX));
+                    let at = start.elapsed().as_secs_f64();
+                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e}"));
+                    lost.insert((side, 'x', 0));
                     continue;
                 }
             };
-            let id = match &e {
-                Event::Disconnected { conn, .. } => Some(*conn),
-                Event::QpError { qp } => Some(*qp | 1 << 31),
-                Event::QpTerminated(t) => Some(t.qp | 1 << 31),
+            let key = match &e {
+                Event::Disconnected { conn, .. } => Some(('c', *conn)),
+                Event::QpError { qp } => Some(('q', *qp)),
+                Event::QpTerminated(t) => Some(('q', t.qp)),
                 _ => None,
             };
-            if let Some(id) = id {
-                if lost.insert((side, id)) {
-                    first_loss.get_or_insert_with(|| format!("at {side}: {e:?}"));
+            if let Some((kind, id)) = key {
+                if lost.insert((side, kind, id)) {
+                    let at = start.elapsed().as_secs_f64();
+                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e:?}"));
                 }
             }
         }
     }
     let rss_end: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
-    // A connection lost shows as its Disconnected and its QP's error, on one side or both:
-    // what is counted is connections, by the larger side's count.
-    let per_side = |c: char| {
+    let count = |side: char, kind: char| {
         lost.iter()
-            .filter(|(s, id)| *s == c && *id & 1 << 31 == 0)
+            .filter(|&&(s, k, _)| s == side && k == kind)
             .count()
-            .max(
-                lost.iter()
-                    .filter(|(s, id)| *s == c && *id & 1 << 31 != 0)
-                    .count(),
-            )
     };
+    let lost = ['a', 'b']
+        .into_iter()
+        .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
+        .max()
+        .unwrap_or(0);
     Held {
         seconds: start.elapsed().as_secs_f64(),
-        lost: per_side('a').max(per_side('b')),
+        lost,
         first_loss,
         rss_kib: rss_qps
             .into_iter()
