@@ -241,6 +241,11 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub setup_rate: Option<u32>,
 
+    /// With --setup-rate: hold the connections this long once all are up (e.g. 10m),
+    /// watching for any that is lost, and print the daemons' memory per connection.
+    #[arg(long, value_name = "DURATION", requires = "setup_rate")]
+    pub hold: Option<String>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,

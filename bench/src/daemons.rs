@@ -402,6 +402,23 @@ impl Endpoints {
     }
 
     /// The daemons' runtime directories (for their stats files).
+    /// The process ids of the daemons this run spawned (none for endpoints it was given).
+    pub fn pids(&self) -> Vec<u32> {
+        [&self.a, &self.b]
+            .into_iter()
+            .flat_map(|e| [&e.iwarpd, &e.control])
+            .filter_map(|c| c.as_ref().map(|c| c.id()))
+            .collect()
+    }
+
+    /// The process ids of the two iwarpd this run spawned.
+    pub fn iwarpd_pids(&self) -> Vec<u32> {
+        [&self.a, &self.b]
+            .into_iter()
+            .filter_map(|e| e.iwarpd.as_ref().map(|c| c.id()))
+            .collect()
+    }
+
     pub fn runtime_dirs(&self) -> [&Path; 2] {
         [&self.a.runtime_dir, &self.b.runtime_dir]
     }

@@ -46,7 +46,19 @@ fn main() -> ExitCode {
         }
     };
     if let Some(n) = args.setup_rate {
-        return match iwarp_bench::setup_rate::run(&plan, n as usize) {
+        let hold = match args
+            .hold
+            .as_deref()
+            .map(iwarp_bench::workload::parse_duration)
+        {
+            None => None,
+            Some(Ok(d)) => Some(d),
+            Some(Err(e)) => {
+                eprintln!("iwarp-bench: error: --hold: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        return match iwarp_bench::setup_rate::run(&plan, n as usize, hold) {
             Ok(r) => {
                 print!("{}", r.describe());
                 ExitCode::SUCCESS

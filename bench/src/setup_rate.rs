@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 /// The first TCP port the listening side uses (one per context).
 const PORT: u16 = 19515;
+/// Connects in flight per listening port: the daemon's listener answers a SYN only while one
+/// of its sockets is free for the handshake (16 per port), and a SYN it cannot take is
+/// refused.
+const IN_FLIGHT: usize = 16;
 /// The longest the whole run may take.
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -27,6 +31,24 @@ pub struct SetupRate {
     pub qp_seconds: f64,
     /// Seconds for the kernel's `N` connects and accepts on loopback.
     pub tcp_seconds: f64,
+    /// CPU seconds both iwarpd, both iwarp-control and this process spent while the
+    /// connections were set up (`None` for daemons not spawned here).
+    pub cpu: Option<[f64; 3]>,
+    /// What holding the connections afterwards showed (`--hold`).
+    pub held: Option<Held>,
+}
+
+/// The connections held open after setup.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub seconds: f64,
+    /// Connections that ended or whose QP failed while held (either side's event).
+    pub lost: usize,
+    /// The first such event, as the application heard it.
+    pub first_loss: Option<String>,
+    /// Resident memory of each iwarpd (KiB): with the QPs created, once all were
+    /// established, and at the end of the hold.
+    pub rss_kib: Vec<(u64, u64, u64)>,
 }
 
 impl SetupRate {
@@ -45,7 +67,39 @@ impl SetupRate {
             self.qp_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
-        )
+        ) + &self.held.as_ref().map_or(String::new(), |h| {
+            let n = n.max(1.0);
+            let mut s = format!(
+                "  held {:.0} s: {} of {} connections lost{}\n",
+                h.seconds,
+                h.lost,
+                self.connections,
+                h.first_loss
+                    .as_ref()
+                    .map_or(String::new(), |e| format!(" (first: {e})")),
+            );
+            for (i, (qps, up, end)) in h.rss_kib.iter().enumerate() {
+                s += &format!(
+                    "  iwarpd {}: RSS {:.1} MiB with the QPs, {:.1} MiB connected, {:.1} MiB at \
+                     the end: {:.1} KiB per connection\n",
+                    ['a', 'b'].get(i).unwrap_or(&'?'),
+                    *qps as f64 / 1024.0,
+                    *up as f64 / 1024.0,
+                    *end as f64 / 1024.0,
+                    (*end as f64 - *qps as f64) / n,
+                );
+            }
+            s
+        }) + &self.cpu.map_or(String::new(), |[iwarpd, control, app]| {
+            format!(
+                "  CPU per connection:       {:>9.0} µs (iwarpd {:.0}, iwarp-control {:.0}, \
+                 application {:.0}; polling included)\n",
+                1e6 * (iwarpd + control + app) / n,
+                1e6 * iwarpd / n,
+                1e6 * control / n,
+                1e6 * app / n,
+            )
+        })
     }
 }
 
@@ -78,12 +132,15 @@ fn side(ctx: Context, n: usize) -> Result<Side> {
 }
 
 /// Runs the measurement on the endpoints `plan` names.
-pub fn run(plan: &Plan, connections: usize) -> Result<SetupRate> {
+pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<SetupRate> {
     let workers = plan.endpoint.daemon_workers.max(1);
-    let endpoints = Endpoints::start(&plan.endpoint)?;
-    let result = measure(&endpoints, connections, workers);
+    // Spawned daemons' limits are raised to hold every connection.
+    let mut ep = plan.endpoint.clone();
+    ep.qps = ep.qps.max(connections);
+    let endpoints = Endpoints::start(&ep)?;
+    let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds) = result?;
+    let (seconds, qp_seconds, cpu, held) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
@@ -91,10 +148,60 @@ pub fn run(plan: &Plan, connections: usize) -> Result<SetupRate> {
         seconds,
         qp_seconds,
         tcp_seconds,
+        cpu,
+        held,
     })
 }
 
-fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)> {
+/// CPU seconds (user and system, every thread) process `pid` has used, from `/proc`; `None`
+/// where it cannot be read.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are the 14th and 15th of the whole line, in USER_HZ (100 on Linux).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// CPU seconds of the spawned iwarpd together, of the iwarp-control together, and of this
+/// process.
+fn cpu_now(endpoints: &Endpoints) -> Option<[f64; 3]> {
+    let iwarpd = endpoints.iwarpd_pids();
+    if iwarpd.is_empty() {
+        return None;
+    }
+    let sum = |pids: &[u32]| -> Option<f64> {
+        pids.iter()
+            .map(|p| cpu_seconds(&p.to_string()))
+            .sum::<Option<f64>>()
+    };
+    let all = sum(&endpoints.pids())?;
+    let d = sum(&iwarpd)?;
+    Some([d, all - d, cpu_seconds("self")?])
+}
+
+/// Resident memory of process `pid` in KiB (`VmRSS`), 0 where it cannot be read.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>);
+
+fn measure(
+    endpoints: &Endpoints,
+    n: usize,
+    workers: usize,
+    hold: Option<Duration>,
+) -> Result<Measured> {
     let [dir_a, dir_b] = endpoints.runtime_dirs();
     let open = |dir: &std::path::Path| -> Result<Vec<Context>> {
         // Control places each new context on the worker with the fewest applications.
@@ -119,11 +226,13 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
             .map_err(|e| err("listen", e))?;
     }
     let b_ip = endpoints.b.ip;
+    let rss_qps: Vec<u64> = endpoints.iwarpd_pids().into_iter().map(rss_kib).collect();
+    let cpu_before = cpu_now(endpoints);
     let start = Instant::now();
     let mut next_qp = vec![0usize; workers];
-    let mut up_a = 0;
     let mut up_b = 0;
     let mut started = vec![0usize; workers];
+    let mut up_a = vec![0usize; workers];
     let accept = |b: &mut [Side], up_b: &mut usize, next_qp: &mut [usize]| -> Result<bool> {
         let mut any = false;
         for (k, s) in b.iter_mut().enumerate() {
@@ -148,13 +257,13 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
         }
         Ok(any)
     };
-    let collect = |a: &[Side], up_a: &mut usize| -> Result<bool> {
+    let collect = |a: &[Side], up_a: &mut [usize]| -> Result<bool> {
         let mut any = false;
-        for s in a {
+        for (k, s) in a.iter().enumerate() {
             while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
                 any = true;
                 match e {
-                    Event::Established(_) => *up_a += 1,
+                    Event::Established(_) => up_a[k] += 1,
                     Event::ConnectFailed { reason, .. } => return Err(err("at a", reason)),
                     Event::Rejected { private_data, .. } => {
                         return Err(err(
@@ -168,34 +277,103 @@ fn measure(endpoints: &Endpoints, n: usize, workers: usize) -> Result<(f64, f64)
         }
         Ok(any)
     };
-    // Connects go out as fast as control takes them, interleaved with the listener's
-    // accepts (as a server thread would run beside the client).
-    for i in 0..n {
-        let k = i % workers;
-        let s = &a[k];
-        let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
-        s.ctx
-            .connect(&s.qps[started[k]], remote, &settings)
-            .map_err(|e| err("connect", e))?;
-        started[k] += 1;
-        accept(&mut b, &mut up_b, &mut next_qp)?;
-        collect(&a, &mut up_a)?;
-    }
-    while up_a < n || up_b < n {
+    // Connects go out as fast as control takes them, up to IN_FLIGHT at a time per
+    // listening port, interleaved with the listener's accepts (as a server thread would
+    // run beside the client).
+    loop {
+        let mut busy = false;
+        for (k, s) in a.iter().enumerate() {
+            let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
+            while started[k] < per(k) && started[k] - up_a[k] < IN_FLIGHT {
+                s.ctx
+                    .connect(&s.qps[started[k]], remote, &settings)
+                    .map_err(|e| err("connect", e))?;
+                started[k] += 1;
+                busy = true;
+            }
+        }
+        busy |= accept(&mut b, &mut up_b, &mut next_qp)?;
+        busy |= collect(&a, &mut up_a)?;
+        let done_a: usize = up_a.iter().sum();
+        if done_a == n && up_b == n {
+            break;
+        }
         if start.elapsed() > DEADLINE {
             return Err(err(
                 "timed out",
-                format!("{up_a} of {n} established at a, {up_b} at b"),
+                format!("{done_a} of {n} established at a, {up_b} at b"),
             ));
         }
-        let busy = accept(&mut b, &mut up_b, &mut next_qp)? | collect(&a, &mut up_a)?;
         if !busy {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::yield_now();
         }
     }
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_before
+        .zip(cpu_now(endpoints))
+        .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
+    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
     drop((a, b));
-    Ok((seconds, qp_seconds))
+    Ok((seconds, qp_seconds, cpu, held))
+}
+
+/// Keeps every connection open for `d`, counting those either side hears end or fail.
+fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps: Vec<u64>) -> Held {
+    let pids = endpoints.iwarpd_pids();
+    let rss_up: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let start = Instant::now();
+    // A connection lost shows as its Disconnected, its QP's error, or both, on one side or
+    // both: each is counted per side and kind, and the largest count is the connections.
+    let mut lost = std::collections::HashSet::new();
+    let mut first_loss = None;
+    while start.elapsed() < d {
+        for (side, s) in a.iter().map(|s| ('a', s)).chain(b.iter().map(|s| ('b', s))) {
+            let e = match s.ctx.next_event(Duration::from_millis(100)) {
+                Ok(Some(e)) => e,
+                Ok(None) => continue,
+                Err(e) => {
+                    let at = start.elapsed().as_secs_f64();
+                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e}"));
+                    lost.insert((side, 'x', 0));
+                    continue;
+                }
+            };
+            let key = match &e {
+                Event::Disconnected { conn, .. } => Some(('c', *conn)),
+                Event::QpError { qp } => Some(('q', *qp)),
+                Event::QpTerminated(t) => Some(('q', t.qp)),
+                _ => None,
+            };
+            if let Some((kind, id)) = key {
+                if lost.insert((side, kind, id)) {
+                    let at = start.elapsed().as_secs_f64();
+                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e:?}"));
+                }
+            }
+        }
+    }
+    let rss_end: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let count = |side: char, kind: char| {
+        lost.iter()
+            .filter(|&&(s, k, _)| s == side && k == kind)
+            .count()
+    };
+    let lost = ['a', 'b']
+        .into_iter()
+        .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
+        .max()
+        .unwrap_or(0);
+    Held {
+        seconds: start.elapsed().as_secs_f64(),
+        lost,
+        first_loss,
+        rss_kib: rss_qps
+            .into_iter()
+            .zip(rss_up)
+            .zip(rss_end)
+            .map(|((q, u), e)| (q, u, e))
+            .collect(),
+    }
 }
 
 /// `n` kernel TCP connects on loopback, each accepted by a thread beside; all stay open

@@ -222,6 +222,76 @@ impl DaemonWatch {
     }
 }
 
+/// Commands sent to the daemon without waiting for each one's reply, and the events for
+/// applications that must wait for them. A connection's move to RTS is told to its
+/// application only once the daemon has answered the QpRts before it, so each event is
+/// held until every command sent before it has been answered. Workers answer their own
+/// commands in order, but not in step with each other, so what is awaited is a set.
+#[derive(Debug)]
+pub struct Pipeline<C, E> {
+    /// Requests sent and not answered yet, by id, with what each was.
+    outstanding: std::collections::BTreeMap<u64, C>,
+    /// The highest request id sent so far.
+    last: u64,
+    /// Events in the order they were made, each with the last request sent before it.
+    held: std::collections::VecDeque<(u64, E)>,
+}
+
+impl<C, E> Default for Pipeline<C, E> {
+    fn default() -> Self {
+        Pipeline {
+            outstanding: Default::default(),
+            last: 0,
+            held: Default::default(),
+        }
+    }
+}
+
+impl<C, E> Pipeline<C, E> {
+    /// Command `what`, with id `req`, was sent; its reply is still due. Ids must grow.
+    pub fn sent(&mut self, req: u64, what: C) {
+        self.outstanding.insert(req, what);
+        self.last = self.last.max(req);
+    }
+
+    /// The reply to `req` came: the command it answers, or `None` when `req` was not sent
+    /// through here (a reply someone else waits for).
+    pub fn answered(&mut self, req: u64) -> Option<C> {
+        self.outstanding.remove(&req)
+    }
+
+    /// Commands sent and not answered.
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// Events not yet released.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Holds `event` until every command sent so far is answered.
+    pub fn hold(&mut self, event: E) {
+        self.held.push_back((self.last, event));
+    }
+
+    /// The events, oldest first, whose commands are all answered. An event waits behind an
+    /// older one still held, so one application's events keep their order.
+    pub fn release(&mut self) -> Vec<E> {
+        let oldest_due = self
+            .outstanding
+            .first_key_value()
+            .map_or(u64::MAX, |(&req, _)| req);
+        let mut out = Vec::new();
+        while self.held.front().is_some_and(|(tag, _)| *tag < oldest_due) {
+            if let Some((_, e)) = self.held.pop_front() {
+                out.push(e);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,5 +441,46 @@ mod tests {
         assert_eq!(w.sample(7, 2, 1020), Liveness::Alive, "beating again");
         assert_eq!(w.sample(8, 0, 1030), Liveness::Restarted { old: 7, new: 8 });
         assert_eq!(w.sample(8, 0, 1040), Liveness::Alive, "reported once");
+    }
+
+    #[test]
+    fn pipeline_holds_an_event_until_the_commands_before_it_are_answered() {
+        let mut p = Pipeline::default();
+        p.hold("before anything");
+        p.sent(1, 'a');
+        p.sent(2, 'b');
+        p.hold("after 1 and 2");
+        p.sent(3, 'c');
+        p.hold("after 3");
+        assert_eq!(p.release(), vec!["before anything"]);
+        // Worker order: 2 answered before 1 (another worker) releases nothing.
+        assert_eq!(p.answered(2), Some('b'));
+        assert!(p.release().is_empty());
+        assert_eq!(p.answered(1), Some('a'));
+        assert_eq!(p.release(), vec!["after 1 and 2"]);
+        assert_eq!(p.in_flight(), 1);
+        assert_eq!(p.held(), 1);
+        assert_eq!(p.answered(3), Some('c'));
+        assert_eq!(p.answered(3), None, "answered once");
+        assert_eq!(p.release(), vec!["after 3"]);
+        assert_eq!((p.in_flight(), p.held()), (0, 0));
+    }
+
+    #[test]
+    fn pipeline_keeps_event_order_and_ignores_replies_it_did_not_send() {
+        let mut p = Pipeline::default();
+        p.sent(5, ());
+        p.hold(1);
+        // Sent later but answered already: still behind the older held event.
+        p.sent(6, ());
+        p.hold(2);
+        assert!(p.answered(6).is_some());
+        assert!(p.release().is_empty());
+        assert!(
+            p.answered(4).is_none(),
+            "a reply a synchronous call waits for"
+        );
+        assert!(p.answered(5).is_some());
+        assert_eq!(p.release(), vec![1, 2]);
     }
 }

@@ -25,7 +25,7 @@ use iwarp_control::app_proto::{decode_request, encode_event, encode_reply, messa
 use iwarp_control::app_server::{Core, Reply, VerifiedSegment};
 use iwarp_control::client::{Outbox, Unwritable};
 use iwarp_control::conn_manager::{Action, CmError, ConnManager};
-use iwarp_control::daemon_link::{DaemonWatch, Liveness, Router};
+use iwarp_control::daemon_link::{DaemonWatch, Liveness, Pipeline, Router};
 use iwarp_control::error::Resource;
 use iwarp_control::Error;
 use std::io::{ErrorKind, Read};
@@ -101,40 +101,76 @@ struct Daemon {
     /// Which worker each command goes to.
     router: Router,
     next_req: u64,
-    /// Upcalls other than the awaited reply (connection events), for the connection manager.
+    /// Upcalls other than replies (connection events), for the connection manager.
     pending: std::collections::VecDeque<Upcall>,
     /// Wakes iwarpd's poll loop when it sleeps (`None`: it polls on a timer).
     waker: Option<Waker>,
+    /// The connection manager's commands in flight and the application events behind them.
+    pipe: Pipeline<Command, (u32, Event)>,
+}
+
+/// How long a wait for the daemon only yields the CPU before it sleeps between looks: a
+/// reply is usually due within one turn of the worker's loop, and a sleep costs a timer
+/// slice or more on a busy machine.
+const SPIN: Duration = Duration::from_millis(2);
+
+/// Waits out one look that found nothing, `since` the wait began.
+fn pause(since: Instant) {
+    if since.elapsed() < SPIN {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 impl Daemon {
-    /// Sends `c` (on behalf of `app` when known) to the worker that serves it and waits for
-    /// its reply (back-pressure: retries while the ring is full).
-    fn call(&mut self, app: Option<u32>, c: &Command) -> Result<u32, String> {
+    /// Queues `c` (on behalf of `app` when known) for the worker that serves it and rings
+    /// it; returns the worker and the request id. While the ring is full (back-pressure)
+    /// it keeps taking the worker's upcalls, so a worker waiting for room in its own
+    /// upcall ring is never waited on in turn.
+    fn send(&mut self, app: Option<u32>, c: &Command) -> Result<(usize, u64), String> {
         let w = self.router.route(app, c);
         self.next_req += 1;
         let req = self.next_req;
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let since = Instant::now();
+        let deadline = since + Duration::from_secs(5);
         while self.side.send_command(w, req, c).is_err() {
             if Instant::now() > deadline || !self.side.daemon_alive() {
                 return Err(format!(
                     "iwarpd's worker {w} is not draining its command ring"
                 ));
             }
-            std::thread::sleep(Duration::from_micros(100));
+            match self.side.recv_upcall(w) {
+                Some(Ok(u)) => self.absorb(w, u),
+                Some(Err(e)) => tracing::warn!("bad upcall slot: {e}"),
+                None => pause(since),
+            }
         }
         if let Some(k) = &self.waker {
             k.kick_worker(w);
         }
+        Ok((w, req))
+    }
+
+    /// Sends `c` without waiting for its reply (the connection manager's commands): a
+    /// refusal is logged when the reply comes.
+    fn post(&mut self, c: &Command) -> Result<(), String> {
+        let (_, req) = self.send(None, c)?;
+        self.pipe.sent(req, *c);
+        Ok(())
+    }
+
+    /// Sends `c` and waits for its reply.
+    fn call(&mut self, app: Option<u32>, c: &Command) -> Result<u32, String> {
+        let (w, req) = self.send(app, c)?;
+        let since = Instant::now();
+        let deadline = since + Duration::from_secs(5);
         loop {
             match self.side.recv_upcall(w) {
                 Some(Ok(Upcall::Reply { req_id, status, .. })) if req_id == req => {
                     return Ok(status)
                 }
-                Some(Ok(u)) => {
-                    self.router.learn(w, &u);
-                    self.pending.push_back(u)
-                }
+                Some(Ok(u)) => self.absorb(w, u),
                 Some(Err(e)) => tracing::warn!("bad upcall slot: {e}"),
                 None => {
                     if Instant::now() > deadline || !self.side.daemon_alive() {
@@ -142,23 +178,40 @@ impl Daemon {
                             "iwarpd's worker {w} did not answer (dead or stuck)"
                         ));
                     }
-                    std::thread::sleep(Duration::from_micros(50));
+                    pause(since);
                 }
             }
         }
     }
 
-    /// The next upcall of any worker that is not an awaited reply.
-    fn next_upcall(&mut self) -> Option<Result<Upcall, iwarp_abi::Error>> {
-        for w in 0..self.side.worker_count() {
-            if let Some(u) = self.side.recv_upcall(w) {
-                if let Ok(u) = &u {
-                    self.router.learn(w, u);
+    /// An upcall of worker `w` that nobody waits for at the moment: the reply to a posted
+    /// command is checked off, anything else is kept for the connection manager.
+    fn absorb(&mut self, w: usize, u: Upcall) {
+        if let Upcall::Reply { req_id, status, .. } = u {
+            if let Some(c) = self.pipe.answered(req_id) {
+                if status != reply_status::OK {
+                    tracing::warn!("iwarpd refused {c:?}: status {status}");
                 }
-                return Some(u);
+                return;
             }
         }
-        None
+        self.router.learn(w, &u);
+        self.pending.push_back(u);
+    }
+
+    /// Takes every upcall the workers have ready; false when there was none.
+    fn drain(&mut self) -> bool {
+        let mut any = false;
+        for w in 0..self.side.worker_count() {
+            while let Some(u) = self.side.recv_upcall(w) {
+                any = true;
+                match u {
+                    Ok(u) => self.absorb(w, u),
+                    Err(e) => tracing::warn!("bad upcall slot: {e}"),
+                }
+            }
+        }
+        any
     }
 }
 
@@ -351,6 +404,9 @@ fn listen(
 }
 
 /// Runs connection-manager actions and feeds it daemon upcalls and timers until quiet.
+/// Commands go out without waiting for their replies; an application's event waits until
+/// the commands made before it are answered, so an application told Established finds its
+/// QP in RTS in the daemon. Returns whether anything happened.
 fn pump(
     core: &mut Core,
     daemon: &mut Daemon,
@@ -358,44 +414,38 @@ fn pump(
     apps: &mut [App],
     outbox: &mut Vec<Action>,
     now: u64,
-) {
+) -> bool {
     outbox.extend(cm.handle_timeout(now));
+    let mut busy = false;
     loop {
+        busy |= daemon.drain();
         while let Some(u) = daemon.pending.pop_front() {
+            busy = true;
             closing_done(core, cm, &u);
             outbox.extend(cm.handle_upcall(&u, now));
             outbox.extend(async_event(core, &u));
         }
-        while let Some(u) = daemon.next_upcall() {
-            match u {
-                Ok(u) => {
-                    closing_done(core, cm, &u);
-                    outbox.extend(cm.handle_upcall(&u, now));
-                    outbox.extend(async_event(core, &u));
-                }
-                Err(e) => tracing::warn!("bad upcall slot: {e}"),
+        for (app, event) in daemon.pipe.release() {
+            busy = true;
+            if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
+                a.send(&encode_event(&event));
             }
         }
         if outbox.is_empty() {
-            return;
+            return busy;
         }
+        busy = true;
         for a in std::mem::take(outbox) {
             match a {
                 Action::Daemon(c) => {
                     if let Command::QpRts { qp, .. } = c {
                         core.set_qp_state(qp.0, QpState::Rts);
                     }
-                    match daemon.call(None, &c) {
-                        Ok(reply_status::OK) => {}
-                        Ok(st) => tracing::warn!("iwarpd refused {c:?}: status {st}"),
-                        Err(e) => tracing::error!("{e}"),
+                    if let Err(e) = daemon.post(&c) {
+                        tracing::error!("{e}");
                     }
                 }
-                Action::App { app, event } => {
-                    if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
-                        a.send(&encode_event(&event));
-                    }
-                }
+                Action::App { app, event } => daemon.pipe.hold((app, event)),
             }
         }
     }
@@ -484,6 +534,50 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
     })
 }
 
+/// Reads of one application's socket per turn of the loop (4 KiB each).
+const READS_PER_TURN: usize = 16;
+
+/// The longest an idle loop waits before it looks at the daemon's upcalls again.
+const IDLE_WAIT: Duration = Duration::from_micros(200);
+
+/// Waits up to `timeout` for a new application, a request, or room in the socket of an
+/// application with replies queued.
+fn wait_readable(listener: &UnixListener, apps: &[App], timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut fds = Vec::with_capacity(apps.len() + 1);
+    fds.push(libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    for a in apps {
+        let mut events = libc::POLLIN;
+        if a.out.queued() > 0 {
+            events |= libc::POLLOUT;
+        }
+        fds.push(libc::pollfd {
+            fd: a.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        });
+    }
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the duration of the
+    // call, `ts` a valid timespec, and a null signal mask leaves the mask as it is. The
+    // result only shortens the wait, so an error (EINTR on SIGTERM) is as good as a wake.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+}
+
 /// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -546,6 +640,7 @@ fn main() -> ExitCode {
                 )
             })
             .ok(),
+        pipe: Pipeline::default(),
     };
     // MPA setup must finish within this (RFC 5044 section 7.1 leaves the value to us).
     let mut cm = ConnManager::new(10_000, config.mss() as u32)
@@ -597,6 +692,7 @@ fn main() -> ExitCode {
     let mut core = Core::new(config.limits.clone());
     let mut apps: Vec<App> = Vec::new();
     let mut next_app = 1u32;
+    let mut last_busy = Instant::now();
     loop {
         if STOP.load(std::sync::atomic::Ordering::Relaxed) {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
@@ -660,15 +756,30 @@ fn main() -> ExitCode {
                 gone.push(i);
                 continue;
             }
+            // Everything the application has sent, up to a bound per turn so one busy
+            // application cannot hold up the others: an application that pipelines its
+            // requests has them all answered in one turn.
             let mut tmp = [0u8; 4096];
-            match app.stream.read(&mut tmp) {
-                Ok(0) => gone.push(i),
-                Ok(n) => {
-                    idle = false;
-                    app.buf.extend_from_slice(&tmp[..n]);
+            for _ in 0..READS_PER_TURN {
+                match app.stream.read(&mut tmp) {
+                    Ok(0) => {
+                        gone.push(i);
+                        break;
+                    }
+                    Ok(n) => {
+                        idle = false;
+                        app.buf.extend_from_slice(&tmp[..n]);
+                        if n < tmp.len() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        gone.push(i);
+                        break;
+                    }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => gone.push(i),
             }
             loop {
                 let n = match message_len(&app.buf) {
@@ -714,9 +825,21 @@ fn main() -> ExitCode {
             }
             app_gone(&mut core, &mut daemon, &mut cm, &mut outbox, app.id);
         }
-        pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now);
-        if idle {
-            std::thread::sleep(Duration::from_micros(200));
+        if pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now) {
+            idle = false;
+        }
+        if !idle {
+            last_busy = Instant::now();
+        } else {
+            let due = daemon.pipe.in_flight() > 0 || daemon.pipe.held() > 0;
+            if due && last_busy.elapsed() < SPIN {
+                // Replies are due within a turn of the workers' loops.
+                std::thread::yield_now();
+            } else {
+                // The daemon's upcalls have no descriptor to wait on; an application's
+                // request or a new application ends the wait at once.
+                wait_readable(&listener, &apps, IDLE_WAIT);
+            }
         }
     }
 }

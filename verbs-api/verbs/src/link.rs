@@ -103,21 +103,21 @@ impl Link {
                 return r;
             }
             let wait = match deadline {
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        // Poll once without blocking before giving up.
-                        Duration::from_micros(1)
-                    } else {
-                        left
-                    }
-                }
+                Some(d) => d.saturating_duration_since(Instant::now()),
                 None => REPLY_TIMEOUT,
             };
-            self.stream
-                .set_read_timeout(Some(wait))
-                .map_err(|e| self.io(e))?;
-            match self.stream.read(&mut chunk) {
+            let got = if wait.is_zero() {
+                // Poll once without blocking before giving up. A receive timeout is counted
+                // in scheduler ticks, so even 1 µs would block for a whole tick (4 ms at
+                // 250 Hz) on every poll that finds nothing.
+                self.read_now(&mut chunk)
+            } else {
+                self.stream
+                    .set_read_timeout(Some(wait))
+                    .map_err(|e| self.io(e))?;
+                self.stream.read(&mut chunk)
+            };
+            match got {
                 Ok(0) => {
                     self.closed = true;
                     return Err(self.gone());
@@ -134,6 +134,14 @@ impl Link {
                 Err(e) => return Err(self.io(e)),
             }
         }
+    }
+
+    /// One read that returns at once (`WouldBlock` when nothing is readable).
+    fn read_now(&mut self, chunk: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_nonblocking(true)?;
+        let r = self.stream.read(chunk);
+        self.stream.set_nonblocking(false)?;
+        r
     }
 
     fn gone(&self) -> Error {
