@@ -340,8 +340,8 @@ fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps:
             };
             let key = match &e {
                 Event::Disconnected { conn, .. } => Some(('c', *conn)),
-                Event::QpError { qp } => Some(('q', *qp)),
-                Event::QpTerminated(t) => Some(('q', t.qp)),
+                Event::QpError { qp } => Some(('q', qp.0)),
+                Event::QpTerminated(t) => Some(('q', t.qp.0)),
                 _ => None,
             };
             if let Some((kind, id)) = key {
