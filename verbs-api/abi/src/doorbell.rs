@@ -1,5 +1,5 @@
 //! Which of an application's rings have work, so that a daemon turn visits those rings and
-//! not every ring it serves: per application one segment ([`SegmentKind::Doorbell`]) with a
+//! not every ring it serves: per application one segment ([`crate::segment::SegmentKind::Doorbell`]) with a
 //! queue of rung slots (a [`ring`] of `u32`), a bitmap of "queued" flags, one per slot, and
 //! an overflow word. Each QP (its SQ and RQ together) and each S-RQ has a slot; its ring
 //! segment names the doorbell segment and the slot in a trailer after the ring
