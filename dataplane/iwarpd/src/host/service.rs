@@ -77,6 +77,8 @@ enum Rung {
 /// One application's doorbell queue, mapped with the first ring that names it.
 struct AppBell {
     drainer: Drainer,
+    /// The process that created it, and whose rings alone may name it.
+    owner: u32,
     /// What each slot names, by slot (grown to the highest slot attached).
     rungs: Vec<Option<Rung>>,
     /// Its rings attached: it is unmapped with the last.
@@ -477,25 +479,41 @@ impl Host {
         rung: Rung,
     ) -> Option<(FileId, u32)> {
         let r = BellRef::read(seg, ring_len)?;
-        let opened = open(&r.path.to_path(), SegmentKind::Doorbell).ok()?;
-        let id = opened.file_id().ok()?;
-        let bell = match self.bells.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                if opened.header().creator_pid != owner {
-                    tracing::warn!("{rung:?}: its doorbell segment is not its application's");
-                    return None;
+        let path = r.path.to_path();
+        // Mapped once per application: a doorbell known by its file is not opened again.
+        let known = std::fs::metadata(&path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
+        let id = match known.filter(|id| self.bells.contains_key(id)) {
+            Some(id) => id,
+            None => {
+                let opened = open(&path, SegmentKind::Doorbell).ok()?;
+                let id = opened.file_id().ok()?;
+                if let std::collections::hash_map::Entry::Vacant(e) = self.bells.entry(id) {
+                    if opened.header().creator_pid != owner {
+                        tracing::warn!("{rung:?}: its doorbell segment is not its application's");
+                        return None;
+                    }
+                    let drainer = Drainer::attach_segment(&opened)
+                        .map_err(|err| tracing::warn!("{rung:?}: doorbell segment: {err}"))
+                        .ok()?;
+                    e.insert(AppBell {
+                        drainer,
+                        owner,
+                        rungs: Vec::new(),
+                        users: 0,
+                    });
                 }
-                let drainer = Drainer::attach_segment(&opened)
-                    .map_err(|err| tracing::warn!("{rung:?}: doorbell segment: {err}"))
-                    .ok()?;
-                e.insert(AppBell {
-                    drainer,
-                    rungs: Vec::new(),
-                    users: 0,
-                })
+                id
             }
         };
+        let bell = self.bells.get_mut(&id)?;
+        // Another application's queue: its slots are not this ring's to take.
+        if bell.owner != owner {
+            tracing::warn!("{rung:?}: its doorbell segment is not its application's");
+            return None;
+        }
         if r.slot >= bell.drainer.slots() {
             return None;
         }
