@@ -1,4 +1,4 @@
-//! This process's doorbell queue ([`iwarp_abi::doorbell`]): one per context, made with its
+//! This process's doorbell bitmap ([`iwarp_abi::doorbell`]): one per context, made with its
 //! first QP or S-RQ, and the slot each of those rings after a post so that the daemon visits
 //! its rings. Without one (it could not be made, or its slots ran out) the daemon scans
 //! those rings every turn.
@@ -11,7 +11,7 @@ use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The queue and which of its slots are handed out.
+/// The bitmap and which of its slots are handed out.
 pub(crate) struct Bell {
     ringer: Ringer,
     path: ShmPath,

@@ -58,7 +58,7 @@ pub struct Context {
     /// offers none (it then polls on a timer).
     waker: Option<Arc<Waker>>,
     worker: Option<usize>,
-    /// The doorbell queue its QPs and S-RQs ring, made with the first of them; `None` when it
+    /// The doorbell its QPs and S-RQs ring, made with the first of them; `None` when it
     /// could not be made (the daemon then scans their rings every turn).
     bell: Arc<OnceLock<Option<Arc<Bell>>>>,
 }

@@ -15,7 +15,7 @@
 //! ring, records by `convert`; a QP whose ring is corrupt goes to Error and the others keep
 //! running.
 //!
-//! A turn reads only the rings that have work: those the applications' doorbell queues list
+//! A turn reads only the rings that have work: those the applications' doorbell bitmaps mark
 //! ([`iwarp_abi::doorbell`]), those a visit left work in, and the few without a doorbell slot.
 
 use super::convert;
@@ -27,7 +27,7 @@ use iwarp_abi::command::{
     reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_SRQ,
 };
 use iwarp_abi::daemon_shm::DaemonSide;
-use iwarp_abi::doorbell::{BellRef, Drained, Drainer};
+use iwarp_abi::doorbell::{BellRef, Drainer};
 use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
@@ -55,7 +55,7 @@ struct Qp {
     recv_cq: CqId,
     /// The process that created its rings (control checked it is the application's).
     owner: u32,
-    /// Its doorbell queue and slot; `None`: read every turn.
+    /// Its doorbell and slot; `None`: read every turn.
     bell: Option<(FileId, u32)>,
 }
 
@@ -74,7 +74,7 @@ enum Rung {
     Srq(SrqId),
 }
 
-/// One application's doorbell queue, mapped with the first ring that names it.
+/// One application's doorbell bitmap, mapped with the first ring that names it.
 struct AppBell {
     drainer: Drainer,
     /// The process that created it, and whose rings alone may name it.
@@ -130,7 +130,7 @@ pub struct Host {
     cqs: HashMap<CqId, Cq>,
     srqs: HashMap<SrqId, Srq>,
     qps: HashMap<QpId, Qp>,
-    /// The applications' doorbell queues, by their segments' file ids.
+    /// The applications' doorbells, by their segments' file ids.
     bells: HashMap<FileId, AppBell>,
     /// QPs and S-RQs without a doorbell slot (none named, or not usable): read every turn.
     unbelled: Vec<Rung>,
@@ -394,10 +394,10 @@ impl Host {
     /// leaves in that turn (pumped after it, it would wait a turn). The only place these
     /// rings are read; what it did counts as the turn's work.
     ///
-    /// With work: rung in a doorbell queue (every ring of an application whose queue
-    /// overflowed or is corrupt), left with work by the last visit, or without a doorbell
-    /// slot. A post rings after publishing its ring head, and a slot is taken before its ring
-    /// is read, so every post is seen in the turn that takes its doorbell, or a later one.
+    /// With work: rung in a doorbell bitmap, left with work by the last visit, or without a
+    /// doorbell slot. A post rings after publishing its ring head, and a slot is taken before
+    /// its ring is read, so every post is seen in the turn that takes its doorbell, or a
+    /// later one.
     pub fn pump_rings(&mut self, rnic: &mut Rnic) -> bool {
         let mut qps = std::mem::take(&mut self.turn_qps);
         let mut srqs = std::mem::take(&mut self.turn_srqs);
@@ -409,19 +409,11 @@ impl Host {
         };
         for bell in self.bells.values_mut() {
             let AppBell { drainer, rungs, .. } = bell;
-            let drained = drainer.drain(|slot| {
+            drainer.drain(|slot| {
                 if let Some(&Some(r)) = rungs.get(slot as usize) {
                     list(r);
                 }
             });
-            if drained == Drained::ScanAll {
-                for (slot, r) in rungs.iter().enumerate() {
-                    if let Some(r) = *r {
-                        drainer.take(slot as u32);
-                        list(r);
-                    }
-                }
-            }
         }
         self.unbelled.iter().for_each(|&r| list(r));
         qps.sort_unstable();
@@ -467,7 +459,7 @@ impl Host {
         worked
     }
 
-    /// Maps the doorbell queue a ring segment names after its ring of `ring_len` octets
+    /// Maps the doorbell a ring segment names after its ring of `ring_len` octets
     /// (once per application) and gives `rung` its slot there. `None` when the segment names
     /// none, or one that is not `owner`'s sealed doorbell segment, or a slot out of range or
     /// taken: the ring is then read every turn.
@@ -530,7 +522,7 @@ impl Host {
         Some((id, r.slot))
     }
 
-    /// Gives up the slot of a QP or S-RQ being destroyed, and its doorbell queue with its
+    /// Gives up the slot of a QP or S-RQ being destroyed, and its doorbell with its
     /// last slot; or takes it off the list read every turn.
     fn detach_bell(&mut self, bell: Option<(FileId, u32)>, rung: Rung) {
         let Some((id, slot)) = bell else {
