@@ -22,6 +22,8 @@
 //!   input.
 //! - [`daemon_shm`]: iwarpd's segment: per worker a command ring, an upcall ring and a
 //!   heartbeat; the generation words.
+//! - [`doorbell`]: per application a queue of the rings it posted to, so a daemon turn
+//!   visits those rings and not every ring.
 //! - [`wake`]: each worker's sleep word and doorbell pipe, so an idle worker sleeps in the
 //!   kernel and a post from another process wakes it (no system call while it runs).
 //! - [`port_file`]: the endpoint's port (name, MAC, IPv4, MTU) as a file in its runtime
@@ -29,12 +31,13 @@
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
 //!
-//! Model check: `RUSTFLAGS="--cfg loom" cargo test -p iwarp-abi --release ring_loom`.
+//! Model check: `RUSTFLAGS="--cfg loom" cargo test -p iwarp-abi --release loom`.
 
 pub mod app;
 mod codec;
 pub mod command;
 pub mod daemon_shm;
+pub mod doorbell;
 pub mod error;
 pub mod fdpass;
 pub mod id;
@@ -55,4 +58,4 @@ pub use error::Error;
 /// The version of everything in this crate that crosses a process boundary. Bump it on any
 /// change of a `#[repr(C)]` layout, a tag or an enum value, or of the order of a message's
 /// variants or fields (the codec writes them in order, without names).
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;

@@ -108,6 +108,8 @@ pub enum SegmentKind {
     Other = 8,
     /// The word that says whether the daemon sleeps ([`crate::wake`]).
     Wake = 9,
+    /// An application's queue of rung rings ([`crate::doorbell`]).
+    Doorbell = 10,
 }
 
 impl TryFrom<u32> for SegmentKind {
@@ -124,6 +126,7 @@ impl TryFrom<u32> for SegmentKind {
             Events,
             Other,
             Wake,
+            Doorbell,
         ]
         .into_iter()
         .find(|k| *k as u32 == v)

@@ -44,6 +44,18 @@ impl AtomicU64 {
     pub fn fetch_add(&self, v: u64, order: Ordering) -> u64 {
         self.0.fetch_add(v, order)
     }
+    #[inline]
+    pub fn fetch_or(&self, v: u64, order: Ordering) -> u64 {
+        self.0.fetch_or(v, order)
+    }
+    #[inline]
+    pub fn fetch_and(&self, v: u64, order: Ordering) -> u64 {
+        self.0.fetch_and(v, order)
+    }
+    #[inline]
+    pub fn swap(&self, v: u64, order: Ordering) -> u64 {
+        self.0.swap(v, order)
+    }
 }
 
 #[cfg(not(loom))]

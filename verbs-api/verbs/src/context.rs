@@ -6,6 +6,7 @@
 //! Every resource releases itself when dropped (destroy or deregister, sent to control); a
 //! queue pair keeps its completion queues alive, a posted work request its memory regions.
 
+use crate::bell::{Bell, BellSlot};
 use crate::buffer::SharedBuffer;
 use crate::cq::CompletionQueue;
 use crate::error::Error;
@@ -18,6 +19,7 @@ use crate::srq::SharedReceiveQueue;
 /// Terminate).
 pub use iwarp_abi::app::{ConnectRequest, Established, Event};
 use iwarp_abi::app::{QpAttrs, Reply, Request};
+use iwarp_abi::doorbell::with_bell_ref;
 use iwarp_abi::id::PdId;
 use iwarp_abi::qp::QpState;
 use iwarp_abi::ring;
@@ -26,7 +28,7 @@ use iwarp_abi::wake::Waker;
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use iwarp_abi::app::Limits as RnicAttr;
@@ -58,6 +60,9 @@ pub struct Context {
     /// offers none (it then polls on a timer).
     waker: Option<Arc<Waker>>,
     worker: Option<usize>,
+    /// The doorbell its QPs and S-RQs ring, made with the first of them; `None` when it
+    /// could not be made (the daemon then scans their rings every turn).
+    bell: Arc<OnceLock<Option<Arc<Bell>>>>,
 }
 
 /// What a queue pair is created with (Verbs section 8.2.1).
@@ -135,7 +140,15 @@ impl Context {
             runtime_dir: runtime_dir.to_path_buf(),
             waker: waker.map(Arc::new),
             worker,
+            bell: Arc::default(),
         })
+    }
+
+    /// A doorbell slot for a new QP or S-RQ, named in the trailer of its ring segment `seg`
+    /// (whose ring is `ring_len` octets).
+    fn bell_slot(&self, seg: &Segment, ring_len: usize) -> Option<BellSlot> {
+        let bell = self.bell.get_or_init(|| Bell::create().ok()).as_ref()?;
+        bell.claim().filter(|s| s.mark(seg, ring_len))
     }
 
     /// The daemon's poll-mode worker that serves this context (control placed it there when
@@ -417,12 +430,14 @@ impl ProtectionDomain {
     /// Create QP in this PD, with its send and receive queues in shared rings (no receive
     /// ring with an S-RQ).
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
-        let (sq_seg, sq, _) = ring_segment::<SendWqe>(
-            "sq",
-            SegmentKind::SendQueue,
-            attr.sq_depth,
-            ring::ring_bytes::<SendWqe>,
-        )?;
+        // The SQ's segment names the QP's doorbell slot after its ring; the RQ's need not.
+        let (sq_seg, sq, _) =
+            ring_segment::<SendWqe>("sq", SegmentKind::SendQueue, attr.sq_depth, |s| {
+                with_bell_ref(ring::ring_bytes::<SendWqe>(s))
+            })?;
+        let bell = self
+            .ctx
+            .bell_slot(&sq_seg, ring::ring_bytes::<SendWqe>(sq.capacity()));
         let rq = match attr.srq {
             Some(_) => None,
             None => {
@@ -474,17 +489,19 @@ impl ProtectionDomain {
         Ok(q.with_depths(attr.sq_depth, attr.rq_depth)
             .with_release(release)
             .holding_srq(attr.srq.clone())
-            .with_waker(self.ctx.waker.clone()))
+            .with_waker(self.ctx.waker.clone())
+            .with_bell(bell))
     }
 
     /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.
     pub fn create_srq(&self, depth: u32) -> Result<Arc<SharedReceiveQueue>, Error> {
-        let (seg, producer, _) = ring_segment::<RecvWqe>(
-            "srq",
-            SegmentKind::SharedRecvQueue,
-            depth,
-            ring::ring_bytes::<RecvWqe>,
-        )?;
+        let (seg, producer, _) =
+            ring_segment::<RecvWqe>("srq", SegmentKind::SharedRecvQueue, depth, |s| {
+                with_bell_ref(ring::ring_bytes::<RecvWqe>(s))
+            })?;
+        let bell = self
+            .ctx
+            .bell_slot(&seg, ring::ring_bytes::<RecvWqe>(producer.capacity()));
         let srq = id(self.ctx.call(&Request::CreateSrq {
             pd: self.pd,
             depth,
@@ -496,6 +513,7 @@ impl ProtectionDomain {
             depth,
             Release::new(self.ctx.link(), Request::DestroySrq { srq }),
             self.ctx.waker.clone(),
+            bell,
         )))
     }
 

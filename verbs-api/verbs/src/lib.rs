@@ -15,6 +15,7 @@
 //! A failed verb is an [`Error`]; a failed *completion* is data: [`WorkCompletion::status`].
 
 pub mod adopt;
+mod bell;
 pub mod buffer;
 pub mod context;
 pub mod cq;

@@ -2,6 +2,7 @@
 //! daemon. A doorbell is the release store of the ring's producer index; a [`PostBatch`]
 //! writes many work requests and rings it once.
 
+use crate::bell::BellSlot;
 use crate::cq::{CompletionQueue, QpTracker};
 use crate::error::Error;
 use crate::link::Release;
@@ -132,6 +133,9 @@ pub struct QueuePair {
     tracker: Arc<QpTracker>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
+    /// Lists the QP for the daemon after a post (both rings share it); given back after the
+    /// QP is destroyed (fields drop after `Drop::drop` released it).
+    bell: Option<BellSlot>,
     /// The storage of the last batch, emptied, for the next one: a batch (and so each Post
     /// Send) allocates only when it outgrows every batch before it.
     spare: Mutex<BatchStorage>,
@@ -230,6 +234,7 @@ impl QueuePair {
             rq_depth,
             tracker,
             waker: None,
+            bell: None,
             spare: Mutex::default(),
         }
     }
@@ -246,7 +251,17 @@ impl QueuePair {
         self
     }
 
+    pub(crate) fn with_bell(mut self, b: Option<BellSlot>) -> QueuePair {
+        self.bell = b;
+        self
+    }
+
+    /// After publishing a ring head: list the QP for the daemon, then wake it if it sleeps
+    /// (the waker's fence orders the listing before its look at the sleep word).
     fn kick(&self) {
+        if let Some(b) = &self.bell {
+            b.ring();
+        }
         if let Some(w) = &self.waker {
             w.kick();
         }

@@ -2,6 +2,7 @@
 //! take from, in posting order. The receives' regions stay in use until their completions
 //! (which name the QP that consumed them) are polled.
 
+use crate::bell::BellSlot;
 use crate::cq::Outstanding;
 use crate::error::Error;
 use crate::link::{Release, Shared};
@@ -27,6 +28,8 @@ pub struct SharedReceiveQueue {
     outstanding: Arc<Outstanding>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
+    /// Lists the S-RQ for the daemon after a post.
+    bell: Option<BellSlot>,
 }
 
 impl SharedReceiveQueue {
@@ -36,6 +39,7 @@ impl SharedReceiveQueue {
         depth: u32,
         release: Release,
         waker: Option<Arc<Waker>>,
+        bell: Option<BellSlot>,
     ) -> Self {
         SharedReceiveQueue {
             link: release.link().clone(),
@@ -45,6 +49,7 @@ impl SharedReceiveQueue {
             ring: Mutex::new(ring),
             outstanding: Arc::new(Outstanding::default()),
             waker,
+            bell,
         }
     }
 
@@ -92,6 +97,9 @@ impl SharedReceiveQueue {
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.outstanding.push(wr.wr_id, mrs);
         drop(ring);
+        if let Some(b) = &self.bell {
+            b.ring();
+        }
         if let Some(w) = &self.waker {
             w.kick();
         }

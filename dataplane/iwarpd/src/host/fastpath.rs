@@ -219,6 +219,15 @@ impl HostQp {
     pub fn is_corrupt(&mut self) -> bool {
         self.sq.is_corrupt() || self.rq.as_ref().is_some_and(|r| r.is_corrupt())
     }
+
+    /// Whether a pump left work behind (more than a burst, or an entry the engine's full
+    /// queue refused): no post rings for it, so the caller visits the QP again.
+    pub fn pending(&mut self) -> bool {
+        self.sq_stash.is_some()
+            || self.rq_stash.is_some()
+            || !self.sq.is_empty()
+            || self.rq.as_mut().is_some_and(|r| !r.is_empty())
+    }
 }
 
 impl HostCq {
@@ -307,6 +316,11 @@ impl HostSrq {
             }
         }
         p
+    }
+
+    /// Whether the pump left work behind (as [`HostQp::pending`]).
+    pub fn pending(&mut self) -> bool {
+        self.stash.is_some() || !self.ring.is_empty()
     }
 }
 

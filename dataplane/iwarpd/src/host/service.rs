@@ -14,6 +14,9 @@
 //! mapped here, which would be a SIGBUS in this process), ring indices are checked by the
 //! ring, records by `convert`; a QP whose ring is corrupt goes to Error and the others keep
 //! running.
+//!
+//! A turn reads only the rings that have work: those the applications' doorbell bitmaps mark
+//! ([`iwarp_abi::doorbell`]), those a visit left work in, and the few without a doorbell slot.
 
 use super::convert;
 use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
@@ -24,10 +27,11 @@ use iwarp_abi::command::{
     reply_status as st, Chunk, Command, RtrKind as AbiRtr, RtsParams, NO_SRQ,
 };
 use iwarp_abi::daemon_shm::DaemonSide;
+use iwarp_abi::doorbell::{BellRef, Drainer};
 use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
-use iwarp_abi::wqe::Cqe;
+use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use iwarp_abi::{command::Upcall, ring};
 use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
 use iwarp_wire::mpa::MpaParams;
@@ -51,6 +55,34 @@ struct Qp {
     recv_cq: CqId,
     /// The process that created its rings (control checked it is the application's).
     owner: u32,
+    /// Its doorbell and slot; `None`: read every turn.
+    bell: Option<(FileId, u32)>,
+}
+
+struct Srq {
+    host: HostSrq,
+    bell: Option<(FileId, u32)>,
+}
+
+/// A file's (device, inode).
+type FileId = (u64, u64);
+
+/// What a doorbell slot names: a QP (its RQ and SQ) or an S-RQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rung {
+    Qp(QpId),
+    Srq(SrqId),
+}
+
+/// One application's doorbell bitmap, mapped with the first ring that names it.
+struct AppBell {
+    drainer: Drainer,
+    /// The process that created it, and whose rings alone may name it.
+    owner: u32,
+    /// What each slot names, by slot (grown to the highest slot attached).
+    rungs: Vec<Option<Rung>>,
+    /// Its rings attached: it is unmapped with the last.
+    users: usize,
 }
 
 /// How often the owners of QPs are checked for having exited.
@@ -96,8 +128,21 @@ pub struct Host {
     side: DaemonSide,
     pds: HashSet<PdId>,
     cqs: HashMap<CqId, Cq>,
-    srqs: HashMap<SrqId, HostSrq>,
+    srqs: HashMap<SrqId, Srq>,
     qps: HashMap<QpId, Qp>,
+    /// The applications' doorbells, by their segments' file ids.
+    bells: HashMap<FileId, AppBell>,
+    /// QPs and S-RQs without a doorbell slot (none named, or not usable): read every turn.
+    unbelled: Vec<Rung>,
+    /// QPs and S-RQs to visit next turn besides those rung: work was left in them, or they
+    /// were just created.
+    next_qps: Vec<QpId>,
+    next_srqs: Vec<SrqId>,
+    /// This turn's visits (kept for their capacity).
+    turn_qps: Vec<QpId>,
+    turn_srqs: Vec<SrqId>,
+    /// QP and S-RQ visits so far, each at most once a turn.
+    visits: u64,
     mrs: HashMap<Stag, HostMr>,
     /// Window and fast-register STags: they may point into the regions, so they go first.
     windows: std::collections::HashSet<Stag>,
@@ -134,6 +179,13 @@ impl Host {
             cqs: HashMap::new(),
             srqs: HashMap::new(),
             qps: HashMap::new(),
+            bells: HashMap::new(),
+            unbelled: Vec::new(),
+            next_qps: Vec::new(),
+            next_srqs: Vec::new(),
+            turn_qps: Vec::new(),
+            turn_srqs: Vec::new(),
+            visits: 0,
             mrs: HashMap::new(),
             windows: Default::default(),
             segments: HashMap::new(),
@@ -155,6 +207,11 @@ impl Host {
     pub fn with_doorbell(mut self, bell: DaemonWake) -> Host {
         self.doorbell = Some(bell);
         self
+    }
+
+    /// How many QP and S-RQ visits turns have made (a QP's RQ and SQ count once).
+    pub fn ring_visits(&self) -> u64 {
+        self.visits
     }
 
     /// Times the rings and commands of each busy turn (the bench's per-stage breakdown).
@@ -203,6 +260,10 @@ impl Host {
         }
         self.cqs.clear();
         self.srqs.clear();
+        self.bells.clear();
+        self.unbelled.clear();
+        self.next_qps.clear();
+        self.next_srqs.clear();
         self.pds.clear();
         self.backlog.clear();
         tracing::warn!(
@@ -326,34 +387,169 @@ impl Host {
         }
     }
 
-    /// Every QP's RQ and every S-RQ, then every QP's SQ, into the engine: run after the
+    /// The RQs and S-RQs with work, then the SQs with work, into the engine: run after the
     /// port's burst and before the engine sees the received bytes or sends anything. The
     /// receives first, so that a message that arrived after its receive was posted always
     /// finds it; the sends before the engine transmits, so that work posted before a turn
     /// leaves in that turn (pumped after it, it would wait a turn). The only place these
     /// rings are read; what it did counts as the turn's work.
+    ///
+    /// With work: rung in a doorbell bitmap, left with work by the last visit, or without a
+    /// doorbell slot. A post rings after publishing its ring head, and a slot is taken before
+    /// its ring is read, so every post is seen in the turn that takes its doorbell, or a
+    /// later one.
     pub fn pump_rings(&mut self, rnic: &mut Rnic) -> bool {
+        let mut qps = std::mem::take(&mut self.turn_qps);
+        let mut srqs = std::mem::take(&mut self.turn_srqs);
+        qps.append(&mut self.next_qps);
+        srqs.append(&mut self.next_srqs);
+        let mut list = |r: Rung| match r {
+            Rung::Qp(q) => qps.push(q),
+            Rung::Srq(s) => srqs.push(s),
+        };
+        for bell in self.bells.values_mut() {
+            let AppBell { drainer, rungs, .. } = bell;
+            drainer.drain(|slot| {
+                if let Some(&Some(r)) = rungs.get(slot as usize) {
+                    list(r);
+                }
+            });
+        }
+        self.unbelled.iter().for_each(|&r| list(r));
+        qps.sort_unstable();
+        qps.dedup();
+        srqs.sort_unstable();
+        srqs.dedup();
         let mut worked = false;
-        for qp in self.qps.values_mut() {
+        for id in &qps {
+            let Some(qp) = self.qps.get_mut(id) else {
+                continue;
+            };
+            self.visits += 1;
             if !qp.host.is_corrupt() {
                 let r = qp.host.pump_rq(rnic);
                 worked |= r.posted + r.rejected > 0;
             }
         }
-        for srq in self.srqs.values_mut() {
-            let r = srq.pump(rnic);
+        for id in &srqs {
+            let Some(srq) = self.srqs.get_mut(id) else {
+                continue;
+            };
+            self.visits += 1;
+            let r = srq.host.pump(rnic);
             worked |= r.posted + r.rejected > 0;
+            if srq.host.pending() {
+                self.next_srqs.push(*id);
+            }
         }
-        worked | self.pump_sqs(rnic)
+        for id in &qps {
+            let Some(qp) = self.qps.get_mut(id) else {
+                continue;
+            };
+            worked |= Self::pump_qp(qp, rnic);
+            // A ring found corrupt in this visit puts its QP in Error in the next.
+            let broken = qp.host.is_corrupt() && rnic.qp_state(*id) != Some(QpState::Error);
+            if broken || qp.host.pending() {
+                self.next_qps.push(*id);
+            }
+        }
+        qps.clear();
+        srqs.clear();
+        (self.turn_qps, self.turn_srqs) = (qps, srqs);
+        worked
     }
 
-    /// Every QP's SQ into the engine.
-    fn pump_sqs(&mut self, rnic: &mut Rnic) -> bool {
-        let mut worked = false;
-        for qp in self.qps.values_mut() {
-            worked |= Self::pump_qp(qp, rnic);
+    /// Maps the doorbell a ring segment names after its ring of `ring_len` octets
+    /// (once per application) and gives `rung` its slot there. `None` when the segment names
+    /// none, or one that is not `owner`'s sealed doorbell segment, or a slot out of range or
+    /// taken: the ring is then read every turn.
+    fn attach_bell(
+        &mut self,
+        seg: &Segment,
+        ring_len: usize,
+        owner: u32,
+        rung: Rung,
+    ) -> Option<(FileId, u32)> {
+        let r = BellRef::read(seg, ring_len)?;
+        let path = r.path.to_path();
+        // Mapped once per application: a doorbell known by its file is not opened again.
+        let known = std::fs::metadata(&path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
+        let id = match known.filter(|id| self.bells.contains_key(id)) {
+            Some(id) => id,
+            None => {
+                let opened = open(&path, SegmentKind::Doorbell).ok()?;
+                let id = opened.file_id().ok()?;
+                if let std::collections::hash_map::Entry::Vacant(e) = self.bells.entry(id) {
+                    if opened.header().creator_pid != owner {
+                        tracing::warn!("{rung:?}: its doorbell segment is not its application's");
+                        return None;
+                    }
+                    let drainer = Drainer::attach_segment(&opened)
+                        .map_err(|err| tracing::warn!("{rung:?}: doorbell segment: {err}"))
+                        .ok()?;
+                    e.insert(AppBell {
+                        drainer,
+                        owner,
+                        rungs: Vec::new(),
+                        users: 0,
+                    });
+                }
+                id
+            }
+        };
+        let bell = self.bells.get_mut(&id)?;
+        // Another application's queue: its slots are not this ring's to take.
+        if bell.owner != owner {
+            tracing::warn!("{rung:?}: its doorbell segment is not its application's");
+            return None;
         }
-        worked
+        if r.slot >= bell.drainer.slots() {
+            return None;
+        }
+        let slot = r.slot as usize;
+        if bell.rungs.len() <= slot {
+            bell.rungs.resize(slot + 1, None);
+        }
+        if bell.rungs[slot].is_some() {
+            tracing::warn!("{rung:?}: its doorbell slot {slot} is taken");
+            return None;
+        }
+        bell.rungs[slot] = Some(rung);
+        bell.users += 1;
+        Some((id, r.slot))
+    }
+
+    /// Gives up the slot of a QP or S-RQ being destroyed, and its doorbell with its
+    /// last slot; or takes it off the list read every turn.
+    fn detach_bell(&mut self, bell: Option<(FileId, u32)>, rung: Rung) {
+        let Some((id, slot)) = bell else {
+            self.unbelled.retain(|r| *r != rung);
+            return;
+        };
+        if let Some(b) = self.bells.get_mut(&id) {
+            if let Some(r) = b.rungs.get_mut(slot as usize) {
+                *r = None;
+            }
+            b.users -= 1;
+            if b.users == 0 {
+                self.bells.remove(&id);
+            }
+        }
+    }
+
+    /// After a QP or S-RQ is created: on the list read every turn when it has no doorbell
+    /// slot; visited next turn either way.
+    fn bell_or_scan(&mut self, bell: Option<(FileId, u32)>, rung: Rung) {
+        if bell.is_none() {
+            self.unbelled.push(rung);
+        }
+        match rung {
+            Rung::Qp(q) => self.next_qps.push(q),
+            Rung::Srq(s) => self.next_srqs.push(s),
+        }
     }
 
     /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
@@ -477,7 +673,12 @@ impl Host {
                 let (_, consumer) = ring::attach_segment(&seg).map_err(|_| st::BAD_SEGMENT)?;
                 rnic.create_srq_at(srq, pd, depth as usize)
                     .map_err(|_| st::EXISTS)?;
-                self.srqs.insert(srq, HostSrq::new(srq, consumer));
+                let ring_len = ring::ring_bytes::<RecvWqe>(consumer.capacity());
+                let owner = seg.header().creator_pid;
+                let bell = self.attach_bell(&seg, ring_len, owner, Rung::Srq(srq));
+                self.bell_or_scan(bell, Rung::Srq(srq));
+                let host = HostSrq::new(srq, consumer);
+                self.srqs.insert(srq, Srq { host, bell });
             }
             Command::ArmSrq { srq, limit } => {
                 self.srqs.get(&srq).ok_or(st::NO_SUCH_ID)?;
@@ -485,7 +686,8 @@ impl Host {
                     .map_err(|_| st::INVALID)?;
             }
             Command::DestroySrq { srq } => {
-                self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
+                let s = self.srqs.remove(&srq).ok_or(st::NO_SUCH_ID)?;
+                self.detach_bell(s.bell, Rung::Srq(srq));
                 let _ = rnic.destroy_srq(srq);
             }
             Command::CreateQp {
@@ -512,7 +714,7 @@ impl Host {
                 let (send_cq, recv_cq) = (known(send_cq)?, known(recv_cq)?);
                 let srq = match srq {
                     NO_SRQ => None,
-                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.srq),
+                    s => Some(self.srqs.get(&s).ok_or(st::NO_SUCH_ID)?.host.srq),
                 };
                 let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
                 let owner = sq_seg.header().creator_pid;
@@ -546,6 +748,9 @@ impl Host {
                         ),
                     }
                 }
+                let ring_len = ring::ring_bytes::<SendWqe>(sq_ring.capacity());
+                let bell = self.attach_bell(&sq_seg, ring_len, owner, Rung::Qp(qp));
+                self.bell_or_scan(bell, Rung::Qp(qp));
                 self.qps.insert(
                     qp,
                     Qp {
@@ -553,6 +758,7 @@ impl Host {
                         send_cq,
                         recv_cq,
                         owner,
+                        bell,
                     },
                 );
             }
@@ -568,10 +774,13 @@ impl Host {
                 }
                 // Flushed completions reach the CQ rings before the QP goes.
                 let _ = rnic.force_error(qp);
-                self.pump_sqs(rnic);
+                if let Some(q) = self.qps.get_mut(&qp) {
+                    Self::pump_qp(q, rnic);
+                }
                 self.drain_cqs(rnic);
                 rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
+                self.detach_bell(q.bell, Rung::Qp(qp));
                 if !self.qps.values().any(|o| o.owner == q.owner) {
                     self.owners.remove(&q.owner);
                 }
