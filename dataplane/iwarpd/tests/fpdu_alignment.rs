@@ -1,11 +1,6 @@
 //! FPDU alignment while the port pushes back (RFC 5044 section 8): short FPDUs go several to
 //! a segment, and a group the port did not take yet must go as its own segment before
 //! another FPDU is queued behind it, so that every first transmission is whole FPDUs.
-//!
-//! Ignored: the node keeps queueing behind a group the paused Unix port left in TCP, and
-//! most first transmissions then cut an FPDU. Holding the queueing back until the group goes
-//! keeps them whole but starves the connections that wait (`port_backpressure` fails);
-//! both need the port's room shared out per connection and turn.
 
 mod common;
 
@@ -115,7 +110,6 @@ impl Port for Aligned {
 }
 
 #[test]
-#[ignore = "the paused Unix port leaves short-FPDU groups that later FPDUs are queued behind"]
 fn short_fpdus_stay_whole_in_their_segments_while_the_port_pushes_back() {
     let dir = common::segment_dir("iwarp-alignment");
     let pa = UnixPort::open(dir.path(), [2, 0, 0, 0, 0x25, 1], 1500).unwrap();

@@ -195,6 +195,13 @@ struct Conn {
     queued: bool,
     /// In the node's list of connections with data in flight ([`Node::nudge`]).
     in_flight: bool,
+    /// Octets of short FPDUs at the tail of the socket's queue that do not fill a segment:
+    /// nothing but an FPDU that fits with them may be queued behind them until they are
+    /// sent, or smoltcp would cut that FPDU across two segments.
+    open_group: usize,
+    /// An FPDU taken from the engine that could not be queued behind an unsent group (the
+    /// port was pushing back); it goes first once the group is out.
+    held_fpdu: Vec<u8>,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -243,6 +250,8 @@ impl Conn {
             heard_live: std::time::Duration::ZERO,
             queued: false,
             in_flight: false,
+            open_group: 0,
+            held_fpdu: Vec::new(),
         }
     }
 
@@ -813,7 +822,10 @@ impl<P: Port> Node<P> {
             self.visits += 1;
             busy |= self.service(rnic, i);
             let c = &self.conns[i];
-            if !c.is_steady() || c.qp.is_some_and(|qp| rnic.wants_transmit(qp)) {
+            if !c.is_steady()
+                || !c.held_fpdu.is_empty()
+                || c.qp.is_some_and(|qp| rnic.wants_transmit(qp))
+            {
                 self.mark(i);
             }
         }

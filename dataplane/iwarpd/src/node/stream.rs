@@ -6,7 +6,9 @@
 //! first unsent byte, so a run of full-size FPDUs stays aligned by itself; shorter FPDUs are
 //! queued as a group while they fit in one segment, and the node makes smoltcp send the
 //! group at once (an interface poll) before queuing more, so the next FPDU starts a
-//! segment. smoltcp also cuts a segment at the right edge of the peer's window, so the node
+//! segment. A port that pushes back may leave the group unsent: until it is out (nothing
+//! queued is unsent), an FPDU that does not fit in it waits aside, in the connection.
+//! smoltcp also cuts a segment at the right edge of the peer's window, so the node
 //! queues an FPDU only when the peer's window (read off its segments by `peer_tcp.rs`) takes
 //! it whole. A retransmission after loss re-cuts from the oldest unacknowledged byte and may
 //! pack FPDUs differently; receivers (ours, siw, hardware) reassemble any split, only first
@@ -57,7 +59,29 @@ impl<P: Port> Node<P> {
         // does not end on that cut is sent on its own before more is queued behind it.
         let flow = self.conns[i].flow;
         let seg = self.segment_size(i);
-        let mut open = 0;
+        // The group queued last time is a segment of its own once everything queued is out.
+        let mut open = self.conns[i].open_group;
+        if open > 0 {
+            if self.unsent(i) > 0 {
+                self.iface_egress(self.turn_now);
+            }
+            if self.unsent(i) == 0 {
+                open = 0;
+            }
+        }
+        if !self.conns[i].held_fpdu.is_empty() {
+            if open > 0 {
+                // Still behind the group: the port has not taken it.
+                self.conns[i].open_group = open;
+                return busy;
+            }
+            let held = &mut self.conns[i].held_fpdu;
+            let _ = self.sockets.get_mut::<tcp::Socket>(handle).send_slice(held);
+            open = held.len() % seg;
+            held.clear();
+            self.fpdus_tx += 1;
+            busy = true;
+        }
         while rnic.wants_transmit(qp) {
             let room = {
                 // The node's bound, or the sender's congestion window where it tracks one
@@ -92,8 +116,15 @@ impl<P: Port> Node<P> {
                     let Some(n) = rnic.poll_transmit(qp, &mut self.fpdu) else {
                         break;
                     };
-                    if open + n > seg {
+                    if open > 0 && open + n > seg {
                         self.iface_egress(self.turn_now);
+                        if self.unsent(i) > 0 {
+                            // The port pushed back before the group went: this FPDU
+                            // waits aside, behind it.
+                            let c = &mut self.conns[i];
+                            c.held_fpdu.extend_from_slice(&self.fpdu[..n]);
+                            break;
+                        }
                         open = 0;
                     }
                     let _ = self
@@ -111,6 +142,7 @@ impl<P: Port> Node<P> {
             // The group goes now, so that the next FPDU queued starts a segment.
             self.iface_egress(self.turn_now);
         }
+        self.conns[i].open_group = open;
         if busy && !self.conns[i].in_flight {
             self.conns[i].in_flight = true;
             self.flight.push(i);
@@ -131,6 +163,23 @@ impl<P: Port> Node<P> {
             busy = true;
         }
         busy
+    }
+
+    /// Octets queued in connection `i`'s socket that were never sent: the queue less what is
+    /// in flight (from the highest octet sent and the peer's acknowledgement, as the device
+    /// saw them). 0 where the device tracks no sender for the connection.
+    fn unsent(&self, i: usize) -> usize {
+        let Some(sender) = self.conns[i].flow.and_then(|k| self.dev.peers.sender(k)) else {
+            return 0;
+        };
+        let in_flight = sender
+            .nxt()
+            .map_or(0, |nxt| nxt.wrapping_sub(sender.una()) as usize);
+        let queued = self
+            .sockets
+            .get::<tcp::Socket>(self.conns[i].handle)
+            .send_queue();
+        queued.saturating_sub(in_flight)
     }
 
     /// The largest TCP segment of connection `i`, and so its largest FPDU: our MSS, or the
