@@ -201,7 +201,7 @@ struct Conn {
     open_group: usize,
     /// An FPDU taken from the engine that could not be queued behind an unsent group (the
     /// port was pushing back); it goes first once the group is out.
-    held_fpdu: Vec<u8>,
+    held_fpdu: Option<Box<[u8]>>,
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -251,7 +251,7 @@ impl Conn {
             queued: false,
             in_flight: false,
             open_group: 0,
-            held_fpdu: Vec::new(),
+            held_fpdu: None,
         }
     }
 
@@ -713,17 +713,22 @@ impl<P: Port> Node<P> {
     /// What was received into TCP, then what TCP has to send, a round over the sockets at a
     /// time while the port takes frames (see `PortDevice::open_round`): what it does not
     /// take stays in TCP, unsent, until a later turn.
-    fn iface_egress(&mut self, now: smoltcp::time::Instant) {
+    ///
+    /// Returns whether TCP sent all it would: false when the port stopped taking frames first.
+    fn iface_egress(&mut self, now: smoltcp::time::Instant) -> bool {
         self.iface_ingress(now);
+        let mut drained = false;
         while self.dev.open_round() {
             let sent = self
                 .iface
                 .poll_egress(now, &mut self.dev, &mut self.sockets);
             if sent == PollResult::None {
+                drained = true;
                 break;
             }
         }
         self.dev.close_round();
+        drained
     }
 
     /// Received frames into TCP, nothing out yet: the ACK for a request then leaves with the
@@ -823,7 +828,7 @@ impl<P: Port> Node<P> {
             busy |= self.service(rnic, i);
             let c = &self.conns[i];
             if !c.is_steady()
-                || !c.held_fpdu.is_empty()
+                || c.held_fpdu.is_some()
                 || c.qp.is_some_and(|qp| rnic.wants_transmit(qp))
             {
                 self.mark(i);

@@ -69,18 +69,21 @@ impl<P: Port> Node<P> {
                 open = 0;
             }
         }
-        if !self.conns[i].held_fpdu.is_empty() {
+        if self.conns[i].held_fpdu.is_some() {
             if open > 0 {
                 // Still behind the group: the port has not taken it.
                 self.conns[i].open_group = open;
                 return busy;
             }
-            let held = &mut self.conns[i].held_fpdu;
-            let _ = self.sockets.get_mut::<tcp::Socket>(handle).send_slice(held);
-            open = held.len() % seg;
-            held.clear();
-            self.fpdus_tx += 1;
-            busy = true;
+            if let Some(held) = self.conns[i].held_fpdu.take() {
+                let _ = self
+                    .sockets
+                    .get_mut::<tcp::Socket>(handle)
+                    .send_slice(&held);
+                open = held.len() % seg;
+                self.fpdus_tx += 1;
+                busy = true;
+            }
         }
         while rnic.wants_transmit(qp) {
             let room = {
@@ -117,12 +120,10 @@ impl<P: Port> Node<P> {
                         break;
                     };
                     if open > 0 && open + n > seg {
-                        self.iface_egress(self.turn_now);
-                        if self.unsent(i) > 0 {
+                        if !self.iface_egress(self.turn_now) && self.unsent(i) > 0 {
                             // The port pushed back before the group went: this FPDU
                             // waits aside, behind it.
-                            let c = &mut self.conns[i];
-                            c.held_fpdu.extend_from_slice(&self.fpdu[..n]);
+                            self.conns[i].held_fpdu = Some(self.fpdu[..n].into());
                             break;
                         }
                         open = 0;
@@ -138,9 +139,9 @@ impl<P: Port> Node<P> {
             self.fpdus_tx += 1;
             busy = true;
         }
-        if open > 0 {
-            // The group goes now, so that the next FPDU queued starts a segment.
-            self.iface_egress(self.turn_now);
+        if open > 0 && self.iface_egress(self.turn_now) {
+            // The group went now, so the next FPDU queued starts a segment.
+            open = 0;
         }
         self.conns[i].open_group = open;
         if busy && !self.conns[i].in_flight {
