@@ -7,8 +7,7 @@ mod common;
 
 use common::{End, A_IP, B_IP};
 use iwarp_engine::{Access, QpCaps, QpId, SendOp, SendWr, Status};
-use iwarp_wire::mpa::negotiation::Settings;
-use iwarpd::node::{ConnState, TcpSettings};
+use iwarpd::node::TcpSettings;
 use iwarpd::port::unix::{UnixPort, PAUSE_AT};
 use iwarpd::port::Port;
 use std::time::{Duration, Instant};
@@ -43,31 +42,8 @@ fn many_streams_to_a_slow_reader_drop_nothing_resend_nothing_and_share_the_port(
         rq_depth: 4,
         srq: None,
     };
-    let mut conns: Vec<(usize, usize, QpId)> = Vec::new();
-    for i in 0..STREAMS {
-        let (qa, qb) = if i == 0 {
-            (a.qp, b.qp)
-        } else {
-            let qa = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
-            let qb = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
-            (qa, qb)
-        };
-        let port = 7300 + i as u16;
-        let ca = a.node.listen(port, qa, Settings::default()).unwrap();
-        let cb = b
-            .node
-            .connect(A_IP, port, 42000 + i as u16, qb, Settings::default())
-            .unwrap();
-        conns.push((ca, cb, qb));
-    }
+    let conns = common::connect_many(&mut a, &mut b, STREAMS, caps, 7300, 42000);
     let deadline = Instant::now() + Duration::from_secs(240);
-    while !conns.iter().all(|&(ca, cb, _)| {
-        a.node.state(ca) == Some(&ConnState::Rts) && b.node.state(cb) == Some(&ConnState::Rts)
-    }) {
-        assert!(Instant::now() < deadline, "setup of {STREAMS} connections");
-        a.node.poll(&mut a.rnic);
-        b.node.poll(&mut b.rnic);
-    }
 
     let a_mem = a.mem(WRITE, Access::ALL);
     let b_mem = b.mem(WRITE, Access::ALL);

@@ -6,8 +6,7 @@ mod common;
 
 use common::{End, A_IP, B_IP};
 use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Status};
-use iwarp_wire::mpa::negotiation::Settings;
-use iwarpd::node::{ConnState, TcpSettings};
+use iwarpd::node::TcpSettings;
 use iwarpd::port::memory::MemoryPort;
 use std::time::{Duration, Instant};
 
@@ -32,31 +31,8 @@ fn a_turn_visits_only_the_connections_with_work() {
         rq_depth: 16,
         srq: None,
     };
-    let mut conns = Vec::new();
-    for i in 0..QPS {
-        let (qa, qb) = if i == 0 {
-            (a.qp, b.qp)
-        } else {
-            let qa = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
-            let qb = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
-            (qa, qb)
-        };
-        let port = 7000 + i as u16;
-        let ca = a.node.listen(port, qa, Settings::default()).unwrap();
-        let cb = b
-            .node
-            .connect(A_IP, port, 41000 + i as u16, qb, Settings::default())
-            .unwrap();
-        conns.push((ca, cb, qb));
-    }
+    let conns = common::connect_many(&mut a, &mut b, QPS, caps, 7000, 41000);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !conns.iter().all(|&(ca, cb, _)| {
-        a.node.state(ca) == Some(&ConnState::Rts) && b.node.state(cb) == Some(&ConnState::Rts)
-    }) {
-        assert!(Instant::now() < deadline, "setup of {QPS} connections");
-        a.node.poll(&mut a.rnic);
-        b.node.poll(&mut b.rnic);
-    }
     // Settled: 20 turns in a row in which neither node received anything (the last
     // delayed ACKs of the setup are in).
     let mut quiet = 0;

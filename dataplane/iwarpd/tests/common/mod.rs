@@ -2,7 +2,7 @@
 //! polling loops.
 #![allow(dead_code)]
 
-use iwarp_engine::{Access, QpCaps, Rnic, SendOp, SendWr, Sge, Status, WorkCompletion};
+use iwarp_engine::{Access, QpCaps, QpId, Rnic, SendOp, SendWr, Sge, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
 use iwarpd::port::Port;
@@ -152,6 +152,53 @@ pub fn pair_tcps<P: Port, Q: Port>(
         b.node.poll(&mut b.rnic);
     }
     (a, b)
+}
+
+/// `n` connections from B to A, the first on each end's own QP and the others on new QPs
+/// of `caps`; A listens on `port`, `port + 1`, ..., B connects from `local_port` on. Polls
+/// both nodes until every one is in RTS. Returns (A's connection, B's connection, B's QP).
+pub fn connect_many<P: Port, Q: Port>(
+    a: &mut End<P>,
+    b: &mut End<Q>,
+    n: usize,
+    caps: QpCaps,
+    port: u16,
+    local_port: u16,
+) -> Vec<(usize, usize, QpId)> {
+    let mut conns = Vec::new();
+    for i in 0..n {
+        let (qa, qb) = if i == 0 {
+            (a.qp, b.qp)
+        } else {
+            let qa = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
+            let qb = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+            (qa, qb)
+        };
+        let ca = a
+            .node
+            .listen(port + i as u16, qa, Settings::default())
+            .unwrap();
+        let cb = b
+            .node
+            .connect(
+                A_IP,
+                port + i as u16,
+                local_port + i as u16,
+                qb,
+                Settings::default(),
+            )
+            .unwrap();
+        conns.push((ca, cb, qb));
+    }
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !conns.iter().all(|&(ca, cb, _)| {
+        a.node.state(ca) == Some(&ConnState::Rts) && b.node.state(cb) == Some(&ConnState::Rts)
+    }) {
+        assert!(Instant::now() < deadline, "setup of {n} connections");
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+    conns
 }
 
 /// Polls both nodes until `done` or the deadline.
