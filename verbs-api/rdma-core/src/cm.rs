@@ -1039,15 +1039,7 @@ pub(crate) unsafe extern "C" fn rdma_create_qp_ex(
     }
     // SAFETY: the caller's attributes; their head is an ibv_qp_init_attr.
     let a = unsafe { &mut *attr };
-    let mut plain = ibv_qp_init_attr {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
+    let mut plain = crate::ex::plain_init_attr(a);
     let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
         a.pd
     } else {

@@ -149,7 +149,19 @@ unsafe extern "C" fn create_qp_ex(
         // ibv_wr_post(3): a QP that cannot do every operation asked for is not created.
         return fail(libc::EOPNOTSUPP);
     }
-    let mut plain = ibv_qp_init_attr {
+    let mut plain = plain_init_attr(a);
+    // SAFETY: forwarded: the application's PD and attributes.
+    let qp = unsafe { verbs::ibv_create_qp(a.pd, &mut plain) };
+    if !qp.is_null() {
+        a.cap = plain.cap;
+    }
+    qp
+}
+
+/// The plain attributes at the head of extended ones (`ibv_create_qp_ex`,
+/// `rdma_create_qp_ex`): the fields both creation paths take.
+pub(crate) fn plain_init_attr(a: &ibv_qp_init_attr_ex) -> ibv_qp_init_attr {
+    ibv_qp_init_attr {
         qp_context: a.qp_context,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
@@ -157,13 +169,7 @@ unsafe extern "C" fn create_qp_ex(
         cap: a.cap,
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
-    };
-    // SAFETY: forwarded: the application's PD and attributes.
-    let qp = unsafe { verbs::ibv_create_qp(a.pd, &mut plain) };
-    if !qp.is_null() {
-        a.cap = plain.cap;
     }
-    qp
 }
 
 /// `ibv_qp_to_qp_ex`: every QP of this library is an `ibv_qp_ex` with the builders set
