@@ -774,10 +774,43 @@ fn keep_as_pure_ack(keep: &mut Vec<u8>, frame: &[u8], payload: usize) {
     tcp.fill_checksum(&src.into(), &dst.into());
 }
 
+/// An Ethernet frame holding `tcp` from `src` to `dst` (each host's MAC ends in its
+/// address's last octet), both checksums right: what the device's tests feed it.
+#[cfg(test)]
+pub(crate) fn test_frame(src: [u8; 4], dst: [u8; 4], tcp: &TcpRepr) -> Vec<u8> {
+    use smoltcp::wire::{EthernetAddress, EthernetRepr, IpAddress, Ipv4Address};
+    let ip = Ipv4Repr {
+        src_addr: Ipv4Address::from(src),
+        dst_addr: Ipv4Address::from(dst),
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    };
+    let eth = EthernetRepr {
+        src_addr: EthernetAddress([2, 0, 0, 0, 0, src[3]]),
+        dst_addr: EthernetAddress([2, 0, 0, 0, 0, dst[3]]),
+        ethertype: EthernetProtocol::Ipv4,
+    };
+    let mut buf = vec![0; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
+    let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+    eth.emit(&mut frame);
+    let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+    let caps = ChecksumCapabilities::default();
+    ip.emit(&mut packet, &caps);
+    let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+    tcp.emit(
+        &mut seg,
+        &IpAddress::Ipv4(Ipv4Address::from(src)),
+        &IpAddress::Ipv4(Ipv4Address::from(dst)),
+        &caps,
+    );
+    buf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{EthernetAddress, IpAddress, Ipv4Address};
+    use smoltcp::wire::IpAddress;
 
     const PEER: [u8; 4] = [10, 0, 0, 2];
     const US: [u8; 4] = [10, 0, 0, 1];
@@ -808,32 +841,7 @@ mod tests {
             timestamp: None,
             payload: &[],
         };
-        let ip = Ipv4Repr {
-            src_addr: Ipv4Address::from(PEER),
-            dst_addr: Ipv4Address::from(US),
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = vec![0; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut frame);
-        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut packet, &caps);
-        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
-        tcp.emit(
-            &mut seg,
-            &IpAddress::Ipv4(Ipv4Address::from(PEER)),
-            &IpAddress::Ipv4(Ipv4Address::from(US)),
-            &caps,
-        );
-        buf
+        test_frame(PEER, US, &tcp)
     }
 
     fn key() -> FlowKey {
@@ -1080,26 +1088,7 @@ mod tests {
             timestamp: None,
             payload,
         };
-        let ip = Ipv4Repr {
-            src_addr: Ipv4Address::from(src),
-            dst_addr: Ipv4Address::from(dst),
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        frame.set_ethertype(EthernetProtocol::Ipv4);
-        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut packet, &caps);
-        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
-        tcp.emit(
-            &mut seg,
-            &IpAddress::Ipv4(Ipv4Address::from(src)),
-            &IpAddress::Ipv4(Ipv4Address::from(dst)),
-            &caps,
-        );
+        let mut buf = test_frame(src, dst, &tcp);
         let at = Offsets { ip: 14, tcp: 34 };
         ecn::set_tcp_flags(&mut buf, at, flags);
         ecn::set_ecn_field(&mut buf, at, field);
@@ -1472,27 +1461,7 @@ mod tests {
             timestamp: None,
             payload: &[],
         };
-        let ip = Ipv4Repr {
-            src_addr: Ipv4Address::from(PEER),
-            dst_addr: Ipv4Address::from(US),
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        frame.set_ethertype(EthernetProtocol::Ipv4);
-        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut packet, &caps);
-        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
-        tcp.emit(
-            &mut seg,
-            &IpAddress::Ipv4(Ipv4Address::from(PEER)),
-            &IpAddress::Ipv4(Ipv4Address::from(US)),
-            &caps,
-        );
-        buf
+        test_frame(PEER, US, &tcp)
     }
 
     #[test]

@@ -111,10 +111,8 @@ pub fn set_ecn_field(frame: &mut [u8], at: Offsets, codepoint: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::phy::ChecksumCapabilities;
     use smoltcp::wire::{
-        EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
-        Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+        EthernetFrame, IpAddress, Ipv4Packet, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
     };
 
     const A: [u8; 4] = [10, 0, 0, 1];
@@ -136,32 +134,7 @@ mod tests {
             timestamp: None,
             payload,
         };
-        let ip = Ipv4Repr {
-            src_addr: Ipv4Address::from(A),
-            dst_addr: Ipv4Address::from(B),
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = vec![0; 14 + ip.buffer_len() + tcp.buffer_len()];
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut f);
-        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut p, &caps);
-        let mut t = TcpPacket::new_unchecked(p.payload_mut());
-        tcp.emit(
-            &mut t,
-            &IpAddress::Ipv4(Ipv4Address::from(A)),
-            &IpAddress::Ipv4(Ipv4Address::from(B)),
-            &caps,
-        );
-        buf
+        crate::peer_tcp::test_frame(A, B, &tcp)
     }
 
     /// Both checksums of the frame verify; returns (ECN field, ECE, CWR, SYN, ACK).
