@@ -32,6 +32,9 @@
 //!
 //! `--congestion cubic|newreno|dctcp|none` (both modes) sets both nodes' `tcp.congestion`.
 //!
+//! `--idle N` (both modes) connects N more QP pairs first, which stay idle (their TCP keeps
+//! them alive): what the measured connection's path costs next to many idle ones.
+//!
 //! `--mtu N` (both modes) runs the link at that MTU, TCP's segments and FPDUs following it
 //! as the daemon's defaults do; memif gets a buffer per frame. Above 1500: jumbo frames.
 //!
@@ -124,6 +127,9 @@ struct Placement {
     /// Both nodes' `tcp.congestion`: cubic, newreno, dctcp or none.
     #[arg(long, default_value = "cubic")]
     congestion: iwarp_config::Congestion,
+    /// Idle connected QP pairs next to the measured one.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=20000))]
+    idle: u16,
 }
 
 impl Placement {
@@ -451,10 +457,18 @@ fn memif_ports(mtu: usize) -> Result<(DpdkPort, DpdkPort), String> {
 }
 
 /// Two connected ends, A the active side.
-fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize, rings: bool) -> (End<P>, End<P>) {
+fn pair<P: Port>(
+    pa: P,
+    pb: P,
+    tcp: TcpSettings,
+    mem_len: usize,
+    rings: bool,
+    idle: u16,
+) -> (End<P>, End<P>) {
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let mut a = End::new(pa, ip_a, tcp, mem_len, rings);
     let mut b = End::new(pb, ip_b, tcp, mem_len, rings);
+    connect_idle(&mut a, &mut b, ip_a, idle);
     a.conn = a
         .node
         .listen(7174, a.qp, Settings::default())
@@ -474,6 +488,57 @@ fn pair<P: Port>(pa: P, pb: P, tcp: TcpSettings, mem_len: usize, rings: bool) ->
     (a, b)
 }
 
+/// Connects `n` QP pairs that stay idle, a listening port each on `a`, a few hundred
+/// handshakes at a time.
+fn connect_idle<P: Port>(a: &mut End<P>, b: &mut End<P>, ip_a: Ipv4Addr, n: u16) {
+    let caps = QpCaps {
+        sq_depth: 4,
+        rq_depth: 4,
+        srq: None,
+    };
+    let (pd_a, pd_b) = (a.rnic.alloc_pd(), b.rnic.alloc_pd());
+    let (cq_a, cq_b) = (a.rnic.create_cq(16), b.rnic.create_cq(16));
+    let t = Instant::now();
+    let mut pending = Vec::new();
+    for k in 0..n {
+        let qa = a.rnic.create_qp(pd_a, cq_a, cq_a, caps).expect("QP");
+        let qb = b.rnic.create_qp(pd_b, cq_b, cq_b, caps).expect("QP");
+        let port = 20000 + k;
+        let ca = a
+            .node
+            .listen(port, qa, Settings::default())
+            .expect("listen");
+        let cb = b
+            .node
+            .connect(ip_a, port, 40001 + k, qb, Settings::default())
+            .expect("connect");
+        pending.push((ca, cb));
+        while pending.len() >= 256 || (k + 1 == n && !pending.is_empty()) {
+            assert!(t.elapsed() < Duration::from_secs(600), "idle connections");
+            a.poll();
+            b.poll();
+            pending.retain(|&(ca, cb)| {
+                a.node.state(ca) != Some(&ConnState::Rts)
+                    || b.node.state(cb) != Some(&ConnState::Rts)
+            });
+        }
+    }
+    if n > 0 {
+        eprintln!(
+            "{n} idle QP pairs connected in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// What the output says of `--idle`.
+fn idle_note(idle: u16) -> String {
+    match idle {
+        0 => String::new(),
+        n => format!(", {n} idle QP pairs beside"),
+    }
+}
+
 fn main() {
     let (job, place) = match Cli::parse().mode {
         Mode::Latency {
@@ -482,6 +547,7 @@ fn main() {
             place,
         } => {
             let run = Latency {
+                idle: place.idle,
                 iterations,
                 ack_us: ack_delay_us,
                 cores: place.cores(),
@@ -496,6 +562,7 @@ fn main() {
         }
         Mode::Rate { seconds, op, place } => {
             let run = Rate {
+                idle: place.idle,
                 seconds,
                 op,
                 cores: place.cores(),
@@ -550,6 +617,7 @@ impl Job {
 }
 
 struct Latency {
+    idle: u16,
     iterations: u64,
     ack_us: u64,
     /// A pinned thread per node on these cores; None: both nodes on this thread.
@@ -566,7 +634,7 @@ fn pin(core: usize) {
 }
 
 fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
-    let (a, b) = pair(pa, pb, run.tcp, 2 * LEN, run.rings);
+    let (a, b) = pair(pa, pb, run.tcp, 2 * LEN, run.rings, run.idle);
     let warmup = run.iterations / 10;
     let total = warmup + run.iterations;
     let (rtt, frames) = match run.cores {
@@ -581,7 +649,7 @@ fn latency<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Latency) {
         None => "both on one thread".to_string(),
         Some([x, y]) => format!("a thread each on cores {x} and {y}, polling busy"),
     };
-    let via = work_path(run.rings);
+    let via = format!("{}{}", work_path(run.rings), idle_note(run.idle));
     println!(
         "node-pair: RDMA Write {LEN} B ping-pong, two nodes over the {link}, {threads}, {via}, \
          {iterations} round trips, ACK delay {ack_us} us ({:.1} frames from A per round trip)",
@@ -780,6 +848,7 @@ fn batch<P: Port>(a: &mut End<P>, b: &mut End<P>, op: RateOp, wcs: &mut [WorkCom
 }
 
 struct Rate {
+    idle: u16,
     seconds: f64,
     op: RateOp,
     /// A pinned thread per node on these cores; None: both nodes on this thread.
@@ -798,7 +867,7 @@ struct Moved {
 }
 
 fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
-    let (mut a, mut b) = pair(pa, pb, run.tcp, RATE_MEM, run.rings);
+    let (mut a, mut b) = pair(pa, pb, run.tcp, RATE_MEM, run.rings, run.idle);
     let mut wcs = vec![WorkCompletion::default(); 256];
     for _ in 0..50 {
         batch(&mut a, &mut b, run.op, &mut wcs);
@@ -832,7 +901,7 @@ fn rate<P: Port + Send + 'static>(pa: P, pb: P, link: &str, run: &Rate) {
         None => "both on one thread".to_string(),
         Some([x, y]) => format!("sender on core {x}, receiver on core {y}, polling busy"),
     };
-    let threads = format!("{threads}, {}", work_path(run.rings));
+    let threads = format!("{threads}, {}{}", work_path(run.rings), idle_note(run.idle));
     let per = |n: u64| n as f64 / moved.messages.max(1) as f64;
     match run.op {
         RateOp::Sends => println!(
