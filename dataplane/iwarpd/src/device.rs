@@ -6,7 +6,7 @@
 
 use crate::arp::ArpPacer;
 use crate::neighbours::NeighbourKeeper;
-use crate::peer_tcp::PeerTcp;
+use crate::peer_tcp::{FlowKey, PeerTcp};
 use crate::port::{tcp_checksum, Port, Received, TcpChecksumOffload, RX_BURST};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
@@ -118,32 +118,34 @@ impl<P: Port> PortDevice<P> {
         !self.rxq.is_empty() || !self.local.is_empty()
     }
 
-    /// The port's next frame for smoltcp: one with a wrong TCP checksum is dropped here
-    /// (smoltcp would drop it too, but silently); what smoltcp is about to read is noted.
+    /// The flow of the frame smoltcp reads next (`Some(None)`: it is not TCP over IPv4), or
+    /// `None` when no frame waits.
+    pub fn next_rx_flow(&self) -> Option<Option<FlowKey>> {
+        let frame: &[u8] = match self.local.front() {
+            Some(f) => f,
+            None => self.rxq.front()?,
+        };
+        Some(FlowKey::of_frame(frame))
+    }
+
+    /// The port's next frame for smoltcp; what smoltcp is about to read is noted.
     fn port_frame(&mut self, now: Instant) -> Option<P::Frame> {
-        loop {
-            let frame = self.rxq.pop_front()?;
-            if !self.offload.rx && !tcp_checksum::tcp_checksum_ok(&frame) {
-                self.rx_bad_checksum += 1;
-                self.read.push(frame);
-                continue;
+        let frame = self.rxq.pop_front()?;
+        if let Some(key) = self.peers.observe(&frame, now) {
+            if self.touched.last() != Some(&key) && self.touched.try_push(key).is_err() {
+                self.touched_overflow = true;
             }
-            if let Some(key) = self.peers.observe(&frame, now) {
-                if self.touched.last() != Some(&key) && self.touched.try_push(key).is_err() {
-                    self.touched_overflow = true;
-                }
-            }
-            for ack in self.peers.outbox.drain(..) {
-                if self.port.tx(&ack).is_ok() {
-                    self.tx_frames += 1;
-                    self.tx_bytes += ack.len() as u64;
-                }
-            }
-            if let Some(k) = &mut self.neighbours {
-                k.heard(&frame, now);
-            }
-            return Some(frame);
         }
+        for ack in self.peers.outbox.drain(..) {
+            if self.port.tx(&ack).is_ok() {
+                self.tx_frames += 1;
+                self.tx_bytes += ack.len() as u64;
+            }
+        }
+        if let Some(k) = &mut self.neighbours {
+            k.heard(&frame, now);
+        }
+        Some(frame)
     }
 
     /// Renews smoltcp's neighbour entries when they are due (see `neighbours.rs`).
@@ -154,7 +156,8 @@ impl<P: Port> PortDevice<P> {
         }
     }
 
-    /// Pulls a burst from the port when the queue is empty. Returns frames taken.
+    /// Pulls a burst from the port when the queue is empty. Returns frames taken. One with a
+    /// wrong TCP checksum is dropped here (smoltcp would drop it too, but silently).
     pub fn fill(&mut self) -> usize {
         for frame in self.read.drain(..) {
             self.port.recycle(frame);
@@ -174,6 +177,19 @@ impl<P: Port> PortDevice<P> {
             .unwrap_or(0);
         self.rx_frames += n as u64;
         self.rx_bytes += bytes;
+        if !self.offload.rx {
+            for _ in 0..self.rxq.len() {
+                let Some(frame) = self.rxq.pop_front() else {
+                    break;
+                };
+                if tcp_checksum::tcp_checksum_ok(&frame) {
+                    self.rxq.push_back(frame);
+                } else {
+                    self.rx_bad_checksum += 1;
+                    self.port.recycle(frame);
+                }
+            }
+        }
         n
     }
 }

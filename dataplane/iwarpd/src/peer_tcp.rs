@@ -72,6 +72,25 @@ impl FlowKey {
                 | u64::from(u32::from_be_bytes(peer_ip)),
         )
     }
+
+    /// The flow of a received frame (Ethernet, IPv4, TCP), seen from our end; `None` for
+    /// anything else, or anything too short to hold what its headers claim.
+    pub fn of_frame(frame: &[u8]) -> Option<FlowKey> {
+        let eth = EthernetFrame::new_checked(frame).ok()?;
+        if eth.ethertype() != EthernetProtocol::Ipv4 {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+        if ip.next_header() != IpProtocol::Tcp {
+            return None;
+        }
+        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        Some(FlowKey::new(
+            tcp.dst_port(),
+            ip.src_addr().octets(),
+            tcp.src_port(),
+        ))
+    }
 }
 
 /// What the peer's SYN said (window scale, MSS), what it last said about its window, and

@@ -1,16 +1,17 @@
-//! A turn visits the connections that have work, not every connection: with 64 connected QPs
-//! per node, 63 of them idle, a stream of Writes on one QP visits that QP's connection alone,
-//! and idle turns visit none.
+//! A turn visits the connections that have work, not every connection: with 128 connected
+//! QPs per node, 127 of them idle, a stream of Writes on one QP visits that QP's connection
+//! alone, and idle turns visit none. TCP's work follows too: smoltcp is handed the sockets of
+//! the active connection's shard, never all 128.
 
 mod common;
 
 use common::{End, A_IP, B_IP};
 use iwarp_engine::{Access, QpCaps, SendOp, SendWr, Status};
-use iwarpd::node::TcpSettings;
+use iwarpd::node::{TcpSettings, SOCKETS_PER_SHARD};
 use iwarpd::port::memory::MemoryPort;
 use std::time::{Duration, Instant};
 
-const QPS: usize = 64;
+const QPS: usize = 128;
 const WRITES: u64 = 50;
 
 #[test]
@@ -44,11 +45,17 @@ fn a_turn_visits_only_the_connections_with_work() {
 
     // Idle turns visit nothing.
     let before = (a.node.visits(), b.node.visits());
+    let offered = (a.node.sockets_offered(), b.node.sockets_offered());
     for _ in 0..100 {
         a.node.poll(&mut a.rnic);
         b.node.poll(&mut b.rnic);
     }
     assert_eq!((a.node.visits(), b.node.visits()), before, "idle turns");
+    assert_eq!(
+        (a.node.sockets_offered(), b.node.sockets_offered()),
+        offered,
+        "idle turns hand smoltcp no socket"
+    );
 
     // Writes on one QP, one at a time: each node visits at most one connection a turn.
     let a_mem = a.mem(4096, Access::ALL);
@@ -76,7 +83,21 @@ fn a_turn_visits_only_the_connections_with_work() {
         }
     }
     let visits = (a.node.visits() - before.0, b.node.visits() - before.1);
-    println!("{WRITES} Writes over {QPS} connections: {turns} turns, {visits:?} visits");
+    let offered = (
+        a.node.sockets_offered() - offered.0,
+        b.node.sockets_offered() - offered.1,
+    );
+    println!(
+        "{WRITES} Writes over {QPS} connections: {turns} turns, {visits:?} visits, \
+         {offered:?} sockets offered to smoltcp"
+    );
+    // A turn hands smoltcp the active shard for each frame received and for each egress
+    // (two a turn); every socket for each would be 4 * QPS = 512.
+    let bound = turns * 6 * SOCKETS_PER_SHARD as u64;
+    assert!(
+        offered.0 <= bound && offered.1 <= bound,
+        "{offered:?} sockets offered in {turns} turns: not the active shard alone"
+    );
     assert!(visits.0 > 0 && visits.1 > 0);
     assert!(
         visits.0 <= turns && visits.1 <= turns,

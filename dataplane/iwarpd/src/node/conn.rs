@@ -33,6 +33,8 @@ impl<P: Port> Node<P> {
             self.conns[i].ever_established = true;
             self.track_peer(i);
         }
+        // Tracking routes the socket, which may move it.
+        let handle = self.conns[i].handle;
         // The peer closed its half (FIN) and the engine has read everything before it (a
         // Terminate, the last messages): a graceful disconnect by the peer. The engine moves
         // a QP in RTS to Closing and Idle, or with work outstanding to Terminate and Error
@@ -206,6 +208,9 @@ impl<P: Port> Node<P> {
             self.remove_socket(handle);
             let c = &mut self.conns[i];
             c.socket_gone = true;
+            if self.by_id.get(&c.id) == Some(&i) {
+                self.by_id.remove(&c.id);
+            }
             self.reclaimed = true;
             c.inbuf = Vec::new();
             if let Some(key) = c.flow.take() {
@@ -220,14 +225,15 @@ impl<P: Port> Node<P> {
     /// Starts tracking what connection `i`'s peer says that smoltcp keeps to itself (see
     /// `peer_tcp.rs`).
     pub(super) fn track_peer(&mut self, i: usize) {
-        let c = &mut self.conns[i];
-        let s = self.sockets.get::<tcp::Socket>(c.handle);
+        let s = self.sockets.get::<tcp::Socket>(self.conns[i].handle);
         let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
             return;
         };
         let IpAddress::Ipv4(peer) = remote.addr;
         let key = FlowKey::new(local.port, peer.octets(), remote.port);
+        self.conns[i].handle = self.route_socket(self.conns[i].handle, key);
         if self.dev.peers.adopt(key) {
+            let c = &mut self.conns[i];
             c.flow = Some(key);
             self.by_flow.insert(key, i);
             let mut sender = cc::sender::Sender::new(

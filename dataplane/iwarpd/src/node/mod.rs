@@ -27,11 +27,10 @@ use iwarp_abi::command::CloseReason;
 use iwarp_engine::{ConnParams, IdIndex, PeerToPeer, QpId, Rnic, RtrKind};
 use iwarp_wire::mpa::negotiation::{self, Negotiated, Settings, SetupError};
 use rustc_hash::FxHashMap;
-use smoltcp::iface::{
-    Config as IfaceConfig, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
-};
+use smoltcp::iface::{Config as IfaceConfig, Interface, PollResult};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
+use sockets::{Sock, Sockets};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -151,14 +150,14 @@ pub const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 
 struct Listener {
     port: u16,
-    sockets: Vec<SocketHandle>,
+    sockets: Vec<Sock>,
 }
 
 struct Conn {
     /// The caller's id: its index for [`Node::listen`]/[`Node::connect`], control's id (or
     /// one the node chose, high bit set, for an accepted connection) in relay mode.
     id: u32,
-    handle: SocketHandle,
+    handle: Sock,
     /// The engine QP; in relay mode unknown until the control plane binds one.
     qp: Option<QpId>,
     initiator: bool,
@@ -224,7 +223,7 @@ impl StageClock {
 impl Conn {
     fn new(
         id: u32,
-        handle: SocketHandle,
+        handle: Sock,
         qp: Option<QpId>,
         initiator: bool,
         settings: Option<Settings>,
@@ -359,7 +358,7 @@ pub struct ConnTcp {
 
 pub struct Node<P: Port> {
     iface: Interface,
-    sockets: SocketSet<'static>,
+    sockets: Sockets,
     /// The sockets' rings: declared after `sockets`, so dropped after the sockets that hold
     /// them.
     mem: sockmem::SocketMem,
@@ -406,6 +405,8 @@ pub struct Node<P: Port> {
     /// Connection by its QP and by its peer's flow, rebuilt when connections move.
     by_qp: IdIndex<QpId>,
     by_flow: FxHashMap<FlowKey, usize>,
+    /// Relay connection by control's id, while its socket lives.
+    by_id: FxHashMap<u32, usize>,
     /// Connections indexed so far (new ones are marked once seen).
     indexed: usize,
     /// A socket was reclaimed this turn (see `Node::forget_reclaimed`).
@@ -431,8 +432,11 @@ pub mod cc;
 mod conn;
 mod mpa_setup;
 mod relay;
+mod sockets;
 mod sockmem;
 mod stream;
+
+pub use sockets::SHARD as SOCKETS_PER_SHARD;
 
 impl<P: Port> Node<P> {
     pub fn new(port: P, ip: Ipv4Addr, prefix: u8, tcp: TcpSettings) -> Node<P> {
@@ -466,7 +470,7 @@ impl<P: Port> Node<P> {
         });
         Node {
             iface,
-            sockets: SocketSet::new(Vec::new()),
+            sockets: Sockets::default(),
             mem: sockmem::SocketMem::default(),
             dev,
             turn_now: clock.now(),
@@ -494,6 +498,7 @@ impl<P: Port> Node<P> {
             flight: Vec::new(),
             by_qp: IdIndex::new(),
             by_flow: FxHashMap::default(),
+            by_id: FxHashMap::default(),
             indexed: 0,
             reclaimed: false,
             visits: 0,
@@ -505,7 +510,7 @@ impl<P: Port> Node<P> {
         }
     }
 
-    fn socket(&mut self) -> SocketHandle {
+    fn socket(&mut self) -> Sock {
         let (rx, tx, rings) = sockmem::buffers(self.tcp.rx_buffer, self.tcp.tx_buffer);
         let mut s = tcp::Socket::new(rx, tx);
         // RDMA latency: no Nagle; the ACK of a lone small segment held a few microseconds
@@ -717,18 +722,27 @@ impl<P: Port> Node<P> {
     /// Returns whether TCP sent all it would: false when the port stopped taking frames first.
     fn iface_egress(&mut self, now: smoltcp::time::Instant) -> bool {
         self.iface_ingress(now);
-        let mut drained = false;
-        while self.dev.open_round() {
-            let sent = self
-                .iface
-                .poll_egress(now, &mut self.dev, &mut self.sockets);
-            if sent == PollResult::None {
-                drained = true;
-                break;
+        self.sockets.take_due(now);
+        // Rounds over the shards with something to do, each shard leaving once it sends
+        // nothing more (see `sockets.rs`).
+        while !self.sockets.touched().is_empty() {
+            if !self.dev.open_round() {
+                self.dev.close_round();
+                return false;
+            }
+            let mut k = 0;
+            while k < self.sockets.touched().len() {
+                let set = self.sockets.set_mut(self.sockets.touched()[k]);
+                if self.iface.poll_egress(now, &mut self.dev, set) == PollResult::None {
+                    let at = self.iface.poll_at(now, set);
+                    self.sockets.settle(k, at);
+                } else {
+                    k += 1;
+                }
             }
         }
         self.dev.close_round();
-        drained
+        true
     }
 
     /// Received frames into TCP, nothing out yet: the ACK for a request then leaves with the
@@ -736,11 +750,11 @@ impl<P: Port> Node<P> {
     /// first, which would cost a frame and wake the peer for nothing.
     fn iface_ingress(&mut self, now: smoltcp::time::Instant) {
         self.iface.poll_maintenance(now);
-        while self
-            .iface
-            .poll_ingress_single(now, &mut self.dev, &mut self.sockets)
-            != PollIngressSingleResult::None
-        {}
+        while let Some(key) = self.dev.next_rx_flow() {
+            let shard = self.sockets.shard_for(key);
+            let set = self.sockets.set_mut(shard);
+            self.iface.poll_ingress_single(now, &mut self.dev, set);
+        }
     }
 
     /// One turn with no host: [`Node::receive`], [`Node::exchange`], [`Node::transmit`].
@@ -865,6 +879,12 @@ impl<P: Port> Node<P> {
         self.visits
     }
 
+    /// Sockets smoltcp was handed in sets to receive into or send from, over all turns: with
+    /// many idle connections, it grows with the active ones only (see `sockets.rs`).
+    pub fn sockets_offered(&self) -> u64 {
+        self.sockets.offered
+    }
+
     /// Puts connection `i` in the ready list, once.
     fn mark(&mut self, i: usize) {
         if let Some(c) = self.conns.get_mut(i) {
@@ -916,6 +936,7 @@ impl<P: Port> Node<P> {
     fn reindex(&mut self) {
         self.by_qp.clear();
         self.by_flow.clear();
+        self.by_id.clear();
         self.ready.clear();
         self.flight.clear();
         for i in 0..self.conns.len() {
@@ -924,6 +945,9 @@ impl<P: Port> Node<P> {
             c.in_flight = false;
             if c.socket_gone {
                 continue;
+            }
+            if c.settings.is_none() {
+                self.by_id.insert(c.id, i);
             }
             if let Some(qp) = c.qp {
                 self.by_qp.insert(qp, i as u32);
@@ -989,7 +1013,12 @@ impl<P: Port> Node<P> {
     /// loop backs off), where a zero timeout would spin on the cores the peer needs to read.
     pub fn poll_delay(&mut self) -> Option<std::time::Duration> {
         let now = self.clock.now();
-        let d = self.iface.poll_delay(now, &self.sockets)?;
+        let at = self.sockets.poll_at()?;
+        let d = if at > now {
+            at - now
+        } else {
+            smoltcp::time::Duration::ZERO
+        };
         if d == smoltcp::time::Duration::ZERO && !self.dev.port.tx_ready() {
             return None;
         }

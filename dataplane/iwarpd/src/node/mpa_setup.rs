@@ -40,6 +40,7 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(h)
             .connect(cx, ep, local_port)
             .map_err(|e| format!("connect to {remote}:{port}: {e}"))?;
+        let h = self.route_socket(h, FlowKey::new(local_port, remote.octets(), port));
         self.conns.push(Conn::new(
             self.conns.len() as u32,
             h,

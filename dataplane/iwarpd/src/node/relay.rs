@@ -6,8 +6,13 @@
 
 use super::*;
 
+/// Handshakes a relay listener takes at a time: each is a listening socket, so a burst of
+/// connections beyond it waits for the peer's SYN to be repeated.
+pub const MAX_BACKLOG: u16 = 128;
+
 impl<P: Port> Node<P> {
-    /// Listens on `port` for relay connections, `backlog` handshakes at a time (at most 16):
+    /// Listens on `port` for relay connections, `backlog` handshakes at a time (at most
+    /// [`MAX_BACKLOG`]):
     /// each completed one becomes [`NodeEvent::Incoming`].
     pub fn relay_listen(&mut self, port: u16, backlog: u16) -> Result<(), String> {
         if port == 0 || self.listeners.iter().any(|l| l.port == port) {
@@ -15,7 +20,7 @@ impl<P: Port> Node<P> {
         }
         self.claim(port)?;
         let mut sockets = Vec::new();
-        for _ in 0..backlog.clamp(1, 16) {
+        for _ in 0..backlog.clamp(1, MAX_BACKLOG) {
             let h = self.socket();
             if let Err(e) = self.sockets.get_mut::<tcp::Socket>(h).listen(port) {
                 self.remove_socket(h);
@@ -72,6 +77,9 @@ impl<P: Port> Node<P> {
             self.remove_socket(h);
             return Err(format!("connect to {remote}: {e}"));
         }
+        let key = FlowKey::new(self.next_ephemeral, remote.ip().octets(), remote.port());
+        let h = self.route_socket(h, key);
+        self.by_id.insert(conn, self.conns.len());
         self.conns.push(Conn::new(conn, h, None, true, None));
         Ok(())
     }
@@ -184,18 +192,13 @@ impl<P: Port> Node<P> {
 
     /// The engine QP bound to relay connection `conn`, if it is live and has one.
     pub fn qp_of_conn(&self, conn: u32) -> Option<QpId> {
-        self.conns
-            .iter()
-            .find(|c| c.id == conn && !c.socket_gone && !c.is_over())
-            .and_then(|c| c.qp)
+        self.live(conn).ok().and_then(|i| self.conns[i].qp)
     }
 
     /// The relay connection owned by engine QP `qp`, if one is live.
     pub fn conn_of_qp(&self, qp: QpId) -> Option<u32> {
-        self.conns
-            .iter()
-            .find(|c| c.qp == Some(qp) && !c.socket_gone && !c.is_over())
-            .map(|c| c.id)
+        let c = self.conns.get(self.by_qp.get(qp)? as usize)?;
+        (c.qp == Some(qp) && !c.socket_gone && !c.is_over()).then_some(c.id)
     }
 
     /// Connections the node still keeps state for (live ones, and ended ones whose socket
@@ -210,9 +213,9 @@ impl<P: Port> Node<P> {
     }
 
     fn find(&self, conn: u32) -> Option<usize> {
-        self.conns
-            .iter()
-            .position(|c| c.id == conn && c.settings.is_none() && !c.socket_gone)
+        let i = *self.by_id.get(&conn)?;
+        let c = self.conns.get(i)?;
+        (c.id == conn && c.settings.is_none() && !c.socket_gone).then_some(i)
     }
 
     fn live(&self, conn: u32) -> Result<usize, String> {
@@ -252,6 +255,7 @@ impl<P: Port> Node<P> {
                 c.accepted_on = Some(port);
                 c.state = ConnState::Relay;
                 c.ever_established = true;
+                self.by_id.insert(id, self.conns.len());
                 self.conns.push(c);
                 self.track_peer(self.conns.len() - 1);
                 let peer = match remote.map(|e| e.addr) {

@@ -98,7 +98,7 @@ struct Rings {
 /// The rings of every socket of a node that has mapped ones.
 #[derive(Default)]
 pub(super) struct SocketMem {
-    rings: FxHashMap<SocketHandle, Rings>,
+    rings: FxHashMap<Sock, Rings>,
     next_trim: std::time::Duration,
     /// Idle connections' rings given back (see [`Node::ring_trims`]).
     trims: u64,
@@ -155,7 +155,7 @@ impl<P: Port> Node<P> {
         &mut self,
         socket: tcp::Socket<'static>,
         rings: Option<MappedRings>,
-    ) -> SocketHandle {
+    ) -> Sock {
         let h = self.sockets.add(socket);
         if let Some(MappedRings(rx, tx)) = rings {
             self.mem.rings.insert(
@@ -171,10 +171,22 @@ impl<P: Port> Node<P> {
     }
 
     /// Removes socket `h` from the set, then unmaps its rings.
-    pub(super) fn remove_socket(&mut self, h: SocketHandle) {
+    pub(super) fn remove_socket(&mut self, h: Sock) {
         // The socket (and the slices it holds) is dropped by this statement, before its rings.
         drop(self.sockets.remove(h));
         self.mem.rings.remove(&h);
+    }
+
+    /// Routes flow `key`'s frames to socket `h` (see `sockets.rs`), which may move it; its
+    /// rings go with it. Returns its handle from now on.
+    pub(super) fn route_socket(&mut self, h: Sock, key: FlowKey) -> Sock {
+        let moved = self.sockets.route(h, key);
+        if moved != h {
+            if let Some(rings) = self.mem.rings.remove(&h) {
+                self.mem.rings.insert(moved, rings);
+            }
+        }
+        moved
     }
 
     /// Every [`TRIM_EVERY`] of live time: the rings of each connection that is idle (both

@@ -196,7 +196,7 @@ impl<P: Port> Node<P> {
 
     /// The QP's next FPDU emitted straight into the free space at the end of the socket's
     /// send ring, if that holds the largest FPDU in one piece.
-    fn transmit_into_socket(&mut self, rnic: &mut Rnic, handle: SocketHandle, qp: QpId) -> Direct {
+    fn transmit_into_socket(&mut self, rnic: &mut Rnic, handle: Sock, qp: QpId) -> Direct {
         let largest = self.fpdu.len();
         let sent = self.sockets.get_mut::<tcp::Socket>(handle).send(|ring| {
             if ring.len() < largest {
