@@ -118,14 +118,14 @@ impl<P: Port> PortDevice<P> {
         !self.rxq.is_empty() || !self.local.is_empty()
     }
 
-    /// The flow of the frame smoltcp reads next (`Some(None)`: it is not TCP over IPv4), or
-    /// `None` when no frame waits.
-    pub fn next_rx_flow(&self) -> Option<Option<FlowKey>> {
-        let frame: &[u8] = match self.local.front() {
-            Some(f) => f,
-            None => self.rxq.front()?,
-        };
-        Some(FlowKey::of_frame(frame))
+    /// The frame smoltcp reads next, if one waits: its flow (`None`: not TCP over IPv4) and
+    /// whether it was made here (the neighbour keeper's renewals, the nudges' ACKs) rather
+    /// than received.
+    pub fn next_rx_flow(&self) -> Option<(Option<FlowKey>, bool)> {
+        match self.local.front() {
+            Some(f) => Some((FlowKey::of_frame(f), true)),
+            None => Some((FlowKey::of_frame(self.rxq.front()?), false)),
+        }
     }
 
     /// The port's next frame for smoltcp; what smoltcp is about to read is noted.

@@ -750,8 +750,10 @@ impl<P: Port> Node<P> {
     /// first, which would cost a frame and wake the peer for nothing.
     fn iface_ingress(&mut self, now: smoltcp::time::Instant) {
         self.iface.poll_maintenance(now);
-        while let Some(key) = self.dev.next_rx_flow() {
-            let shard = self.sockets.shard_for(key);
+        while let Some((key, made)) = self.dev.next_rx_flow() {
+            // An ARP frame from the wire may resolve a neighbour that sockets anywhere wait
+            // for; the keeper's renewals (every 20 ms) only refresh a known one.
+            let shard = self.sockets.shard_for(key, key.is_none() && !made);
             let set = self.sockets.set_mut(shard);
             self.iface.poll_ingress_single(now, &mut self.dev, set);
         }

@@ -8,7 +8,8 @@
 //!   smoltcp then searches [`SHARD`] sockets at most. A frame of no known flow (a SYN for a
 //!   listener, a segment for a socket gone) goes to the unrouted shard, which holds the
 //!   listening sockets and the handshakes they took; a frame that is not TCP (ARP) goes
-//!   there too, and wakes every shard, since a socket anywhere may wait for that neighbour.
+//!   there too, and one from the wire wakes every shard, since a socket anywhere may wait
+//!   for that neighbour.
 //! - Egress polls the shards touched since their last egress (a frame received, a socket
 //!   written, read, opened or closed: anything through [`Sockets::get_mut`]) and those whose
 //!   earliest timer is due; the others are not looked at.
@@ -168,17 +169,17 @@ impl Sockets {
         }
     }
 
-    /// The shard a received frame of flow `key` goes to (`None`: not TCP), touched.
-    pub fn shard_for(&mut self, key: Option<FlowKey>) -> u32 {
-        let shard = match key {
-            Some(k) => self.routes.get(&k).map_or(UNROUTED, |s| s.shard),
-            None => {
-                for shard in 0..self.shards.len() as u32 {
-                    self.touch(shard);
-                }
-                UNROUTED
+    /// The shard a received frame of flow `key` goes to (`None`: not TCP), touched; with
+    /// `wake_all`, every shard is touched.
+    pub fn shard_for(&mut self, key: Option<FlowKey>, wake_all: bool) -> u32 {
+        if wake_all {
+            for shard in 0..self.shards.len() as u32 {
+                self.touch(shard);
             }
-        };
+        }
+        let shard = key.map_or(UNROUTED, |k| {
+            self.routes.get(&k).map_or(UNROUTED, |s| s.shard)
+        });
         self.touch(shard);
         shard
     }
@@ -258,13 +259,13 @@ mod tests {
         let h = s.add(socket());
         s.get_mut::<tcp::Socket>(h).listen(7000).unwrap();
         let key = FlowKey::new(7000, [10, 0, 0, 2], 40000);
-        assert_eq!(s.shard_for(Some(key)), UNROUTED);
+        assert_eq!(s.shard_for(Some(key), false), UNROUTED);
         let moved = s.route(h, key);
         assert_ne!(moved.shard, UNROUTED);
         assert_eq!(s.get::<tcp::Socket>(moved).state(), tcp::State::Listen);
-        assert_eq!(s.shard_for(Some(key)), moved.shard);
+        assert_eq!(s.shard_for(Some(key), false), moved.shard);
         s.remove(moved);
-        assert_eq!(s.shard_for(Some(key)), UNROUTED);
+        assert_eq!(s.shard_for(Some(key), false), UNROUTED);
     }
 
     #[test]
@@ -300,9 +301,12 @@ mod tests {
         assert_eq!(s.poll_at(), Some(Instant::from_millis(50)));
         s.take_due(Instant::from_millis(50));
         assert_eq!(s.touched(), &[a.shard]);
-        // Anything that is not TCP wakes every shard.
+        // An ARP frame from the wire wakes every shard.
         s.settle(0, None);
-        s.shard_for(None);
+        s.shard_for(None, false);
+        assert_eq!(s.touched(), &[UNROUTED]);
+        s.settle(0, None);
+        s.shard_for(None, true);
         assert_eq!(s.touched().len(), 2);
     }
 }
