@@ -42,18 +42,16 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
-/// `struct ifreq` with its `ifr_mtu` member (SIOCGIFMTU, SIOCSIFMTU).
+/// `struct ifreq` with an int member (`ifr_mtu`, `ifr_qlen`).
 #[repr(C)]
-struct IfMtu {
+struct IfInt {
     name: [libc::c_char; libc::IFNAMSIZ],
-    mtu: libc::c_int,
+    value: libc::c_int,
     _pad: [u8; 20],
 }
 
-/// Raises the queue the kernel keeps for interface `name` (its `txqueuelen`, the frames that
-/// wait for the port to read them) to at least `len` frames. An error where it cannot (no
-/// CAP_NET_ADMIN on a TAP created for this user).
-fn raise_kernel_queue(name: &CString, len: u32) -> io::Result<()> {
+/// A socket to ask the kernel about interfaces through, and an ifreq naming `name`.
+fn if_request(name: &CString) -> io::Result<(std::os::fd::OwnedFd, IfInt)> {
     // SAFETY: a plain socket() call; the descriptor is owned by `sock` below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -61,40 +59,40 @@ fn raise_kernel_queue(name: &CString, len: u32) -> io::Result<()> {
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    // `struct ifreq` with its `ifr_qlen` member, an int where `ifr_mtu` is.
-    let mut req = IfMtu {
+    let mut req = IfInt {
         name: [0; libc::IFNAMSIZ],
-        mtu: 0,
+        value: 0,
         _pad: [0; 20],
     };
     for (d, s) in req.name.iter_mut().zip(name.as_bytes()) {
         *d = *s as libc::c_char;
     }
-    let want = libc::c_int::try_from(len).map_err(io::Error::other)?;
-    // SAFETY: `req` is an ifreq-layout struct that outlives the calls; the socket is open.
-    unsafe {
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFTXQLEN as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if req.mtu >= want {
-            return Ok(());
-        }
-        req.mtu = want;
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFTXQLEN as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+    Ok((sock, req))
+}
+
+/// One interface ioctl whose argument is an ifreq with an int member (`SIOCGIFMTU`,
+/// `SIOCSIFTXQLEN`, ...).
+fn if_ioctl(sock: &std::os::fd::OwnedFd, code: libc::c_ulong, req: &mut IfInt) -> io::Result<()> {
+    // SAFETY: `req` is an ifreq-layout struct that outlives the call; the socket is open,
+    // and every code this module passes reads or writes an int member of it.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), code as _, req as *mut IfInt) } < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Raises the queue the kernel keeps for interface `name` (its `txqueuelen`, the frames that
+/// wait for the port to read them) to at least `len` frames. An error where it cannot (no
+/// CAP_NET_ADMIN on a TAP created for this user).
+fn raise_kernel_queue(name: &CString, len: u32) -> io::Result<()> {
+    let (sock, mut req) = if_request(name)?;
+    let want = libc::c_int::try_from(len).map_err(io::Error::other)?;
+    if_ioctl(&sock, libc::SIOCGIFTXQLEN as _, &mut req)?;
+    if req.value >= want {
+        return Ok(());
+    }
+    req.value = want;
+    if_ioctl(&sock, libc::SIOCSIFTXQLEN as _, &mut req)
 }
 
 /// Gives the kernel side of interface `name` the MTU `mtu`, so that the kernel (a bridge, a
@@ -102,55 +100,24 @@ fn raise_kernel_queue(name: &CString, len: u32) -> io::Result<()> {
 /// is created at 1500). Nothing to do where it has it already; an error where it differs
 /// and cannot be set (no CAP_NET_ADMIN on a TAP created for this user).
 fn set_kernel_mtu(name: &CString, mtu: usize) -> io::Result<()> {
-    // SAFETY: a plain socket() call; the descriptor is owned by `sock` below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let mut req = IfMtu {
-        name: [0; libc::IFNAMSIZ],
-        mtu: 0,
-        _pad: [0; 20],
-    };
-    for (d, s) in req.name.iter_mut().zip(name.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
+    let (sock, mut req) = if_request(name)?;
     let want = libc::c_int::try_from(mtu).map_err(io::Error::other)?;
-    // SAFETY: `req` is an ifreq-layout struct that outlives the calls; the socket is open.
-    unsafe {
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFMTU as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if req.mtu == want {
-            return Ok(());
-        }
-        let had = req.mtu;
-        req.mtu = want;
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFMTU as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "its MTU is {had}, port.mtu {mtu}, and setting it failed ({e}): \
-                     ip link set {} mtu {mtu}",
-                    name.to_string_lossy()
-                ),
-            ));
-        }
+    if_ioctl(&sock, libc::SIOCGIFMTU as _, &mut req)?;
+    if req.value == want {
+        return Ok(());
     }
-    Ok(())
+    let had = req.value;
+    req.value = want;
+    if_ioctl(&sock, libc::SIOCSIFMTU as _, &mut req).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "its MTU is {had}, port.mtu {mtu}, and setting it failed ({e}): \
+                 ip link set {} mtu {mtu}",
+                name.to_string_lossy()
+            ),
+        )
+    })
 }
 
 pub struct TapPort {
