@@ -7,10 +7,13 @@
 
 mod common;
 
+use common::streams::{slow_reader, Streams};
 use common::{pair, pair_tcp, write_b_to_a};
+use common::{End, A_IP, B_IP};
 use iwarp_engine::{Access, RecvWr, SendOp, SendWr, Status};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::TcpSettings;
+use iwarpd::port::dpdk::TX_HOLD;
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
 use iwarpd::port::Port;
 use std::time::{Duration, Instant};
@@ -28,7 +31,8 @@ fn keep_open<T>(ends: T) {
 }
 
 /// Starts EAL with every test's memif pairs, each on its own socket: 0/1 and 4/5 with
-/// memif's default buffers, 2/3 with a buffer (`bsize`) per 9000-octet frame.
+/// memif's default buffers, 2/3 with a buffer (`bsize`) per 9000-octet frame, 6/7 with
+/// rings of 64 slots (`rsize`, log2), which a slow reader fills at once.
 fn eal() {
     let pid = std::process::id();
     let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
@@ -36,7 +40,7 @@ fn eal() {
         .to_vec();
     args.push(format!("--file-prefix=iwarp-memif-{pid}"));
     args.extend(iwarp_testkit::eal_memory_args("dpdk_memif", 512));
-    for (pair, extra) in [(0, ""), (1, ",bsize=9014"), (2, "")] {
+    for (pair, extra) in [(0, ""), (1, ",bsize=9014"), (2, ""), (3, ",rsize=6")] {
         let sock = format!("/tmp/iwarp-memif-{pid}-{pair}.sock");
         for (i, role) in [(2 * pair, "server"), (2 * pair + 1, "client")] {
             args.push(format!(
@@ -103,6 +107,47 @@ fn two_nodes_over_dpdk_memif() {
         "4 MiB RDMA Write over DPDK net_memif: ok, counters {:?}",
         a.node.counters()
     );
+    keep_open((a, b));
+}
+
+/// Many streams through a memif ring that fills: the frames `rte_eth_tx_burst` does not
+/// take wait in the port, first in line, and the device leaves TCP's segments in TCP while
+/// they do, so no frame is dropped and no segment resent however far the streams' windows
+/// exceed the ring.
+#[test]
+fn many_streams_through_a_full_memif_ring_drop_nothing_resend_nothing() {
+    if !iwarp_testkit::root_or_skip("many_streams_through_a_full_memif_ring") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    eal();
+    let pa = DpdkPort::open("net_memif6", 1500).unwrap();
+    let pb = DpdkPort::open("net_memif7", 1500).unwrap();
+    // As in `port_backpressure.rs`: a user timeout and a retransmission floor a loaded
+    // machine's pauses cannot reach, so a resend is a frame the port lost.
+    let tcp = TcpSettings {
+        user_timeout: Duration::from_secs(600),
+        min_rto_us: 1_000_000,
+        ..TcpSettings::default()
+    };
+    let mut a = End::with_tcp(pa, A_IP, tcp);
+    let mut b = End::with_tcp(pb, B_IP, tcp);
+    const STREAMS: usize = 16;
+    let s = Streams {
+        streams: STREAMS,
+        writes: 24,
+        write: 64 << 10,
+        depth: 4,
+        slower: 3,
+        port: 7400,
+        local_port: 43000,
+    };
+    let out = slow_reader(&mut a, &mut b, s, DpdkPort::held);
+    println!("{STREAMS} streams through a 64-slot memif ring: {out:?}");
+    assert!(out.most_held > 0, "the ring never filled");
+    assert!(out.most_held <= TX_HOLD, "held {}", out.most_held);
+    assert_eq!(out.dropped, 0, "frames dropped by the port");
+    assert_eq!(out.resent, 0, "segments resent");
     keep_open((a, b));
 }
 

@@ -9,6 +9,12 @@
 //! number; a NIC: by its hash, or everything on queue 0 without RSS) and
 //! [`super::steer`] hands each frame to the worker that owns its connection.
 //!
+//! Back-pressure: the frames a full TX ring does not take (`rte_eth_tx_burst` sends fewer
+//! than given) stay in the queue, up to [`TX_HOLD`], and go first at the next flush; while
+//! any wait, [`Port::tx_ready`] says no and the device leaves TCP's segments in TCP, unsent
+//! and untimed, instead of the port dropping them for TCP to resend by timeout. Only a frame
+//! beyond that bound (or with no mbuf free) is dropped, counted in [`Port::dropped`].
+//!
 //! Jumbo frames: each frame is one mbuf, whose data room the pools size from `port.mtu`
 //! (2048 octets up to an MTU of 2034, the frame beyond it), and the device is given the MTU
 //! where it says it takes it. memif says 1500 (DPDK 22.11) but carries any frame, in
@@ -49,6 +55,10 @@ const BURST: usize = 32;
 const EMPTY_BURSTS_PER_LINK_CHECK: u32 = 64;
 /// Descriptors per RX and TX ring.
 const RING: u16 = 1024;
+/// Frames a queue holds that its full TX ring did not take, retried first at the next flush.
+/// While any are held [`Port::tx_ready`] says no, but a round of the device already open
+/// adds a frame per sending connection: room for a few hundred such, the rest dropped.
+pub const TX_HOLD: usize = 512;
 /// Mbufs in the pool: both rings full plus bursts in flight, 2^n - 1 as rte_mempool prefers.
 const POOL_MBUFS: u32 = 4095;
 /// Per-lcore mbuf cache of the pool.
@@ -220,8 +230,16 @@ pub struct DpdkPort {
     pub mac: [u8; 6],
     mtu: usize,
     rx: [*mut sys::rte_mbuf; BURST],
-    tx: [*mut sys::rte_mbuf; BURST],
+    /// Frames to send, oldest first: those the TX ring did not take at the last flush
+    /// (`holding`), then those batched since.
+    tx: Box<[*mut sys::rte_mbuf; TX_HOLD]>,
     tx_len: usize,
+    /// The first `tx_prepared` of `tx` went through `rte_eth_tx_prepare` already.
+    tx_prepared: usize,
+    /// The last flush left frames in `tx`: the ring was full.
+    holding: bool,
+    /// Frames lost on the way out: no mbuf, refused by the device's preparation, or no room
+    /// left in `tx` while the ring stayed full.
     pub tx_dropped: u64,
     /// Received frames longer than one mbuf, dropped.
     pub rx_dropped: u64,
@@ -451,8 +469,10 @@ impl DpdkPort {
                     mac: addr.addr_bytes,
                     mtu,
                     rx: [ptr::null_mut(); BURST],
-                    tx: [ptr::null_mut(); BURST],
+                    tx: Box::new([ptr::null_mut(); TX_HOLD]),
                     tx_len: 0,
+                    tx_prepared: 0,
+                    holding: false,
                     tx_dropped: 0,
                     rx_dropped: 0,
                     rx_bad_checksum: 0,
@@ -526,6 +546,7 @@ impl DpdkPort {
             tracing::info!("DPDK port {}: memif link down, reconnecting", self.port_id);
             // TX mbufs still batched would go to a stopped queue: send or drop them first.
             let _ = self.flush();
+            self.discard_tx();
             // SAFETY: a started port of ours, stopped and started again on its own core.
             let rc = unsafe {
                 sys::rte_eth_dev_stop(self.port_id);
@@ -536,6 +557,37 @@ impl DpdkPort {
             }
             self.down_since = None;
         }
+    }
+
+    /// Frames the TX ring has not taken yet (the device stops taking segments from TCP
+    /// while there are, see [`Port::tx_ready`]).
+    pub fn held(&self) -> usize {
+        if self.holding {
+            self.tx_len
+        } else {
+            0
+        }
+    }
+
+    /// Frees every frame still waiting to be sent, counted as dropped.
+    fn discard_tx(&mut self) {
+        for &m in &self.tx[..self.tx_len] {
+            // SAFETY: not taken by the PMD, still ours; freed once, as `tx_len` goes to 0.
+            unsafe { sys::iw_pktmbuf_free(m) };
+        }
+        self.tx_dropped += self.tx_len as u64;
+        self.tx_len = 0;
+        self.tx_prepared = 0;
+        self.holding = false;
+    }
+
+    /// Room in `tx` for one more frame: a flush once a burst is batched (or while frames are
+    /// held, to retry them first); false when the ring is still full and `tx` too.
+    fn make_room(&mut self) -> bool {
+        if self.tx_len >= BURST {
+            let _ = self.flush();
+        }
+        self.tx_len < TX_HOLD
     }
 
     /// An mbuf holding `len` octets for a frame to send, or null (no mbuf free, or a frame
@@ -570,6 +622,11 @@ impl Port for DpdkPort {
     type Frame = RxMbuf;
 
     fn rx_burst<F: FnMut(RxMbuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+        // Held frames go first, so the device takes segments again as soon as the ring has
+        // room (a turn receives before it sends).
+        if self.holding {
+            let _ = self.flush();
+        }
         let want = max.min(BURST) as u16;
         // SAFETY: `rx` has room for BURST mbuf pointers; the PMD fills at most `want`.
         let n = unsafe { sys::iw_rx_burst(self.port_id, self.queue, self.rx.as_mut_ptr(), want) }
@@ -607,8 +664,9 @@ impl Port for DpdkPort {
         Ok(delivered)
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
-        if self.tx_len == BURST {
-            self.flush()?;
+        if !self.make_room() {
+            self.tx_dropped += 1;
+            return Ok(());
         }
         let m = self.alloc(frame.len());
         if m.is_null() {
@@ -633,13 +691,14 @@ impl Port for DpdkPort {
         scratch: &mut Vec<u8>,
         build: impl FnOnce(&mut [u8]) -> (R, bool),
     ) -> (R, bool) {
-        if self.tx_len == BURST {
-            let _ = self.flush();
-        }
-        let m = self.alloc(len);
+        let m = if self.make_room() {
+            self.alloc(len)
+        } else {
+            ptr::null_mut()
+        };
         if m.is_null() {
-            // No mbuf: the frame is built (the caller's state moves on) and dropped, as `tx`
-            // drops it; TCP retransmits.
+            // No mbuf, or no room while the ring stays full: the frame is built (the
+            // caller's state moves on) and dropped, as `tx` drops it; TCP retransmits.
             let (r, send, _) = super::build_in_scratch(scratch, len, build);
             self.tx_dropped += u64::from(send);
             return (r, send);
@@ -664,36 +723,58 @@ impl Port for DpdkPort {
         (r, send)
     }
     fn flush(&mut self) -> io::Result<()> {
-        if self.tx_len == 0 {
-            return Ok(());
-        }
-        let ready = if self.offload.tx {
-            // The device's own fix-ups for offloads; a frame it refuses (and any after it)
-            // is dropped below.
-            // SAFETY: the first tx_len entries are mbufs we own.
-            unsafe {
-                sys::iw_tx_prepare(
-                    self.port_id,
-                    self.queue,
-                    self.tx.as_mut_ptr(),
-                    self.tx_len as u16,
-                )
+        if self.offload.tx {
+            // The device's own fix-ups for offloads, once per frame (held frames had
+            // theirs); a frame it refuses is dropped, those after it prepared in turn.
+            while self.tx_prepared < self.tx_len {
+                // SAFETY: entries tx_prepared..tx_len are mbufs we own.
+                let n = unsafe {
+                    sys::iw_tx_prepare(
+                        self.port_id,
+                        self.queue,
+                        self.tx.as_mut_ptr().add(self.tx_prepared),
+                        (self.tx_len - self.tx_prepared) as u16,
+                    )
+                } as usize;
+                self.tx_prepared += n;
+                if self.tx_prepared < self.tx_len {
+                    // SAFETY: refused, not queued anywhere, still ours; removed from `tx`.
+                    unsafe { sys::iw_pktmbuf_free(self.tx[self.tx_prepared]) };
+                    self.tx_dropped += 1;
+                    self.tx
+                        .copy_within(self.tx_prepared + 1..self.tx_len, self.tx_prepared);
+                    self.tx_len -= 1;
+                }
             }
         } else {
-            self.tx_len as u16
-        };
-        // SAFETY: the first `ready` entries are mbufs we own; the PMD takes those it sends.
-        let sent =
-            unsafe { sys::iw_tx_burst(self.port_id, self.queue, self.tx.as_mut_ptr(), ready) }
-                as usize;
-        for &m in &self.tx[sent..self.tx_len] {
-            // A full TX ring: the frame is dropped (TCP recovers), its mbuf freed.
-            // SAFETY: not taken by the PMD, still ours.
-            unsafe { sys::iw_pktmbuf_free(m) };
-            self.tx_dropped += 1;
+            self.tx_prepared = self.tx_len;
         }
-        self.tx_len = 0;
+        // The PMD takes what its ring has room for (some take at most a burst a call).
+        let mut sent = 0;
+        while sent < self.tx_len {
+            // SAFETY: entries sent..tx_len are mbufs we own; the PMD takes those it sends.
+            let n = unsafe {
+                sys::iw_tx_burst(
+                    self.port_id,
+                    self.queue,
+                    self.tx.as_mut_ptr().add(sent),
+                    (self.tx_len - sent) as u16,
+                )
+            } as usize;
+            if n == 0 {
+                break;
+            }
+            sent += n;
+        }
+        // A full TX ring: what it did not take waits, first in line for the next flush.
+        self.tx.copy_within(sent..self.tx_len, 0);
+        self.tx_len -= sent;
+        self.tx_prepared -= sent;
+        self.holding = self.tx_len > 0;
         Ok(())
+    }
+    fn tx_ready(&self) -> bool {
+        !self.holding
     }
     fn dropped(&self) -> u64 {
         self.tx_dropped + self.rx_dropped
@@ -781,5 +862,6 @@ impl Drop for DpdkPort {
     fn drop(&mut self) {
         // The device goes with the last queue and the last frame they received.
         let _ = self.flush();
+        self.discard_tx();
     }
 }

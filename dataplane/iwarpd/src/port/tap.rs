@@ -1,5 +1,15 @@
 //! A Linux TAP port (root, or CAP_NET_ADMIN): frames to and from the kernel's network stack,
 //! so the daemon can sit on a bridge with VMs (a siw peer) or other stacks.
+//!
+//! Full queues: Linux gives a TAP's writer no back-pressure. A write hands the frame to the
+//! kernel's receive path at once (a bridge forwards it, or the local stack takes it) and
+//! succeeds; where the next queue is full, the frame is dropped there, unseen by the writer
+//! (another TAP's queue counts it in that interface's `tx_dropped`). So [`Port::tx_ready`]
+//! stays true here, and what the port can do is on its receiving side: the kernel queues
+//! frames for the daemon in the TAP's own queue (`txqueuelen`, 1000 by default), where a
+//! daemon that reads more slowly than its peers send loses frames. The port raises that queue
+//! to [`TAP_QUEUE`] frames, room for the windows of a few dozen streaming connections, and
+//! counts the interface's drops in [`Port::dropped`].
 
 use super::{Port, RxBuf, RxPool};
 use std::ffi::CString;
@@ -15,6 +25,16 @@ const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
 /// `_IOW('T', 202, int)`: attach the file to a TUN/TAP interface.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 
+/// Frames the kernel queues for the port (the interface's `txqueuelen`) at least: the
+/// in-flight windows of about 45 connections at the default 256 KiB each, in 1500-octet
+/// frames, so that peers sending faster than the daemon reads fill the queue without
+/// overflowing it (TCP flow control bounds what they send to those windows). A full queue
+/// drops, counted in [`Port::dropped`].
+pub const TAP_QUEUE: u32 = 8192;
+
+/// The port reads the interface's drop count every this many receive bursts.
+const DROPS_EVERY: u32 = 64;
+
 #[repr(C)]
 struct IfReq {
     name: [libc::c_char; libc::IFNAMSIZ],
@@ -22,19 +42,16 @@ struct IfReq {
     _pad: [u8; 22],
 }
 
-/// `struct ifreq` with its `ifr_mtu` member (SIOCGIFMTU, SIOCSIFMTU).
+/// `struct ifreq` with an int member (`ifr_mtu`, `ifr_qlen`).
 #[repr(C)]
-struct IfMtu {
+struct IfInt {
     name: [libc::c_char; libc::IFNAMSIZ],
-    mtu: libc::c_int,
+    value: libc::c_int,
     _pad: [u8; 20],
 }
 
-/// Gives the kernel side of interface `name` the MTU `mtu`, so that the kernel (a bridge, a
-/// VM's path) passes frames as long as the port sends and never sends longer ones (a TAP
-/// is created at 1500). Nothing to do where it has it already; an error where it differs
-/// and cannot be set (no CAP_NET_ADMIN on a TAP created for this user).
-fn set_kernel_mtu(name: &CString, mtu: usize) -> io::Result<()> {
+/// A socket to ask the kernel about interfaces through, and an ifreq naming `name`.
+fn if_request(name: &CString) -> io::Result<(std::os::fd::OwnedFd, IfInt)> {
     // SAFETY: a plain socket() call; the descriptor is owned by `sock` below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -42,48 +59,65 @@ fn set_kernel_mtu(name: &CString, mtu: usize) -> io::Result<()> {
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let mut req = IfMtu {
+    let mut req = IfInt {
         name: [0; libc::IFNAMSIZ],
-        mtu: 0,
+        value: 0,
         _pad: [0; 20],
     };
     for (d, s) in req.name.iter_mut().zip(name.as_bytes()) {
         *d = *s as libc::c_char;
     }
-    let want = libc::c_int::try_from(mtu).map_err(io::Error::other)?;
-    // SAFETY: `req` is an ifreq-layout struct that outlives the calls; the socket is open.
-    unsafe {
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFMTU as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if req.mtu == want {
-            return Ok(());
-        }
-        let had = req.mtu;
-        req.mtu = want;
-        if libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFMTU as _,
-            &mut req as *mut IfMtu,
-        ) < 0
-        {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "its MTU is {had}, port.mtu {mtu}, and setting it failed ({e}): \
-                     ip link set {} mtu {mtu}",
-                    name.to_string_lossy()
-                ),
-            ));
-        }
+    Ok((sock, req))
+}
+
+/// One interface ioctl whose argument is an ifreq with an int member (`SIOCGIFMTU`,
+/// `SIOCSIFTXQLEN`, ...).
+fn if_ioctl(sock: &std::os::fd::OwnedFd, code: libc::c_ulong, req: &mut IfInt) -> io::Result<()> {
+    // SAFETY: `req` is an ifreq-layout struct that outlives the call; the socket is open,
+    // and every code this module passes reads or writes an int member of it.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), code as _, req as *mut IfInt) } < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Raises the queue the kernel keeps for interface `name` (its `txqueuelen`, the frames that
+/// wait for the port to read them) to at least `len` frames. An error where it cannot (no
+/// CAP_NET_ADMIN on a TAP created for this user).
+fn raise_kernel_queue(name: &CString, len: u32) -> io::Result<()> {
+    let (sock, mut req) = if_request(name)?;
+    let want = libc::c_int::try_from(len).map_err(io::Error::other)?;
+    if_ioctl(&sock, libc::SIOCGIFTXQLEN as _, &mut req)?;
+    if req.value >= want {
+        return Ok(());
+    }
+    req.value = want;
+    if_ioctl(&sock, libc::SIOCSIFTXQLEN as _, &mut req)
+}
+
+/// Gives the kernel side of interface `name` the MTU `mtu`, so that the kernel (a bridge, a
+/// VM's path) passes frames as long as the port sends and never sends longer ones (a TAP
+/// is created at 1500). Nothing to do where it has it already; an error where it differs
+/// and cannot be set (no CAP_NET_ADMIN on a TAP created for this user).
+fn set_kernel_mtu(name: &CString, mtu: usize) -> io::Result<()> {
+    let (sock, mut req) = if_request(name)?;
+    let want = libc::c_int::try_from(mtu).map_err(io::Error::other)?;
+    if_ioctl(&sock, libc::SIOCGIFMTU as _, &mut req)?;
+    if req.value == want {
+        return Ok(());
+    }
+    let had = req.value;
+    req.value = want;
+    if_ioctl(&sock, libc::SIOCSIFMTU as _, &mut req).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "its MTU is {had}, port.mtu {mtu}, and setting it failed ({e}): \
+                 ip link set {} mtu {mtu}",
+                name.to_string_lossy()
+            ),
+        )
+    })
 }
 
 pub struct TapPort {
@@ -92,6 +126,53 @@ pub struct TapPort {
     mac: [u8; 6],
     mtu: usize,
     rx: RxPool,
+    /// Frames the kernel refused to take (a write failing with EAGAIN or ENOBUFS: out of
+    /// memory for it, as Linux's TAP has no queue of its own on this side).
+    pub tx_dropped: u64,
+    /// The interface's `tx_dropped` statistic: frames the kernel had for the port and lost
+    /// because its queue was full (or nobody read). One queue of a multi-queue interface
+    /// reads it (the count is the interface's); the others have `None`.
+    kernel_drops: Option<KernelDrops>,
+    /// Receive bursts until the drop count is read again.
+    bursts_to_drops: u32,
+}
+
+/// An interface statistic the port reads now and then.
+struct KernelDrops {
+    file: File,
+    /// Its value when the port opened.
+    base: u64,
+    /// Its value less `base` when last read.
+    seen: u64,
+}
+
+impl KernelDrops {
+    fn open(name: &str) -> io::Result<KernelDrops> {
+        let file = File::open(format!("/sys/class/net/{name}/statistics/tx_dropped"))?;
+        let mut d = KernelDrops {
+            file,
+            base: 0,
+            seen: 0,
+        };
+        d.base = d.read()?;
+        Ok(d)
+    }
+
+    /// The statistic now (sysfs makes it afresh for each read from offset 0).
+    fn read(&mut self) -> io::Result<u64> {
+        let mut buf = [0u8; 32];
+        let n = std::os::unix::fs::FileExt::read_at(&self.file, &mut buf, 0)?;
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| io::Error::other("unreadable tx_dropped"))
+    }
+
+    fn refresh(&mut self) {
+        if let Ok(v) = self.read() {
+            self.seen = v.saturating_sub(self.base);
+        }
+    }
 }
 
 impl TapPort {
@@ -99,7 +180,9 @@ impl TapPort {
     /// `mtu`. The port's own MAC is `mac`: the kernel side of the TAP has another, as a NIC
     /// and its switch port would.
     pub fn open(name: &str, mac: [u8; 6], mtu: usize) -> io::Result<TapPort> {
-        TapPort::open_queue(name, mac, mtu, 0)
+        let mut port = TapPort::open_queue(name, mac, mtu, 0)?;
+        port.count_kernel_drops();
+        Ok(port)
     }
 
     /// Opens `queues` queues of the multi-queue TAP interface `name` (created if needed; an
@@ -111,9 +194,32 @@ impl TapPort {
         mtu: usize,
         queues: usize,
     ) -> io::Result<Vec<TapPort>> {
-        (0..queues)
+        let mut ports = (0..queues)
             .map(|_| TapPort::open_queue(name, mac, mtu, IFF_MULTI_QUEUE))
-            .collect()
+            .collect::<io::Result<Vec<_>>>()?;
+        if let Some(first) = ports.first_mut() {
+            first.count_kernel_drops();
+        }
+        Ok(ports)
+    }
+
+    /// Has this queue count the interface's drops of frames for the port.
+    fn count_kernel_drops(&mut self) {
+        match KernelDrops::open(&self.name) {
+            Ok(d) => self.kernel_drops = Some(d),
+            Err(e) => tracing::warn!(
+                "TAP {}: its drop count cannot be read ({e}); frames it drops are not counted",
+                self.name
+            ),
+        }
+    }
+
+    /// Reads the interface's drop count now (the port reads it every few dozen receive
+    /// bursts on its own).
+    pub fn refresh_drops(&mut self) {
+        if let Some(d) = &mut self.kernel_drops {
+            d.refresh();
+        }
     }
 
     fn open_queue(
@@ -150,12 +256,21 @@ impl TapPort {
             return Err(io::Error::last_os_error());
         }
         set_kernel_mtu(&cname, mtu)?;
+        if let Err(e) = raise_kernel_queue(&cname, TAP_QUEUE) {
+            tracing::warn!(
+                "TAP {name}: its queue could not be raised to {TAP_QUEUE} frames ({e}): \
+                 ip link set {name} txqueuelen {TAP_QUEUE}"
+            );
+        }
         Ok(TapPort {
             file,
             name: name.to_string(),
             mac,
             mtu,
             rx: RxPool::new(mtu + 14),
+            tx_dropped: 0,
+            kernel_drops: None,
+            bursts_to_drops: DROPS_EVERY,
         })
     }
 
@@ -174,6 +289,11 @@ impl Port for TapPort {
     type Frame = RxBuf;
 
     fn rx_burst<F: FnMut(RxBuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
+        self.bursts_to_drops -= 1;
+        if self.bursts_to_drops == 0 {
+            self.bursts_to_drops = DROPS_EVERY;
+            self.refresh_drops();
+        }
         let mut n = 0;
         while n < max {
             match self.rx.recv(|b| self.file.read(b)) {
@@ -196,15 +316,30 @@ impl Port for TapPort {
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
         match self.file.write(frame) {
-            // The kernel's queue is full: the frame is lost, as on a congested wire.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            // The kernel had no memory for it: lost, as on a congested wire; TCP resends.
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.raw_os_error() == Some(libc::ENOBUFS) =>
+            {
+                self.tx_dropped += 1;
+                Ok(())
+            }
             r => r.map(|_| ()),
         }
+    }
+    fn dropped(&self) -> u64 {
+        self.tx_dropped + self.kernel_drops.as_ref().map_or(0, |d| d.seen)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.file.as_raw_fd())
+    }
+    fn set_asleep(&mut self, asleep: bool) {
+        // An idle loop's last counters show every drop so far.
+        if asleep {
+            self.refresh_drops();
+        }
     }
 }

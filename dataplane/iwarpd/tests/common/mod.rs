@@ -2,6 +2,8 @@
 //! polling loops.
 #![allow(dead_code)]
 
+pub mod streams;
+
 use iwarp_engine::{Access, QpCaps, QpId, Rnic, SendOp, SendWr, Sge, Status, WorkCompletion};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, Node, TcpSettings};
