@@ -246,6 +246,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", requires = "setup_rate")]
     pub hold: Option<String>,
 
+    /// Internal: accept this many kernel TCP connections on loopback for the setup-rate
+    /// baseline (the port on stdout), holding them until stdin closes.
+    #[arg(long, hide = true)]
+    pub tcp_accept_peer: Option<usize>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,

@@ -17,8 +17,10 @@ const PORT: u16 = 19515;
 /// of its sockets is free for the handshake (16 per port), and a SYN it cannot take is
 /// refused.
 const IN_FLIGHT: usize = 16;
-/// The longest the whole run may take.
+/// The longest the whole run may take: this, and [`DEADLINE_PER_CONNECTION`] more for each
+/// connection.
 const DEADLINE: Duration = Duration::from_secs(120);
+const DEADLINE_PER_CONNECTION: Duration = Duration::from_millis(40);
 
 /// What one run measured.
 #[derive(Debug, Clone)]
@@ -36,6 +38,9 @@ pub struct SetupRate {
     pub cpu: Option<[f64; 3]>,
     /// What holding the connections afterwards showed (`--hold`).
     pub held: Option<Held>,
+    /// This process's resident memory (KiB) before the contexts were opened and once
+    /// every QP of both sides was created: its rings, CQs and library state.
+    pub app_rss_kib: (u64, u64),
 }
 
 /// The connections held open after setup.
@@ -67,6 +72,10 @@ impl SetupRate {
             self.qp_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
+        ) + &format!(
+            "  application: RSS {:.1} MiB with both sides' QPs: {:.1} KiB per QP\n",
+            self.app_rss_kib.1 as f64 / 1024.0,
+            (self.app_rss_kib.1 as f64 - self.app_rss_kib.0 as f64) / (2.0 * n.max(1.0)),
         ) + &self.held.as_ref().map_or(String::new(), |h| {
             let n = n.max(1.0);
             let mut s = format!(
@@ -140,7 +149,7 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
     let endpoints = Endpoints::start(&ep)?;
     let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds, cpu, held) = result?;
+    let (seconds, qp_seconds, cpu, held, app_rss_kib) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
@@ -150,6 +159,7 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
         tcp_seconds,
         cpu,
         held,
+        app_rss_kib,
     })
 }
 
@@ -194,7 +204,7 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>);
+type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>, (u64, u64));
 
 fn measure(
     endpoints: &Endpoints,
@@ -203,6 +213,7 @@ fn measure(
     hold: Option<Duration>,
 ) -> Result<Measured> {
     let [dir_a, dir_b] = endpoints.runtime_dirs();
+    let app_before = rss_kib(std::process::id());
     let open = |dir: &std::path::Path| -> Result<Vec<Context>> {
         // Control places each new context on the worker with the fewest applications.
         (0..workers)
@@ -219,6 +230,7 @@ fn measure(
         b.push(side(cb, per(k))?);
     }
     let qp_seconds = t.elapsed().as_secs_f64();
+    let app_qps = rss_kib(std::process::id());
     let settings = ConnSettings::default();
     for (k, s) in b.iter().enumerate() {
         s.ctx
@@ -298,7 +310,7 @@ fn measure(
         if done_a == n && up_b == n {
             break;
         }
-        if start.elapsed() > DEADLINE {
+        if start.elapsed() > DEADLINE + DEADLINE_PER_CONNECTION * n as u32 {
             return Err(err(
                 "timed out",
                 format!("{done_a} of {n} established at a, {up_b} at b"),
@@ -314,7 +326,7 @@ fn measure(
         .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
     let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
     drop((a, b));
-    Ok((seconds, qp_seconds, cpu, held))
+    Ok((seconds, qp_seconds, cpu, held, (app_before, app_qps)))
 }
 
 /// Keeps every connection open for `d`, counting those either side hears end or fail.
@@ -376,25 +388,103 @@ fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps:
     }
 }
 
-/// `n` kernel TCP connects on loopback, each accepted by a thread beside; all stay open
-/// until every one is accepted.
+/// `n` kernel TCP connects on loopback, each accepted by another process (this executable
+/// with `--tcp-accept-peer`); all stay open until every one is accepted. The accepting side
+/// is a process of its own so that each side holds `n` descriptors, not one process `2n`:
+/// 10,000 connections would otherwise need more than this container's hard limit of 20,000.
 fn kernel_tcp(n: usize) -> Result<f64> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
     let io = |what: &str, e: std::io::Error| BenchError::io(format!("tcp baseline: {what}"), e);
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
-    let addr = listener.local_addr().map_err(|e| io("address", e))?;
-    let start = Instant::now();
-    let server = std::thread::spawn(move || -> std::io::Result<Vec<TcpStream>> {
-        (0..n).map(|_| listener.accept().map(|(s, _)| s)).collect()
-    });
-    let mut clients = Vec::with_capacity(n);
-    for _ in 0..n {
-        clients.push(TcpStream::connect(addr).map_err(|e| io("connect", e))?);
+    let exe = std::env::current_exe().map_err(|e| io("finding this executable", e))?;
+    let mut child = Command::new(exe)
+        .arg("--tcp-accept-peer")
+        .arg(n.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| io("starting the accepting process", e))?;
+    let result = (|| {
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| err("tcp baseline", "no stdout"))?;
+        let mut lines = BufReader::new(out).lines();
+        let mut line = || -> Result<String> {
+            lines
+                .next()
+                .ok_or_else(|| err("tcp baseline", "the accepting process ended early"))?
+                .map_err(|e| io("reading the accepting process", e))
+        };
+        let port: u16 = line()?
+            .parse()
+            .map_err(|e| err("tcp baseline: the accepting process's port", e))?;
+        let addr = SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port));
+        let start = Instant::now();
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            clients.push(TcpStream::connect(addr).map_err(|e| io("connect", e))?);
+        }
+        let accepted = line()?;
+        let seconds = start.elapsed().as_secs_f64();
+        if accepted != format!("accepted {n}") {
+            return Err(err(
+                "tcp baseline",
+                format!("the accepting process said {accepted:?}"),
+            ));
+        }
+        drop(clients);
+        Ok(seconds)
+    })();
+    // Its stdin closing is its signal to close the connections and exit.
+    drop(child.stdin.take());
+    let status = child
+        .wait()
+        .map_err(|e| io("waiting for the accepting process", e))?;
+    let seconds = result?;
+    if !status.success() {
+        return Err(err(
+            "tcp baseline",
+            format!("the accepting process: {status}"),
+        ));
     }
-    let accepted = server
-        .join()
-        .map_err(|_| err("tcp baseline", "the accepting thread panicked"))?
-        .map_err(|e| io("accept", e))?;
-    let seconds = start.elapsed().as_secs_f64();
-    drop((clients, accepted));
     Ok(seconds)
+}
+
+/// The accepting side of the kernel TCP baseline (`--tcp-accept-peer N`): prints the port it
+/// listens on, accepts `n` connections, prints `accepted N`, and holds them until its stdin
+/// closes.
+pub fn tcp_accept_peer(n: usize) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", listener.local_addr()?.port())?;
+    out.flush()?;
+    let accepted = (0..n)
+        .map(|_| listener.accept().map(|(s, _)| s))
+        .collect::<std::io::Result<Vec<TcpStream>>>()?;
+    writeln!(out, "accepted {}", accepted.len())?;
+    out.flush()?;
+    let mut rest = Vec::new();
+    std::io::stdin().lock().read_to_end(&mut rest)?;
+    drop(accepted);
+    Ok(())
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: the kernel TCP
+/// baseline holds one per connection, and a shell's usual soft limit of 1,024 would stop
+/// it long before the hard limit does. Nothing happens where the limit cannot be read.
+pub fn raise_fd_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given; result checked.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 || l.rlim_cur >= l.rlim_max {
+        return;
+    }
+    l.rlim_cur = l.rlim_max;
+    // SAFETY: setrlimit reads the struct; raising the soft limit up to the hard one needs no
+    // privilege, and a failure leaves the old limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
 }
