@@ -43,12 +43,65 @@ pub struct SetupRate {
     pub app_rss_kib: (u64, u64),
 }
 
+/// Connections either side heard end or fail after they were established. A lost
+/// connection shows as its Disconnected, its QP's error, or both, on one side or both: each
+/// is kept per side and kind, and the largest count is the connections.
+#[derive(Debug, Clone, Default)]
+struct Losses {
+    seen: std::collections::HashSet<(char, char, u32)>,
+    /// The first, as the application heard it.
+    first: Option<String>,
+}
+
+impl Losses {
+    /// Notes `e` if it ends a connection or fails a QP; `when` says in which phase and how
+    /// long into it.
+    fn note(&mut self, side: char, e: &Event, when: impl FnOnce() -> String) {
+        let key = match e {
+            Event::Disconnected { conn, .. } => Some(('c', *conn)),
+            Event::QpError { qp } => Some(('q', qp.0)),
+            Event::QpTerminated(t) => Some(('q', t.qp.0)),
+            _ => None,
+        };
+        if let Some((kind, id)) = key {
+            if self.seen.insert((side, kind, id)) {
+                self.first
+                    .get_or_insert_with(|| format!("{} at {side}: {e:?}", when()));
+            }
+        }
+    }
+
+    /// An application's event stream failed.
+    fn broken(&mut self, side: char, e: impl std::fmt::Display, when: impl FnOnce() -> String) {
+        self.first
+            .get_or_insert_with(|| format!("{} at {side}: {e}", when()));
+        self.seen.insert((side, 'x', 0));
+    }
+
+    fn count(&self) -> usize {
+        let count = |side: char, kind: char| {
+            self.seen
+                .iter()
+                .filter(|&&(s, k, _)| s == side && k == kind)
+                .count()
+        };
+        ['a', 'b']
+            .into_iter()
+            .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// The connections held open after setup.
 #[derive(Debug, Clone)]
 pub struct Held {
     pub seconds: f64,
-    /// Connections that ended or whose QP failed while held (either side's event).
+    /// Connections that ended or whose QP failed while set up or held (either side's
+    /// event).
     pub lost: usize,
+    /// Of those, the ones lost before the last was established.
+    pub lost_in_setup: usize,
     /// The first such event, as the application heard it.
     pub first_loss: Option<String>,
     /// Resident memory of each iwarpd (KiB): with the QPs created, once all were
@@ -79,10 +132,11 @@ impl SetupRate {
         ) + &self.held.as_ref().map_or(String::new(), |h| {
             let n = n.max(1.0);
             let mut s = format!(
-                "  held {:.0} s: {} of {} connections lost{}\n",
+                "  held {:.0} s: {} of {} connections lost, {} of them during setup{}\n",
                 h.seconds,
                 h.lost,
                 self.connections,
+                h.lost_in_setup,
                 h.first_loss
                     .as_ref()
                     .map_or(String::new(), |e| format!(" (first: {e})")),
@@ -245,7 +299,13 @@ fn measure(
     let mut up_b = 0;
     let mut started = vec![0usize; workers];
     let mut up_a = vec![0usize; workers];
-    let accept = |b: &mut [Side], up_b: &mut usize, next_qp: &mut [usize]| -> Result<bool> {
+    let mut losses = Losses::default();
+    let in_setup = || format!("{:.1} s into setup", start.elapsed().as_secs_f64());
+    let accept = |b: &mut [Side],
+                  up_b: &mut usize,
+                  next_qp: &mut [usize],
+                  losses: &mut Losses|
+     -> Result<bool> {
         let mut any = false;
         for (k, s) in b.iter_mut().enumerate() {
             while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at b", e))? {
@@ -263,13 +323,13 @@ fn measure(
                     }
                     Event::Established(_) => *up_b += 1,
                     Event::ConnectFailed { reason, .. } => return Err(err("at b", reason)),
-                    _ => {}
+                    e => losses.note('b', &e, in_setup),
                 }
             }
         }
         Ok(any)
     };
-    let collect = |a: &[Side], up_a: &mut [usize]| -> Result<bool> {
+    let collect = |a: &[Side], up_a: &mut [usize], losses: &mut Losses| -> Result<bool> {
         let mut any = false;
         for (k, s) in a.iter().enumerate() {
             while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
@@ -283,7 +343,7 @@ fn measure(
                             format!("rejected: {}", String::from_utf8_lossy(&private_data)),
                         ))
                     }
-                    _ => {}
+                    e => losses.note('a', &e, in_setup),
                 }
             }
         }
@@ -304,8 +364,8 @@ fn measure(
                 busy = true;
             }
         }
-        busy |= accept(&mut b, &mut up_b, &mut next_qp)?;
-        busy |= collect(&a, &mut up_a)?;
+        busy |= accept(&mut b, &mut up_b, &mut next_qp, &mut losses)?;
+        busy |= collect(&a, &mut up_a, &mut losses)?;
         let done_a: usize = up_a.iter().sum();
         if done_a == n && up_b == n {
             break;
@@ -324,61 +384,41 @@ fn measure(
     let cpu = cpu_before
         .zip(cpu_now(endpoints))
         .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
-    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
+    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps, losses));
     drop((a, b));
     Ok((seconds, qp_seconds, cpu, held, (app_before, app_qps)))
 }
 
-/// Keeps every connection open for `d`, counting those either side hears end or fail.
-fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps: Vec<u64>) -> Held {
+/// Keeps every connection open for `d`, counting those either side hears end or fail, on
+/// top of `losses`, those lost during setup.
+fn hold_all(
+    endpoints: &Endpoints,
+    a: &[Side],
+    b: &[Side],
+    d: Duration,
+    rss_qps: Vec<u64>,
+    mut losses: Losses,
+) -> Held {
     let pids = endpoints.iwarpd_pids();
     let rss_up: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let lost_in_setup = losses.count();
     let start = Instant::now();
-    // A connection lost shows as its Disconnected, its QP's error, or both, on one side or
-    // both: each is counted per side and kind, and the largest count is the connections.
-    let mut lost = std::collections::HashSet::new();
-    let mut first_loss = None;
+    let held = || format!("after {:.1} s held", start.elapsed().as_secs_f64());
     while start.elapsed() < d {
         for (side, s) in a.iter().map(|s| ('a', s)).chain(b.iter().map(|s| ('b', s))) {
-            let e = match s.ctx.next_event(Duration::from_millis(100)) {
-                Ok(Some(e)) => e,
-                Ok(None) => continue,
-                Err(e) => {
-                    let at = start.elapsed().as_secs_f64();
-                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e}"));
-                    lost.insert((side, 'x', 0));
-                    continue;
-                }
-            };
-            let key = match &e {
-                Event::Disconnected { conn, .. } => Some(('c', *conn)),
-                Event::QpError { qp } => Some(('q', qp.0)),
-                Event::QpTerminated(t) => Some(('q', t.qp.0)),
-                _ => None,
-            };
-            if let Some((kind, id)) = key {
-                if lost.insert((side, kind, id)) {
-                    let at = start.elapsed().as_secs_f64();
-                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e:?}"));
-                }
+            match s.ctx.next_event(Duration::from_millis(100)) {
+                Ok(Some(e)) => losses.note(side, &e, held),
+                Ok(None) => {}
+                Err(e) => losses.broken(side, e, held),
             }
         }
     }
     let rss_end: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
-    let count = |side: char, kind: char| {
-        lost.iter()
-            .filter(|&&(s, k, _)| s == side && k == kind)
-            .count()
-    };
-    let lost = ['a', 'b']
-        .into_iter()
-        .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
-        .max()
-        .unwrap_or(0);
     Held {
         seconds: start.elapsed().as_secs_f64(),
-        lost,
-        first_loss,
+        lost: losses.count(),
+        lost_in_setup,
+        first_loss: losses.first,
         rss_kib: rss_qps
             .into_iter()
             .zip(rss_up)
