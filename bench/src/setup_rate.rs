@@ -7,8 +7,12 @@
 use crate::cli::Plan;
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
-use iwarp_verbs::{ConnSettings, Context, Event, QpInitAttr, QueuePair};
+use iwarp_verbs::{
+    CompletionQueue, ConnSettings, Context, Event, ProtectionDomain, QpInitAttr, QueuePair,
+};
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first TCP port the listening side uses (one per context).
@@ -41,6 +45,9 @@ pub struct SetupRate {
     /// This process's resident memory (KiB) before the contexts were opened and once
     /// every QP of both sides was created: its rings, CQs and library state.
     pub app_rss_kib: (u64, u64),
+    /// Setups that failed and were tried again on a fresh QP (the rate counts only the
+    /// connections made).
+    pub retried: Retried,
 }
 
 /// Connections either side heard end or fail after they were established. A lost
@@ -49,6 +56,8 @@ pub struct SetupRate {
 #[derive(Debug, Clone, Default)]
 struct Losses {
     seen: std::collections::HashSet<(char, char, u32)>,
+    /// QPs whose setup failed (and was tried again on another QP).
+    forgiven: std::collections::HashSet<(char, char, u32)>,
     /// The first, as the application heard it.
     first: Option<String>,
 }
@@ -78,11 +87,17 @@ impl Losses {
         self.seen.insert((side, 'x', 0));
     }
 
+    /// QP `qp` of `side` failed to set up: its error is not a connection lost.
+    fn forgive(&mut self, side: char, qp: u32) {
+        self.forgiven.insert((side, 'q', qp));
+    }
+
     fn count(&self) -> usize {
         let count = |side: char, kind: char| {
             self.seen
                 .iter()
                 .filter(|&&(s, k, _)| s == side && k == kind)
+                .filter(|key| !self.forgiven.contains(key))
                 .count()
         };
         ['a', 'b']
@@ -125,6 +140,13 @@ impl SetupRate {
             self.qp_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
+        ) + &format!(
+            "  setups failed and tried again: {}{}\n",
+            self.retried.count,
+            self.retried
+                .first
+                .as_ref()
+                .map_or(String::new(), |e| format!(" (first: {e})")),
         ) + &format!(
             "  application: RSS {:.1} MiB with both sides' QPs: {:.1} KiB per QP\n",
             self.app_rss_kib.1 as f64 / 1024.0,
@@ -174,7 +196,16 @@ fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
 struct Side {
     ctx: Context,
     qps: Vec<QueuePair>,
-    _keep: Box<dyn std::any::Any>,
+    pd: ProtectionDomain,
+    cq: Arc<CompletionQueue>,
+}
+
+impl Side {
+    fn new_qp(&self) -> Result<QueuePair> {
+        self.pd
+            .create_qp(&QpInitAttr::new(&self.cq, 4))
+            .map_err(|e| err("create QP", e))
+    }
 }
 
 fn side(ctx: Context, n: usize) -> Result<Side> {
@@ -182,16 +213,25 @@ fn side(ctx: Context, n: usize) -> Result<Side> {
     let cq = ctx
         .create_cq((4 * n as u32).max(16))
         .map_err(|e| err("create CQ", e))?;
-    let mut qps = Vec::with_capacity(n);
-    for _ in 0..n {
-        let attr = QpInitAttr::new(&cq, 4);
-        qps.push(pd.create_qp(&attr).map_err(|e| err("create QP", e))?);
-    }
-    Ok(Side {
+    let mut s = Side {
         ctx,
-        qps,
-        _keep: Box::new((pd, cq)),
-    })
+        qps: Vec::with_capacity(n),
+        pd,
+        cq,
+    };
+    for _ in 0..n {
+        let qp = s.new_qp()?;
+        s.qps.push(qp);
+    }
+    Ok(s)
+}
+
+/// Setups that failed and were tried again with a fresh QP.
+#[derive(Debug, Clone, Default)]
+pub struct Retried {
+    pub count: usize,
+    /// The first failure, as the application heard it.
+    pub first: Option<String>,
 }
 
 /// Runs the measurement on the endpoints `plan` names.
@@ -203,7 +243,7 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
     let endpoints = Endpoints::start(&ep)?;
     let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds, cpu, held, app_rss_kib) = result?;
+    let (seconds, qp_seconds, cpu, held, app_rss_kib, retried) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
@@ -214,6 +254,7 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
         cpu,
         held,
         app_rss_kib,
+        retried,
     })
 }
 
@@ -258,7 +299,14 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>, (u64, u64));
+type Measured = (
+    f64,
+    f64,
+    Option<[f64; 3]>,
+    Option<Held>,
+    (u64, u64),
+    Retried,
+);
 
 fn measure(
     endpoints: &Endpoints,
@@ -297,14 +345,21 @@ fn measure(
     let start = Instant::now();
     let mut next_qp = vec![0usize; workers];
     let mut up_b = 0;
-    let mut started = vec![0usize; workers];
+    // At a, per context: the QPs still to connect, the connects in flight (connection id to
+    // QP index).
+    let mut todo: Vec<VecDeque<usize>> = (0..workers).map(|k| (0..per(k)).collect()).collect();
+    let mut in_flight: Vec<HashMap<u32, usize>> = vec![HashMap::new(); workers];
     let mut up_a = vec![0usize; workers];
     let mut losses = Losses::default();
+    let mut retried = Retried::default();
     let in_setup = || format!("{:.1} s into setup", start.elapsed().as_secs_f64());
+    // A request whose connection is gone by the time it is accepted (the initiator gave up
+    // under load) is no connection: the QP waits for the next request.
     let accept = |b: &mut [Side],
                   up_b: &mut usize,
                   next_qp: &mut [usize],
-                  losses: &mut Losses|
+                  losses: &mut Losses,
+                  retried: &mut Retried|
      -> Result<bool> {
         let mut any = false;
         for (k, s) in b.iter_mut().enumerate() {
@@ -312,63 +367,92 @@ fn measure(
                 any = true;
                 match e {
                     Event::ConnectRequest(r) => {
-                        let qp = s
-                            .qps
-                            .get(next_qp[k])
-                            .ok_or_else(|| err("accept", "more requests than QPs"))?;
-                        next_qp[k] += 1;
-                        s.ctx
-                            .accept(&r, qp, &settings)
-                            .map_err(|e| err("accept", e))?;
+                        // The initiator's retries bring more requests than it has QPs.
+                        if next_qp[k] == s.qps.len() {
+                            let qp = s.new_qp()?;
+                            s.qps.push(qp);
+                        }
+                        match s.ctx.accept(&r, &s.qps[next_qp[k]], &settings) {
+                            Ok(()) => next_qp[k] += 1,
+                            Err(e) => {
+                                retried.count += 1;
+                                retried.first.get_or_insert_with(|| {
+                                    format!("{} at b: accept: {e}", in_setup())
+                                });
+                            }
+                        }
                     }
                     Event::Established(_) => *up_b += 1,
-                    Event::ConnectFailed { reason, .. } => return Err(err("at b", reason)),
                     e => losses.note('b', &e, in_setup),
                 }
             }
         }
         Ok(any)
     };
-    let collect = |a: &[Side], up_a: &mut [usize], losses: &mut Losses| -> Result<bool> {
-        let mut any = false;
-        for (k, s) in a.iter().enumerate() {
-            while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
-                any = true;
-                match e {
-                    Event::Established(_) => up_a[k] += 1,
-                    Event::ConnectFailed { reason, .. } => return Err(err("at a", reason)),
-                    Event::Rejected { private_data, .. } => {
-                        return Err(err(
-                            "at a",
-                            format!("rejected: {}", String::from_utf8_lossy(&private_data)),
-                        ))
-                    }
-                    e => losses.note('a', &e, in_setup),
-                }
-            }
-        }
-        Ok(any)
-    };
-    // Connects go out as fast as control takes them, up to IN_FLIGHT at a time per
-    // listening port, interleaved with the listener's accepts (as a server thread would
-    // run beside the client).
     loop {
         let mut busy = false;
         for (k, s) in a.iter().enumerate() {
             let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
-            while started[k] < per(k) && started[k] - up_a[k] < IN_FLIGHT {
-                s.ctx
-                    .connect(&s.qps[started[k]], remote, &settings)
+            while in_flight[k].len() < IN_FLIGHT {
+                let Some(i) = todo[k].pop_front() else {
+                    break;
+                };
+                let conn = s
+                    .ctx
+                    .connect(&s.qps[i], remote, &settings)
                     .map_err(|e| err("connect", e))?;
-                started[k] += 1;
+                in_flight[k].insert(conn, i);
                 busy = true;
             }
         }
-        busy |= accept(&mut b, &mut up_b, &mut next_qp, &mut losses)?;
-        busy |= collect(&a, &mut up_a, &mut losses)?;
+        busy |= accept(&mut b, &mut up_b, &mut next_qp, &mut losses, &mut retried)?;
+        for (k, s) in a.iter_mut().enumerate() {
+            while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
+                busy = true;
+                let (conn, why) = match e {
+                    Event::Established(est) => {
+                        if in_flight[k].remove(&est.conn).is_some() {
+                            up_a[k] += 1;
+                        }
+                        continue;
+                    }
+                    Event::ConnectFailed { conn, reason } => (conn, reason),
+                    Event::Rejected { conn, private_data } => (
+                        conn,
+                        format!("rejected: {}", String::from_utf8_lossy(&private_data)),
+                    ),
+                    e => {
+                        losses.note('a', &e, in_setup);
+                        continue;
+                    }
+                };
+                // A failed setup: its QP is in Error, so a fresh one tries again. Its QP's
+                // error event is no lost connection.
+                let Some(i) = in_flight[k].remove(&conn) else {
+                    continue;
+                };
+                retried.count += 1;
+                retried
+                    .first
+                    .get_or_insert_with(|| format!("{} at a: {why}", in_setup()));
+                losses.forgive('a', s.qps[i].qp_num().0);
+                s.qps[i] = s.new_qp()?;
+                todo[k].push_back(i);
+            }
+        }
         let done_a: usize = up_a.iter().sum();
-        if done_a == n && up_b == n {
+        if done_a == n && up_b >= n {
             break;
+        }
+        if retried.count > n {
+            return Err(err(
+                "giving up",
+                format!(
+                    "{} setups failed ({done_a} of {n} established at a), the first: {}",
+                    retried.count,
+                    retried.first.as_deref().unwrap_or("?")
+                ),
+            ));
         }
         if start.elapsed() > DEADLINE + DEADLINE_PER_CONNECTION * n as u32 {
             return Err(err(
@@ -386,7 +470,14 @@ fn measure(
         .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
     let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps, losses));
     drop((a, b));
-    Ok((seconds, qp_seconds, cpu, held, (app_before, app_qps)))
+    Ok((
+        seconds,
+        qp_seconds,
+        cpu,
+        held,
+        (app_before, app_qps),
+        retried,
+    ))
 }
 
 /// Keeps every connection open for `d`, counting those either side hears end or fail, on
