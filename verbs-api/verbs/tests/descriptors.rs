@@ -113,8 +113,8 @@ fn connected_qps_hold_no_descriptor_each() {
         cqs.extend(connect_one(&mut a, &mut b, PORT));
     }
     let after: Vec<usize> = pids.iter().map(|p| fds(p)).collect();
-    // Before rings gave up their descriptors, each QP held two here (SQ and RQ, 4 per
-    // connection with both sides here, plus a CQ each) and two in its iwarpd.
+    // A descriptor kept per ring would add 3 per connection to each iwarpd (SQ, RQ and
+    // the QP's own CQ) and 6 to this process, which holds both sides.
     for ((who, b), a) in [
         "application",
         "iwarpd a",
