@@ -154,6 +154,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     pub hugepages: HugepagesArg,
 
+    /// The spawned daemons' `tcp.user_timeout_ms` (their default otherwise): how long a
+    /// peer may be silent before its connection is given up; keep-alives go every quarter
+    /// of it, so thousands of idle connections cost that many frames per interval.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub tcp_user_timeout: Option<u64>,
+
     /// Poll-mode cores of the daemons: the first endpoint's, then the second's (one per
     /// worker each).
     #[arg(long, value_delimiter = ',')]
@@ -246,6 +252,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", requires = "setup_rate")]
     pub hold: Option<String>,
 
+    /// Internal: accept this many kernel TCP connections on loopback for the setup-rate
+    /// baseline (the port on stdout), holding them until stdin closes.
+    #[arg(long, hide = true)]
+    pub tcp_accept_peer: Option<usize>,
+
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]
     pub shm_peer: Option<PathBuf>,
@@ -294,6 +305,9 @@ pub struct EndpointPlan {
     /// The port the second endpoint's first context listens on.
     #[serde(default = "default_cm_port")]
     pub cm_port: u16,
+    /// Spawned daemons' `tcp.user_timeout_ms`, when not their default.
+    #[serde(default)]
+    pub tcp_user_timeout_ms: Option<u64>,
     /// Connections the run opens: spawned daemons' QP, CQ and PD limits are raised to hold
     /// them where the defaults would not.
     #[serde(default)]
@@ -518,6 +532,14 @@ impl Plan {
                  --daemons running or --daemon-config, port.mtu is theirs",
             ));
         }
+        if args.tcp_user_timeout.is_some()
+            && (args.daemons == DaemonsArg::Running || args.daemon_config.is_some())
+        {
+            return Err(BenchError::usage(
+                "--tcp-user-timeout sets the daemons this run starts from its own \
+                 configuration: with --daemons running or --daemon-config, it is theirs",
+            ));
+        }
 
         Ok(Plan {
             modes,
@@ -547,6 +569,7 @@ impl Plan {
                 daemon_config: args.daemon_config.clone(),
                 stage_timing: args.stages,
                 mtu: args.mtu,
+                tcp_user_timeout_ms: args.tcp_user_timeout,
                 cm_port: args.cm_port,
                 qps: args.qps,
             },

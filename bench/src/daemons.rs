@@ -230,6 +230,10 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
     if plan.stage_timing {
         let _ = writeln!(t, "stage_timing = true");
     }
+    if let Some(ms) = plan.tcp_user_timeout_ms {
+        let _ = writeln!(t, "\n[tcp]");
+        let _ = writeln!(t, "user_timeout_ms = {ms}");
+    }
     let _ = writeln!(t, "\n[shm]");
     let huge = match plan.hugepages {
         HugepagesArg::Auto => "auto",
@@ -489,6 +493,7 @@ mod tests {
             mtu: 1500,
             cm_port: 18515,
             qps: 1,
+            tcp_user_timeout_ms: None,
         }
     }
 
@@ -508,6 +513,24 @@ mod tests {
         assert!(c.limits.max_qp >= 10_000);
         assert!(c.limits.max_pd >= 10_000);
         assert!(c.limits.max_cq >= 20_000);
+    }
+
+    #[test]
+    fn a_user_timeout_reaches_the_spawned_daemons_only_when_asked() {
+        let base = Path::new("/tmp/x");
+        let default = iwarp_config::Config::default().tcp.user_timeout_ms;
+        let p = EndpointPlan {
+            daemon_cores: vec![],
+            ..plan(PortArg::Unix)
+        };
+        let c = iwarp_config::Config::parse(&config_text(&p, base, 0, "ea")).unwrap();
+        assert_eq!(c.tcp.user_timeout_ms, default);
+        let p = EndpointPlan {
+            tcp_user_timeout_ms: Some(default * 5),
+            ..p
+        };
+        let c = iwarp_config::Config::parse(&config_text(&p, base, 1, "eb")).unwrap();
+        assert_eq!(c.tcp.user_timeout_ms, default * 5);
     }
 
     #[test]

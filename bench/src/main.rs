@@ -7,6 +7,16 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    iwarp_bench::setup_rate::raise_fd_limit();
+    if let Some(n) = args.tcp_accept_peer {
+        return match iwarp_bench::setup_rate::tcp_accept_peer(n) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("iwarp-bench (tcp accept peer): {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(path) = &args.shm_peer {
         return match transport::shm::serve_file(path, args.shm_peer_core) {
             Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,12 @@
 use crate::cli::Plan;
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
-use iwarp_verbs::{ConnSettings, Context, Event, QpInitAttr, QueuePair};
+use iwarp_verbs::{
+    CompletionQueue, ConnSettings, Context, Event, ProtectionDomain, QpInitAttr, QueuePair,
+};
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first TCP port the listening side uses (one per context).
@@ -17,8 +21,10 @@ const PORT: u16 = 19515;
 /// of its sockets is free for the handshake (16 per port), and a SYN it cannot take is
 /// refused.
 const IN_FLIGHT: usize = 16;
-/// The longest the whole run may take.
+/// The longest the whole run may take: this, and [`DEADLINE_PER_CONNECTION`] more for each
+/// connection.
 const DEADLINE: Duration = Duration::from_secs(120);
+const DEADLINE_PER_CONNECTION: Duration = Duration::from_millis(40);
 
 /// What one run measured.
 #[derive(Debug, Clone)]
@@ -36,14 +42,81 @@ pub struct SetupRate {
     pub cpu: Option<[f64; 3]>,
     /// What holding the connections afterwards showed (`--hold`).
     pub held: Option<Held>,
+    /// This process's resident memory (KiB) before the contexts were opened and once
+    /// every QP of both sides was created: its rings, CQs and library state.
+    pub app_rss_kib: (u64, u64),
+    /// Setups that failed and were tried again on a fresh QP (the rate counts only the
+    /// connections made).
+    pub retried: Retried,
+}
+
+/// Connections either side heard end or fail after they were established. A lost
+/// connection shows as its Disconnected, its QP's error, or both, on one side or both: each
+/// is kept per side and kind, and the largest count is the connections.
+#[derive(Debug, Clone, Default)]
+struct Losses {
+    seen: std::collections::HashSet<(char, char, u32)>,
+    /// QPs whose setup failed (and was tried again on another QP).
+    forgiven: std::collections::HashSet<(char, char, u32)>,
+    /// The first, as the application heard it.
+    first: Option<String>,
+}
+
+impl Losses {
+    /// Notes `e` if it ends a connection or fails a QP; `when` says in which phase and how
+    /// long into it.
+    fn note(&mut self, side: char, e: &Event, when: impl FnOnce() -> String) {
+        let key = match e {
+            Event::Disconnected { conn, .. } => Some(('c', *conn)),
+            Event::QpError { qp } => Some(('q', qp.0)),
+            Event::QpTerminated(t) => Some(('q', t.qp.0)),
+            _ => None,
+        };
+        if let Some((kind, id)) = key {
+            if self.seen.insert((side, kind, id)) {
+                self.first
+                    .get_or_insert_with(|| format!("{} at {side}: {e:?}", when()));
+            }
+        }
+    }
+
+    /// An application's event stream failed.
+    fn broken(&mut self, side: char, e: impl std::fmt::Display, when: impl FnOnce() -> String) {
+        self.first
+            .get_or_insert_with(|| format!("{} at {side}: {e}", when()));
+        self.seen.insert((side, 'x', 0));
+    }
+
+    /// QP `qp` of `side` failed to set up: its error is not a connection lost.
+    fn forgive(&mut self, side: char, qp: u32) {
+        self.forgiven.insert((side, 'q', qp));
+    }
+
+    fn count(&self) -> usize {
+        let count = |side: char, kind: char| {
+            self.seen
+                .iter()
+                .filter(|&&(s, k, _)| s == side && k == kind)
+                .filter(|key| !self.forgiven.contains(key))
+                .count()
+        };
+        ['a', 'b']
+            .into_iter()
+            .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// The connections held open after setup.
 #[derive(Debug, Clone)]
 pub struct Held {
     pub seconds: f64,
-    /// Connections that ended or whose QP failed while held (either side's event).
+    /// Connections that ended or whose QP failed while set up or held (either side's
+    /// event).
     pub lost: usize,
+    /// Of those, the ones lost before the last was established.
+    pub lost_in_setup: usize,
     /// The first such event, as the application heard it.
     pub first_loss: Option<String>,
     /// Resident memory of each iwarpd (KiB): with the QPs created, once all were
@@ -67,13 +140,25 @@ impl SetupRate {
             self.qp_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
+        ) + &format!(
+            "  setups failed and tried again: {}{}\n",
+            self.retried.count,
+            self.retried
+                .first
+                .as_ref()
+                .map_or(String::new(), |e| format!(" (first: {e})")),
+        ) + &format!(
+            "  application: RSS {:.1} MiB with both sides' QPs: {:.1} KiB per QP\n",
+            self.app_rss_kib.1 as f64 / 1024.0,
+            (self.app_rss_kib.1 as f64 - self.app_rss_kib.0 as f64) / (2.0 * n.max(1.0)),
         ) + &self.held.as_ref().map_or(String::new(), |h| {
             let n = n.max(1.0);
             let mut s = format!(
-                "  held {:.0} s: {} of {} connections lost{}\n",
+                "  held {:.0} s: {} of {} connections lost, {} of them during setup{}\n",
                 h.seconds,
                 h.lost,
                 self.connections,
+                h.lost_in_setup,
                 h.first_loss
                     .as_ref()
                     .map_or(String::new(), |e| format!(" (first: {e})")),
@@ -111,7 +196,16 @@ fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
 struct Side {
     ctx: Context,
     qps: Vec<QueuePair>,
-    _keep: Box<dyn std::any::Any>,
+    pd: ProtectionDomain,
+    cq: Arc<CompletionQueue>,
+}
+
+impl Side {
+    fn new_qp(&self) -> Result<QueuePair> {
+        self.pd
+            .create_qp(&QpInitAttr::new(&self.cq, 4))
+            .map_err(|e| err("create QP", e))
+    }
 }
 
 fn side(ctx: Context, n: usize) -> Result<Side> {
@@ -119,16 +213,25 @@ fn side(ctx: Context, n: usize) -> Result<Side> {
     let cq = ctx
         .create_cq((4 * n as u32).max(16))
         .map_err(|e| err("create CQ", e))?;
-    let mut qps = Vec::with_capacity(n);
-    for _ in 0..n {
-        let attr = QpInitAttr::new(&cq, 4);
-        qps.push(pd.create_qp(&attr).map_err(|e| err("create QP", e))?);
-    }
-    Ok(Side {
+    let mut s = Side {
         ctx,
-        qps,
-        _keep: Box::new((pd, cq)),
-    })
+        qps: Vec::with_capacity(n),
+        pd,
+        cq,
+    };
+    for _ in 0..n {
+        let qp = s.new_qp()?;
+        s.qps.push(qp);
+    }
+    Ok(s)
+}
+
+/// Setups that failed and were tried again with a fresh QP.
+#[derive(Debug, Clone, Default)]
+pub struct Retried {
+    pub count: usize,
+    /// The first failure, as the application heard it.
+    pub first: Option<String>,
 }
 
 /// Runs the measurement on the endpoints `plan` names.
@@ -140,7 +243,7 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
     let endpoints = Endpoints::start(&ep)?;
     let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds, cpu, held) = result?;
+    let (seconds, qp_seconds, cpu, held, app_rss_kib, retried) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
@@ -150,6 +253,8 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
         tcp_seconds,
         cpu,
         held,
+        app_rss_kib,
+        retried,
     })
 }
 
@@ -194,7 +299,14 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Measured = (f64, f64, Option<[f64; 3]>, Option<Held>);
+type Measured = (
+    f64,
+    f64,
+    Option<[f64; 3]>,
+    Option<Held>,
+    (u64, u64),
+    Retried,
+);
 
 fn measure(
     endpoints: &Endpoints,
@@ -203,6 +315,7 @@ fn measure(
     hold: Option<Duration>,
 ) -> Result<Measured> {
     let [dir_a, dir_b] = endpoints.runtime_dirs();
+    let app_before = rss_kib(std::process::id());
     let open = |dir: &std::path::Path| -> Result<Vec<Context>> {
         // Control places each new context on the worker with the fewest applications.
         (0..workers)
@@ -219,6 +332,7 @@ fn measure(
         b.push(side(cb, per(k))?);
     }
     let qp_seconds = t.elapsed().as_secs_f64();
+    let app_qps = rss_kib(std::process::id());
     let settings = ConnSettings::default();
     for (k, s) in b.iter().enumerate() {
         s.ctx
@@ -231,74 +345,116 @@ fn measure(
     let start = Instant::now();
     let mut next_qp = vec![0usize; workers];
     let mut up_b = 0;
-    let mut started = vec![0usize; workers];
+    // At a, per context: the QPs still to connect, the connects in flight (connection id to
+    // QP index).
+    let mut todo: Vec<VecDeque<usize>> = (0..workers).map(|k| (0..per(k)).collect()).collect();
+    let mut in_flight: Vec<HashMap<u32, usize>> = vec![HashMap::new(); workers];
     let mut up_a = vec![0usize; workers];
-    let accept = |b: &mut [Side], up_b: &mut usize, next_qp: &mut [usize]| -> Result<bool> {
+    let mut losses = Losses::default();
+    let mut retried = Retried::default();
+    let in_setup = || format!("{:.1} s into setup", start.elapsed().as_secs_f64());
+    // A request whose connection is gone by the time it is accepted (the initiator gave up
+    // under load) is no connection: the QP waits for the next request.
+    let accept = |b: &mut [Side],
+                  up_b: &mut usize,
+                  next_qp: &mut [usize],
+                  losses: &mut Losses,
+                  retried: &mut Retried|
+     -> Result<bool> {
         let mut any = false;
         for (k, s) in b.iter_mut().enumerate() {
             while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at b", e))? {
                 any = true;
                 match e {
                     Event::ConnectRequest(r) => {
-                        let qp = s
-                            .qps
-                            .get(next_qp[k])
-                            .ok_or_else(|| err("accept", "more requests than QPs"))?;
-                        next_qp[k] += 1;
-                        s.ctx
-                            .accept(&r, qp, &settings)
-                            .map_err(|e| err("accept", e))?;
+                        // The initiator's retries bring more requests than it has QPs.
+                        if next_qp[k] == s.qps.len() {
+                            let qp = s.new_qp()?;
+                            s.qps.push(qp);
+                        }
+                        match s.ctx.accept(&r, &s.qps[next_qp[k]], &settings) {
+                            Ok(()) => next_qp[k] += 1,
+                            Err(e) => {
+                                retried.count += 1;
+                                retried.first.get_or_insert_with(|| {
+                                    format!("{} at b: accept: {e}", in_setup())
+                                });
+                            }
+                        }
                     }
                     Event::Established(_) => *up_b += 1,
-                    Event::ConnectFailed { reason, .. } => return Err(err("at b", reason)),
-                    _ => {}
+                    e => losses.note('b', &e, in_setup),
                 }
             }
         }
         Ok(any)
     };
-    let collect = |a: &[Side], up_a: &mut [usize]| -> Result<bool> {
-        let mut any = false;
-        for (k, s) in a.iter().enumerate() {
-            while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
-                any = true;
-                match e {
-                    Event::Established(_) => up_a[k] += 1,
-                    Event::ConnectFailed { reason, .. } => return Err(err("at a", reason)),
-                    Event::Rejected { private_data, .. } => {
-                        return Err(err(
-                            "at a",
-                            format!("rejected: {}", String::from_utf8_lossy(&private_data)),
-                        ))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(any)
-    };
-    // Connects go out as fast as control takes them, up to IN_FLIGHT at a time per
-    // listening port, interleaved with the listener's accepts (as a server thread would
-    // run beside the client).
     loop {
         let mut busy = false;
         for (k, s) in a.iter().enumerate() {
             let remote = SocketAddr::V4(SocketAddrV4::new(b_ip, PORT + k as u16));
-            while started[k] < per(k) && started[k] - up_a[k] < IN_FLIGHT {
-                s.ctx
-                    .connect(&s.qps[started[k]], remote, &settings)
+            while in_flight[k].len() < IN_FLIGHT {
+                let Some(i) = todo[k].pop_front() else {
+                    break;
+                };
+                let conn = s
+                    .ctx
+                    .connect(&s.qps[i], remote, &settings)
                     .map_err(|e| err("connect", e))?;
-                started[k] += 1;
+                in_flight[k].insert(conn, i);
                 busy = true;
             }
         }
-        busy |= accept(&mut b, &mut up_b, &mut next_qp)?;
-        busy |= collect(&a, &mut up_a)?;
+        busy |= accept(&mut b, &mut up_b, &mut next_qp, &mut losses, &mut retried)?;
+        for (k, s) in a.iter_mut().enumerate() {
+            while let Some(e) = s.ctx.poll_event().map_err(|e| err("event at a", e))? {
+                busy = true;
+                let (conn, why) = match e {
+                    Event::Established(est) => {
+                        if in_flight[k].remove(&est.conn).is_some() {
+                            up_a[k] += 1;
+                        }
+                        continue;
+                    }
+                    Event::ConnectFailed { conn, reason } => (conn, reason),
+                    Event::Rejected { conn, private_data } => (
+                        conn,
+                        format!("rejected: {}", String::from_utf8_lossy(&private_data)),
+                    ),
+                    e => {
+                        losses.note('a', &e, in_setup);
+                        continue;
+                    }
+                };
+                // A failed setup: its QP is in Error, so a fresh one tries again. Its QP's
+                // error event is no lost connection.
+                let Some(i) = in_flight[k].remove(&conn) else {
+                    continue;
+                };
+                retried.count += 1;
+                retried
+                    .first
+                    .get_or_insert_with(|| format!("{} at a: {why}", in_setup()));
+                losses.forgive('a', s.qps[i].qp_num().0);
+                s.qps[i] = s.new_qp()?;
+                todo[k].push_back(i);
+            }
+        }
         let done_a: usize = up_a.iter().sum();
-        if done_a == n && up_b == n {
+        if done_a == n && up_b >= n {
             break;
         }
-        if start.elapsed() > DEADLINE {
+        if retried.count > n {
+            return Err(err(
+                "giving up",
+                format!(
+                    "{} setups failed ({done_a} of {n} established at a), the first: {}",
+                    retried.count,
+                    retried.first.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        if start.elapsed() > DEADLINE + DEADLINE_PER_CONNECTION * n as u32 {
             return Err(err(
                 "timed out",
                 format!("{done_a} of {n} established at a, {up_b} at b"),
@@ -312,61 +468,48 @@ fn measure(
     let cpu = cpu_before
         .zip(cpu_now(endpoints))
         .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
-    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps));
+    let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps, losses));
     drop((a, b));
-    Ok((seconds, qp_seconds, cpu, held))
+    Ok((
+        seconds,
+        qp_seconds,
+        cpu,
+        held,
+        (app_before, app_qps),
+        retried,
+    ))
 }
 
-/// Keeps every connection open for `d`, counting those either side hears end or fail.
-fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps: Vec<u64>) -> Held {
+/// Keeps every connection open for `d`, counting those either side hears end or fail, on
+/// top of `losses`, those lost during setup.
+fn hold_all(
+    endpoints: &Endpoints,
+    a: &[Side],
+    b: &[Side],
+    d: Duration,
+    rss_qps: Vec<u64>,
+    mut losses: Losses,
+) -> Held {
     let pids = endpoints.iwarpd_pids();
     let rss_up: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let lost_in_setup = losses.count();
     let start = Instant::now();
-    // A connection lost shows as its Disconnected, its QP's error, or both, on one side or
-    // both: each is counted per side and kind, and the largest count is the connections.
-    let mut lost = std::collections::HashSet::new();
-    let mut first_loss = None;
+    let held = || format!("after {:.1} s held", start.elapsed().as_secs_f64());
     while start.elapsed() < d {
         for (side, s) in a.iter().map(|s| ('a', s)).chain(b.iter().map(|s| ('b', s))) {
-            let e = match s.ctx.next_event(Duration::from_millis(100)) {
-                Ok(Some(e)) => e,
-                Ok(None) => continue,
-                Err(e) => {
-                    let at = start.elapsed().as_secs_f64();
-                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e}"));
-                    lost.insert((side, 'x', 0));
-                    continue;
-                }
-            };
-            let key = match &e {
-                Event::Disconnected { conn, .. } => Some(('c', *conn)),
-                Event::QpError { qp } => Some(('q', qp.0)),
-                Event::QpTerminated(t) => Some(('q', t.qp.0)),
-                _ => None,
-            };
-            if let Some((kind, id)) = key {
-                if lost.insert((side, kind, id)) {
-                    let at = start.elapsed().as_secs_f64();
-                    first_loss.get_or_insert_with(|| format!("after {at:.1} s at {side}: {e:?}"));
-                }
+            match s.ctx.next_event(Duration::from_millis(100)) {
+                Ok(Some(e)) => losses.note(side, &e, held),
+                Ok(None) => {}
+                Err(e) => losses.broken(side, e, held),
             }
         }
     }
     let rss_end: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
-    let count = |side: char, kind: char| {
-        lost.iter()
-            .filter(|&&(s, k, _)| s == side && k == kind)
-            .count()
-    };
-    let lost = ['a', 'b']
-        .into_iter()
-        .flat_map(|s| ['c', 'q', 'x'].map(|k| count(s, k)))
-        .max()
-        .unwrap_or(0);
     Held {
         seconds: start.elapsed().as_secs_f64(),
-        lost,
-        first_loss,
+        lost: losses.count(),
+        lost_in_setup,
+        first_loss: losses.first,
         rss_kib: rss_qps
             .into_iter()
             .zip(rss_up)
@@ -376,25 +519,103 @@ fn hold_all(endpoints: &Endpoints, a: &[Side], b: &[Side], d: Duration, rss_qps:
     }
 }
 
-/// `n` kernel TCP connects on loopback, each accepted by a thread beside; all stay open
-/// until every one is accepted.
+/// `n` kernel TCP connects on loopback, each accepted by another process (this executable
+/// with `--tcp-accept-peer`); all stay open until every one is accepted. The accepting side
+/// is a process of its own so that each side holds `n` descriptors, not one process `2n`:
+/// 10,000 connections would otherwise need more than this container's hard limit of 20,000.
 fn kernel_tcp(n: usize) -> Result<f64> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
     let io = |what: &str, e: std::io::Error| BenchError::io(format!("tcp baseline: {what}"), e);
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
-    let addr = listener.local_addr().map_err(|e| io("address", e))?;
-    let start = Instant::now();
-    let server = std::thread::spawn(move || -> std::io::Result<Vec<TcpStream>> {
-        (0..n).map(|_| listener.accept().map(|(s, _)| s)).collect()
-    });
-    let mut clients = Vec::with_capacity(n);
-    for _ in 0..n {
-        clients.push(TcpStream::connect(addr).map_err(|e| io("connect", e))?);
+    let exe = std::env::current_exe().map_err(|e| io("finding this executable", e))?;
+    let mut child = Command::new(exe)
+        .arg("--tcp-accept-peer")
+        .arg(n.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| io("starting the accepting process", e))?;
+    let result = (|| {
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| err("tcp baseline", "no stdout"))?;
+        let mut lines = BufReader::new(out).lines();
+        let mut line = || -> Result<String> {
+            lines
+                .next()
+                .ok_or_else(|| err("tcp baseline", "the accepting process ended early"))?
+                .map_err(|e| io("reading the accepting process", e))
+        };
+        let port: u16 = line()?
+            .parse()
+            .map_err(|e| err("tcp baseline: the accepting process's port", e))?;
+        let addr = SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port));
+        let start = Instant::now();
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            clients.push(TcpStream::connect(addr).map_err(|e| io("connect", e))?);
+        }
+        let accepted = line()?;
+        let seconds = start.elapsed().as_secs_f64();
+        if accepted != format!("accepted {n}") {
+            return Err(err(
+                "tcp baseline",
+                format!("the accepting process said {accepted:?}"),
+            ));
+        }
+        drop(clients);
+        Ok(seconds)
+    })();
+    // Its stdin closing is its signal to close the connections and exit.
+    drop(child.stdin.take());
+    let status = child
+        .wait()
+        .map_err(|e| io("waiting for the accepting process", e))?;
+    let seconds = result?;
+    if !status.success() {
+        return Err(err(
+            "tcp baseline",
+            format!("the accepting process: {status}"),
+        ));
     }
-    let accepted = server
-        .join()
-        .map_err(|_| err("tcp baseline", "the accepting thread panicked"))?
-        .map_err(|e| io("accept", e))?;
-    let seconds = start.elapsed().as_secs_f64();
-    drop((clients, accepted));
     Ok(seconds)
+}
+
+/// The accepting side of the kernel TCP baseline (`--tcp-accept-peer N`): prints the port it
+/// listens on, accepts `n` connections, prints `accepted N`, and holds them until its stdin
+/// closes.
+pub fn tcp_accept_peer(n: usize) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", listener.local_addr()?.port())?;
+    out.flush()?;
+    let accepted = (0..n)
+        .map(|_| listener.accept().map(|(s, _)| s))
+        .collect::<std::io::Result<Vec<TcpStream>>>()?;
+    writeln!(out, "accepted {}", accepted.len())?;
+    out.flush()?;
+    let mut rest = Vec::new();
+    std::io::stdin().lock().read_to_end(&mut rest)?;
+    drop(accepted);
+    Ok(())
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit: the kernel TCP
+/// baseline holds one per connection, and a shell's usual soft limit of 1,024 would stop
+/// it long before the hard limit does. Nothing happens where the limit cannot be read.
+pub fn raise_fd_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given; result checked.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 || l.rlim_cur >= l.rlim_max {
+        return;
+    }
+    l.rlim_cur = l.rlim_max;
+    // SAFETY: setrlimit reads the struct; raising the soft limit up to the hard one needs no
+    // privilege, and a failure leaves the old limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
 }

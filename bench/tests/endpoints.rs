@@ -33,6 +33,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         mtu: 1500,
         cm_port: 18515,
         qps: 1,
+        tcp_user_timeout_ms: None,
     }
 }
 

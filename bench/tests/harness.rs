@@ -290,6 +290,23 @@ fn every_iwarp_operation_over_spawned_endpoints_has_its_histogram() {
 }
 
 #[test]
+fn setup_rate_holds_what_it_set_up_and_runs_the_kernel_baseline() {
+    // The kernel baseline's accepting side is a process of its own (--tcp-accept-peer):
+    // the run fails if it does not answer with the count.
+    let out = ok(&["--setup-rate", "24", "--hold", "1s"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "setup rate, 24 connections",
+        "kernel TCP on loopback:",
+        "0 of 24 connections lost",
+        "KiB per QP",
+        "KiB per connection",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
+
+#[test]
 fn qps_spread_over_the_workers_of_two_worker_daemons() {
     // Each spawned daemon runs two poll-mode workers; the harness opens a context per worker
     // and puts one of the two QPs on each.

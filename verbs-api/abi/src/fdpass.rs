@@ -107,7 +107,6 @@ pub fn recv_fd(sock: &UnixStream, buf: &mut [u8]) -> Result<(usize, OwnedFd), Er
 mod tests {
     use super::*;
     use crate::segment::{HugePolicy, Segment, SegmentKind};
-    use std::os::fd::AsFd;
 
     #[test]
     fn a_segment_travels_by_fd() {
@@ -115,7 +114,7 @@ mod tests {
         let s =
             Segment::create_anonymous("pass", SegmentKind::Memory, 64, HugePolicy::Off).unwrap();
         assert!(s.write_at(0, b"over the socket"));
-        assert_eq!(send_fds(&a, b"M", &[s.as_fd()]).unwrap(), 1);
+        assert_eq!(send_fds(&a, b"M", &[s.fd().unwrap()]).unwrap(), 1);
         let mut buf = [0; 4];
         let (n, fd) = recv_fd(&b, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"M");

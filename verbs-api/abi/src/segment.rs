@@ -159,7 +159,10 @@ const _: () = assert!(core::mem::size_of::<SegmentHeader>() == 64);
 pub struct Segment {
     ptr: NonNull<u8>,
     len: usize,
-    fd: OwnedFd,
+    /// `None` once given up ([`Segment::take_fd`]): the mapping does not need it.
+    fd: Option<OwnedFd>,
+    /// (device, inode) of the backing file, read when it was mapped.
+    file_id: (u64, u64),
     /// None for anonymous (memfd) segments; `/proc/<pid>/fd/<fd>` for sealed ones.
     path: Option<PathBuf>,
     /// Whether `path` is a file of its own (removable), not a name of an open descriptor.
@@ -309,6 +312,10 @@ fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, Error> {
     }
 }
 
+fn id_of(st: &libc::stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
 fn open_file(path: &Path, create: bool) -> Result<OwnedFd, Error> {
     let c = cpath(path)?;
     let flags = libc::O_RDWR
@@ -385,11 +392,13 @@ impl Segment {
         let fd = open_file(&tmp, true)?;
         let made = (|| {
             truncate(fd.as_fd(), len)?;
+            let file_id = id_of(&fstat(fd.as_fd())?);
             let ptr = map_fd(fd.as_fd(), len)?;
             let seg = Segment {
                 ptr,
                 len,
-                fd,
+                fd: Some(fd),
+                file_id,
                 path: Some(path.clone()),
                 named: true,
                 remove_on_drop: false,
@@ -473,7 +482,13 @@ impl Segment {
         if end.is_none() {
             return Err(Error::Layout);
         }
-        allocate(self.fd.as_fd(), DATA_OFFSET + offset, len).map_err(|e| match e {
+        let fd = self.fd.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "allocating in a segment whose descriptor was given up",
+            )
+        })?;
+        allocate(fd.as_fd(), DATA_OFFSET + offset, len).map_err(|e| match e {
             Error::Io(io) => Error::Io(io::Error::new(
                 io.kind(),
                 format!("allocating {len} octets of shared memory: {io}"),
@@ -551,6 +566,7 @@ impl Segment {
         if seal.is_some() {
             add_seals(fd.as_fd(), SEALS)?;
         }
+        let file_id = id_of(&fstat(fd.as_fd())?);
         let ptr = map_fd(fd.as_fd(), len)?;
         let path = seal.map(|_| {
             PathBuf::from(format!(
@@ -562,7 +578,8 @@ impl Segment {
         let seg = Segment {
             ptr,
             len,
-            fd,
+            fd: Some(fd),
+            file_id,
             path,
             named: false,
             remove_on_drop: false,
@@ -655,7 +672,8 @@ impl Segment {
         let mut seg = Segment {
             ptr,
             len,
-            fd,
+            fd: Some(fd),
+            file_id: id_of(&st),
             path: None,
             named: false,
             remove_on_drop: false,
@@ -738,8 +756,19 @@ impl Segment {
     /// (device, inode) of the backing file: two handles name the same memory iff equal
     /// (how control checks that an fd an application sent is the segment it names).
     pub fn file_id(&self) -> Result<(u64, u64), Error> {
-        let st = fstat(self.fd.as_fd())?;
-        Ok((st.st_dev, st.st_ino))
+        Ok(self.file_id)
+    }
+    /// This handle's descriptor, while it has one.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+    /// Gives up this handle's descriptor to the caller: the mapping stays valid without it
+    /// (mmap(2)), so a process holding many segments need not hold a descriptor for each.
+    /// A sealed segment's [`Segment::path`] (`/proc/<pid>/fd/<fd>`) names it only while the
+    /// returned descriptor is open: close it once every other process has mapped the
+    /// segment. [`Segment::allocate`] needs the descriptor and fails without it.
+    pub fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fd.take()
     }
     /// Whether dropping this handle removes the file (default: true for the creator).
     pub fn set_remove_on_drop(&mut self, remove: bool) {
@@ -781,12 +810,6 @@ impl Segment {
             )
         };
         true
-    }
-}
-
-impl AsFd for Segment {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 }
 
@@ -887,7 +910,7 @@ mod tests {
         let s =
             Segment::create_anonymous("anon", SegmentKind::Memory, 5000, HugePolicy::Auto).unwrap();
         assert!(s.path().is_none());
-        let fd = s.as_fd().try_clone_to_owned().unwrap();
+        let fd = s.fd().unwrap().try_clone_to_owned().unwrap();
         let o = Segment::from_fd(fd, Some(SegmentKind::Memory)).unwrap();
         assert!(o.write_at(4999, b"z"));
         let mut b = [0];
@@ -906,9 +929,9 @@ mod tests {
         .unwrap();
         let path = s.path().unwrap().to_path_buf();
         assert!(path.starts_with(format!("/proc/{}/fd", std::process::id())));
-        assert_eq!(seals(s.as_fd()).unwrap(), SEALS);
+        assert_eq!(seals(s.fd().unwrap()).unwrap(), SEALS);
         // Neither through the creator's descriptor nor through the name can anyone shrink it.
-        let e = truncate(s.as_fd(), 0).unwrap_err();
+        let e = truncate(s.fd().unwrap(), 0).unwrap_err();
         assert!(
             matches!(&e, Error::Io(e) if e.raw_os_error() == Some(libc::EPERM)),
             "{e}"
@@ -942,11 +965,48 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_without_its_descriptor_stays_mapped_and_sealed() {
+        let mut s = Segment::create_sealed(
+            "iwarp-test-nofd",
+            SegmentKind::Memory,
+            5000,
+            HugePolicy::Off,
+        )
+        .unwrap();
+        let path = s.path().unwrap().to_path_buf();
+        let mut o = Segment::open_sealed(&path, Some(SegmentKind::Memory)).unwrap();
+        let id = s.file_id().unwrap();
+        let (raw, name) = (s.fd().unwrap().as_raw_fd(), s.take_fd().unwrap());
+        drop(o.take_fd());
+        assert!(s.fd().is_none() && o.fd().is_none());
+        assert_eq!((s.file_id().unwrap(), o.file_id().unwrap()), (id, id));
+        // The name holds while the caller keeps the descriptor, and no longer.
+        assert!(Segment::open_sealed(&path, None).is_ok());
+        let seals_of_name = seals(name.as_fd()).unwrap();
+        assert_eq!(
+            seals_of_name, SEALS,
+            "the sealing outlives the creator's handle"
+        );
+        drop(name);
+        assert!(
+            std::fs::metadata(format!("/proc/self/fd/{raw}")).is_err()
+                || Segment::open_sealed(&path, None).map_or(true, |r| r.file_id().unwrap() != id),
+            "the descriptor was closed"
+        );
+        // Both mappings still reach the same pages.
+        assert!(o.write_at(4999, b"m"));
+        let mut b = [0];
+        assert!(s.read_at(4999, &mut b));
+        assert_eq!(b, *b"m");
+        assert!(matches!(s.allocate(0, PAGE), Err(Error::Io(_))));
+    }
+
+    #[test]
     fn a_sparse_sealed_segment_has_memory_only_where_allocated() {
         use std::os::unix::fs::MetadataExt;
         let s = Segment::create_sealed_sparse("iwarp-test-sparse", SegmentKind::Memory, 16 << 20)
             .unwrap();
-        assert_eq!(seals(s.as_fd()).unwrap(), SEALS);
+        assert_eq!(seals(s.fd().unwrap()).unwrap(), SEALS);
         let blocks = || std::fs::metadata(s.path().unwrap()).unwrap().blocks() * 512;
         assert_eq!(blocks(), DATA_OFFSET as u64, "the header only");
         s.allocate(8 << 20, 3 * PAGE).unwrap();
@@ -956,7 +1016,7 @@ mod tests {
             Err(Error::Layout)
         ));
         assert!(
-            truncate(s.as_fd(), PAGE).is_err(),
+            truncate(s.fd().unwrap(), PAGE).is_err(),
             "sealed against shrinking"
         );
     }

@@ -26,7 +26,7 @@ use iwarp_abi::app::{Reply, Request};
 use iwarp_abi::id::Stag;
 use iwarp_abi::segment::{Segment, SegmentKind, PAGE};
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// Room an arena leaves for its mapping to grow (a heap extended by `brk` after the first
@@ -106,6 +106,13 @@ impl Arena {
         })
     }
 
+    /// The segment's descriptor, which an arena keeps for as long as it lives: every
+    /// adoption maps its pages again (`MAP_FIXED`) and allocates them through it. -1 (which
+    /// every call refuses with `EBADF`) cannot happen, as no arena gives its descriptor up.
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.seg.fd().map_or(-1, |f| f.as_raw_fd())
+    }
+
     fn contains(&self, start: usize, end: usize) -> bool {
         self.base <= start && end <= self.base + self.len
     }
@@ -153,7 +160,7 @@ impl Arena {
                     n,
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_SHARED | libc::MAP_FIXED,
-                    self.seg.as_fd().as_raw_fd(),
+                    self.raw_fd(),
                     (data_offset + (a - self.base)) as libc::off_t,
                 )
             };
@@ -203,7 +210,7 @@ impl Arena {
                 )),
             }
         }
-        let fd = self.seg.as_fd().as_raw_fd();
+        let fd = self.raw_fd();
         for (a, n, keep, at) in runs {
             // SAFETY: the new pages are filled elsewhere, then moved over the shared ones in
             // one step (mremap), so the range never reads as zeros; the segment's own mapping

@@ -24,7 +24,10 @@ pub(crate) struct Bell {
 
 impl Bell {
     pub(crate) fn create() -> Result<Arc<Bell>, Error> {
-        // A few pages: no hugepage for them.
+        // A few pages: no hugepage for them. Its descriptor stays open with the context:
+        // each new QP's or S-RQ's ring names the bitmap by `/proc/<pid>/fd/<fd>`, and the
+        // daemon maps it when the first such ring reaches it. One per context, whatever the
+        // number of QPs.
         let seg = Arc::new(Segment::create_sealed(
             &segment_name("bell"),
             SegmentKind::Doorbell,

@@ -37,6 +37,9 @@ impl SharedBuffer {
                 region_len: 0,
             });
         }
+        // Its descriptor stays open while the buffer lives: each registration names the
+        // segment by `/proc/<pid>/fd/<fd>` to control and then to the daemon, whenever
+        // the application registers. One per buffer, not per QP.
         let seg = Segment::create_sealed(
             &segment_name("buf"),
             SegmentKind::Memory,

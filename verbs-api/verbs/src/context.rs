@@ -196,17 +196,20 @@ impl Context {
     /// Create Completion Queue with room for `depth` completions.
     pub fn create_cq(&self, depth: u32) -> Result<Arc<CompletionQueue>, Error> {
         // The ring, then the notification word the daemon wakes waiters on.
-        let (seg, _, consumer) = ring_segment::<Cqe>(
+        let (seg, _, consumer, name) = ring_segment::<Cqe>(
             "cq",
             SegmentKind::CompletionQueue,
             depth,
             iwarp_abi::notify::cq_segment_bytes,
         )?;
         let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, consumer.capacity());
-        let cq = id(self.call(&Request::CreateCq {
+        let cq = self.call(&Request::CreateCq {
             depth,
             ring: path_of(&seg)?,
-        })?)?;
+        });
+        // Answered: the daemon has mapped the ring, or never will.
+        drop(name);
+        let cq = id(cq?)?;
         Ok(Arc::new(
             CompletionQueue::from_ring(cq, consumer)
                 .with_notify(notify, depth)
@@ -431,7 +434,7 @@ impl ProtectionDomain {
     /// ring with an S-RQ).
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
         // The SQ's segment names the QP's doorbell slot after its ring; the RQ's need not.
-        let (sq_seg, sq, _) =
+        let (sq_seg, sq, _, sq_name) =
             ring_segment::<SendWqe>("sq", SegmentKind::SendQueue, attr.sq_depth, |s| {
                 with_bell_ref(ring::ring_bytes::<SendWqe>(s))
             })?;
@@ -441,13 +444,13 @@ impl ProtectionDomain {
         let rq = match attr.srq {
             Some(_) => None,
             None => {
-                let (seg, rq, _) = ring_segment::<RecvWqe>(
+                let (seg, rq, _, name) = ring_segment::<RecvWqe>(
                     "rq",
                     SegmentKind::RecvQueue,
                     attr.rq_depth,
                     ring::ring_bytes::<RecvWqe>,
                 )?;
-                Some((rq, path_of(&seg)?))
+                Some((rq, path_of(&seg)?, name))
             }
         };
         let attrs = QpAttrs {
@@ -463,12 +466,19 @@ impl ProtectionDomain {
             ord: attr.ord,
         };
         let sq_path = path_of(&sq_seg)?;
-        let qp = id(self.ctx.call(&Request::CreateQp {
+        let qp = self.ctx.call(&Request::CreateQp {
             attrs,
             sq: sq_path,
             // With an S-RQ there is no receive ring; the field is not read.
-            rq: rq.as_ref().map_or(sq_path, |(_, p)| *p),
-        })?)?;
+            rq: rq.as_ref().map_or(sq_path, |(_, p, _)| *p),
+        });
+        // Answered: the daemon has mapped both rings, or never will.
+        drop(sq_name);
+        let rq = rq.map(|(r, _, name)| {
+            drop(name);
+            r
+        });
+        let qp = id(qp?)?;
         let release = Release::new(self.ctx.link(), Request::DestroyQp { qp });
         let (send_cq, recv_cq) = (attr.send_cq.clone(), attr.recv_cq.clone());
         let (max_sge, max_inline) = (attr.max_sge as usize, attr.max_inline as usize);
@@ -476,15 +486,7 @@ impl ProtectionDomain {
             (Some(srq), _) => {
                 QueuePair::with_srq(qp, sq, send_cq, recv_cq, max_sge, max_inline, srq)
             }
-            (None, rq) => QueuePair::from_rings(
-                qp,
-                sq,
-                rq.map(|(r, _)| r),
-                send_cq,
-                recv_cq,
-                max_sge,
-                max_inline,
-            ),
+            (None, rq) => QueuePair::from_rings(qp, sq, rq, send_cq, recv_cq, max_sge, max_inline),
         };
         Ok(q.with_depths(attr.sq_depth, attr.rq_depth)
             .with_release(release)
@@ -495,18 +497,21 @@ impl ProtectionDomain {
 
     /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.
     pub fn create_srq(&self, depth: u32) -> Result<Arc<SharedReceiveQueue>, Error> {
-        let (seg, producer, _) =
+        let (seg, producer, _, name) =
             ring_segment::<RecvWqe>("srq", SegmentKind::SharedRecvQueue, depth, |s| {
                 with_bell_ref(ring::ring_bytes::<RecvWqe>(s))
             })?;
         let bell = self
             .ctx
             .bell_slot(&seg, ring::ring_bytes::<RecvWqe>(producer.capacity()));
-        let srq = id(self.ctx.call(&Request::CreateSrq {
+        let srq = self.ctx.call(&Request::CreateSrq {
             pd: self.pd,
             depth,
             ring: path_of(&seg)?,
-        })?)?;
+        });
+        // Answered: the daemon has mapped the ring, or never will.
+        drop(name);
+        let srq = id(srq?)?;
         Ok(Arc::new(SharedReceiveQueue::new(
             srq,
             producer,

@@ -207,7 +207,7 @@ impl CompletionQueue {
     /// threads wait while it runs.
     pub fn resize(&self, depth: u32) -> Result<u32, Error> {
         let link = self.link()?;
-        let (seg, _, consumer) = crate::shm::ring_segment::<Cqe>(
+        let (seg, _, consumer, name) = crate::shm::ring_segment::<Cqe>(
             "cq",
             iwarp_abi::segment::SegmentKind::CompletionQueue,
             depth,
@@ -222,6 +222,8 @@ impl CompletionQueue {
             depth,
             ring,
         })?;
+        // The daemon has mapped the new ring (or refused it): its name is not needed.
+        drop(name);
         let Reply::Cq { depth } = reply else {
             return Err(Error::Protocol(format!("Modify CQ answered {reply:?}")));
         };

@@ -932,10 +932,16 @@ impl Host {
     }
 }
 
-/// Maps an application's segment: sealed ones only ([`Segment::open_sealed`]).
+/// Maps an application's segment: sealed ones only ([`Segment::open_sealed`]). The
+/// descriptor is closed at once: the mapping lives without it, the seals are the file's,
+/// and segments are told apart by the file id read at the open, so the daemon holds no
+/// descriptor per QP, CQ or region however many applications create.
 fn open(path: &std::path::Path, kind: SegmentKind) -> Result<Arc<Segment>, u32> {
     Segment::open_sealed(path, Some(kind))
-        .map(Arc::new)
+        .map(|mut s| {
+            drop(s.take_fd());
+            Arc::new(s)
+        })
         .map_err(|e| {
             tracing::warn!("segment {}: {e}", path.display());
             st::BAD_SEGMENT
