@@ -3,6 +3,7 @@
 //! guest runs one command given on its kernel command line and powers off when it ends.
 
 use crate::{binary, start_control, target_dir, unique, wait_for, Proc};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -10,6 +11,10 @@ use std::time::{Duration, Instant};
 
 /// One emulated guest at a time: two on two cores only run slower.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+/// How long our program may go on once the guest has ended: far longer than a disconnect
+/// takes.
+pub const AFTER_THE_GUEST: Duration = Duration::from_secs(30);
 
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
@@ -124,20 +129,36 @@ impl Drop for Link {
     }
 }
 
+/// A shell script for `sh -c SCRIPT program args...` that runs the program once the guest's
+/// server listens (its console, which [`run`] names in `IWARP_SIW_CONSOLE`, says `guest:
+/// listening`), and once only: a second try could reach a server that already took a
+/// connection from the first and now waits for something else. It fails without running
+/// the program if the guest ends first.
+pub const WHEN_GUEST_LISTENS: &str = "until grep -q 'guest: listening' \"$IWARP_SIW_CONSOLE\"; do \
+     grep -q 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done; \
+     exec \"$0\" \"$@\"";
+
 /// What one run left: both sides' output and the capture of every frame.
 pub struct Run {
     /// What the guest printed on its console, `guest: exit N` last.
     pub guest: String,
+    /// The guest kernel's log, with siw's connection manager's debug lines.
+    pub kernel: String,
     /// Our program's exit and output.
     pub ours: Output,
+    /// Ours was still running [`AFTER_THE_GUEST`] after the guest had ended, and was
+    /// stopped.
+    pub ours_stopped: bool,
     pub pcap: PathBuf,
+    guest_ip: String,
     dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Run {
-    /// A failed run keeps its capture and logs for a person to open.
+    /// A failed run keeps its capture and logs for a person to open; with `IWARP_SIW_KEEP`
+    /// set, every run does.
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("IWARP_SIW_KEEP").is_some() {
             if let Some(dir) = self.dir.take() {
                 eprintln!("siw interop: kept {} (siw.pcap)", dir.keep().display());
             }
@@ -146,6 +167,60 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// What the guest's command printed: its console from `guest: running` on, without the
+    /// firmware's and the kernel's boot lines before it.
+    pub fn guest_said(&self) -> &str {
+        self.guest
+            .find("guest: running")
+            .map_or(&self.guest[..], |i| &self.guest[i..])
+    }
+
+    /// Why the run failed on our side, for an assertion's message: our program's exit (or
+    /// that it was stopped after the guest ended) and what the guest printed.
+    pub fn ours_failed(&self, what: &str) -> String {
+        let how = if self.ours_stopped {
+            format!(
+                "still running {}s after the guest ended; stopped",
+                AFTER_THE_GUEST.as_secs()
+            )
+        } else {
+            self.ours.status.to_string()
+        };
+        format!("{what}: {how}; the guest printed:\n{}", self.guest_said())
+    }
+
+    /// The guest kernel's lines that mention siw.
+    pub fn siw_log(&self) -> String {
+        self.kernel
+            .lines()
+            .filter(|l| l.contains("siw"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    /// Whether siw's connection manager was handed data for a connection it had already
+    /// given to its QP: siw sends its MPA Reply before it moves the socket's receive
+    /// callback from its connection manager (which ignores data in RDMA mode) to the QP, so
+    /// an FPDU arriving in between is left unread until more data comes. A guest descheduled
+    /// there (QEMU's emulation on a loaded host) widens that gap past any hold of ours, and
+    /// a first Send that waits for its answer then hangs both sides.
+    pub fn siw_left_data_unread(&self) -> bool {
+        // siw's endpoint states count from 1: RDMA mode is the seventh.
+        self.kernel
+            .lines()
+            .any(|l| l.contains("siw_cm_llp_data_ready: cep state: 7,"))
+    }
+
+    /// Whether the guest refused a connection of ours: answered its SYN with a RST, as
+    /// Linux does for a port nobody listens on.
+    pub fn guest_refused_a_connection(&self) -> bool {
+        let filter = format!(
+            "ip.src == {} && tcp.flags.reset == 1 && tcp.flags.ack == 1 && tcp.seq_raw == 0",
+            self.guest_ip
+        );
+        crate::tshark_analysed(&self.pcap, &filter).is_some_and(|f| !f.is_empty())
+    }
+
     /// Our program's stdout and stderr.
     pub fn ours_said(&self) -> String {
         format!(
@@ -183,12 +258,18 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
     link.attach(&our_tap);
     let _control = start_control(&runtime);
 
+    // Its own process group, so that a retrying shell and the program it started can be
+    // stopped together.
+    let console = dir.path().join("console");
     let ours = ours(&runtime)
+        .env("IWARP_SIW_CONSOLE", &console)
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn our program");
+    let ours_group = ours.id() as i32;
     let (done_tx, done) = std::sync::mpsc::channel();
     std::thread::spawn(move || done_tx.send(ours.wait_with_output().expect("our program")));
 
@@ -196,11 +277,16 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
         "console=ttyS0 panic=-1 quiet guest_ip=10.7{n}.0.2/24 guest_run={}",
         theirs.join(",")
     );
-    let console = dir.path().join("console");
+    let kernel_log = dir.path().join("kernel");
     let mut vm = Proc(
         Command::new("qemu-system-x86_64")
             .args(["-machine", "pc", "-cpu", "max", "-m", "512", "-smp", "1"])
-            .args(["-nographic", "-no-reboot"])
+            .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+            // The console, then the kernel's log (the guest's init copies it there).
+            .arg("-serial")
+            .arg(format!("file:{}", console.display()))
+            .arg("-serial")
+            .arg(format!("file:{}", kernel_log.display()))
             .arg("-kernel")
             .arg(guest.join("vmlinuz"))
             .arg("-initrd")
@@ -216,12 +302,14 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
                 &format!("virtio-net-pci,netdev=n0,mac=52:54:00:7{n}:00:02"),
             ])
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&console).unwrap())
+            .stdout(Stdio::null())
             .spawn()
             .expect("run qemu"),
     );
     // The guest powers off when its command ends. Ours has its own time limits; once it has
     // ended, the guest gets a while to finish (a server that never saw us would wait forever).
+    // Once the guest has ended, ours gets `AFTER_THE_GUEST` and is then stopped: a client
+    // still retrying has no server left to reach.
     let start = Instant::now();
     let mut ours = None;
     let mut ours_at = None;
@@ -237,14 +325,36 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let ours = ours.unwrap_or_else(|| done.recv().expect("our program"));
+    let mut ours_stopped = false;
+    let ours = match ours {
+        Some(o) => o,
+        None => match done.recv_timeout(AFTER_THE_GUEST) {
+            Ok(o) => o,
+            Err(_) => {
+                ours_stopped = true;
+                // SAFETY: kill(2) on the process group our child leads (`process_group(0)`);
+                // the child has not ended, or `done` would have delivered.
+                unsafe { libc::kill(-ours_group, libc::SIGKILL) };
+                done.recv().expect("our program")
+            }
+        },
+    };
     let guest = std::fs::read_to_string(&console).unwrap_or_default();
+    let kernel = std::fs::read_to_string(&kernel_log).unwrap_or_default();
     let run = Run {
         guest,
+        kernel,
         ours,
+        ours_stopped,
         pcap,
+        guest_ip: format!("10.7{n}.0.2"),
         dir: Some(dir),
     };
-    eprintln!("--- guest\n{}\n--- ours\n{}", run.guest, run.ours_said());
+    eprintln!(
+        "--- guest\n{}\n--- guest kernel (siw)\n{}--- ours\n{}",
+        run.guest,
+        run.siw_log(),
+        run.ours_said()
+    );
     run
 }
