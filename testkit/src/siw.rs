@@ -129,14 +129,12 @@ impl Drop for Link {
     }
 }
 
-/// A shell script for `sh -c SCRIPT program args...` that runs the program once the guest's
-/// server listens (its console, which [`run`] names in `IWARP_SIW_CONSOLE`, says `guest:
-/// listening`), and once only: a second try could reach a server that already took a
-/// connection from the first and now waits for something else. It fails without running
-/// the program if the guest ends first.
-pub const WHEN_GUEST_LISTENS: &str = "until grep -q 'guest: listening' \"$IWARP_SIW_CONSOLE\"; do \
-     grep -q 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done; \
-     exec \"$0\" \"$@\"";
+/// Shell commands that wait until the guest's server listens (its console, which [`run`]
+/// names in `IWARP_SIW_CONSOLE`, says `guest: listening`), or exit 1 if the guest ends
+/// first. A client on our side starts after them, and once: a second try could reach a
+/// server that already took a connection from the first and now waits for something else.
+pub const UNTIL_GUEST_LISTENS: &str = "until grep -qs 'guest: listening' \"$IWARP_SIW_CONSOLE\"; \
+     do grep -qs 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done";
 
 /// What one run left: both sides' output and the capture of every frame.
 pub struct Run {

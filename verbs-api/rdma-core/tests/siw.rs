@@ -26,11 +26,11 @@ fn ours(program: &str, args: &[&str], runtime: &Path, crc: bool) -> Command {
 }
 
 /// A client on our side, started once siw's server in the guest listens
-/// ([`testkit::siw::WHEN_GUEST_LISTENS`]).
+/// ([`testkit::siw::UNTIL_GUEST_LISTENS`]).
 fn client_when_listening(program: &str, args: &[&str], runtime: &Path, crc: bool) -> Command {
+    let script = format!("{}; exec \"$0\" \"$@\"", testkit::siw::UNTIL_GUEST_LISTENS);
     let mut c = ours("sh", &[], runtime, crc);
-    c.args(["-c", testkit::siw::WHEN_GUEST_LISTENS, program])
-        .args(args);
+    c.args(["-c", &script, program]).args(args);
     c
 }
 

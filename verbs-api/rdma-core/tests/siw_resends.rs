@@ -76,14 +76,15 @@ fn a_thousand_small_writes_to_siw_are_not_resent() {
         &guest,
         N,
         |rt| {
-            // Our client, started again each second while the guest boots (refused or
-            // unreachable until siw's server listens); then the daemon's counters, once it
-            // has rewritten its stats file (each second) after the last Write.
-            let script = "for i in $(seq 60); do \"$0\" \"$@\" && break; \
-                          [ $i = 60 ] && exit 1; sleep 1; done; sleep 2; \
-                          echo; cat \"$IWARP_RUNTIME_DIR/stats\"";
+            // Our client, once siw's server listens (`UNTIL_GUEST_LISTENS`); then the
+            // daemon's counters, once it has rewritten its stats file (each second) after
+            // the last Write.
+            let script = format!(
+                "{}; \"$0\" \"$@\" || exit 1; sleep 2; echo; cat \"$IWARP_RUNTIME_DIR/stats\"",
+                testkit::siw::UNTIL_GUEST_LISTENS
+            );
             let mut c = common::with_our_libs("sh");
-            c.args(["-c", script, program])
+            c.args(["-c", &script, program])
                 .args(args)
                 .arg(&their_ip)
                 .env("IWARP_RUNTIME_DIR", rt);
