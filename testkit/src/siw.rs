@@ -356,3 +356,71 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
     );
     run
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    fn run_with(guest: &str, kernel: &str) -> Run {
+        Run {
+            guest: guest.into(),
+            kernel: kernel.into(),
+            ours: Output {
+                status: ExitStatus::from_raw(0),
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            },
+            ours_stopped: false,
+            pcap: PathBuf::new(),
+            guest_ip: "10.70.0.2".into(),
+            dir: None,
+        }
+    }
+
+    /// The client script against a console that says `console`: whether it ran the
+    /// program (which prints `started`) and its exit status.
+    fn client_against(console: &str) -> (bool, i32) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console");
+        std::fs::write(&path, console).unwrap();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{UNTIL_GUEST_LISTENS}; exec \"$0\" \"$@\""))
+            .args(["echo", "started"])
+            .env("IWARP_SIW_CONSOLE", &path)
+            .output()
+            .unwrap();
+        let ran = String::from_utf8_lossy(&out.stdout).contains("started");
+        (ran, out.status.code().unwrap_or(-1))
+    }
+
+    #[test]
+    fn a_client_starts_once_the_guest_listens_and_not_after_it_ended() {
+        let booted = "\x1b[2Jguest: running ib_read_lat -R\n* Waiting *\nguest: listening\n";
+        assert_eq!(client_against(booted), (true, 0));
+        let ended = "guest: running ib_read_lat -R\nguest: exit 1\n";
+        assert_eq!(client_against(ended), (false, 1));
+    }
+
+    #[test]
+    fn siws_data_in_rdma_mode_is_told_from_its_mpa_request() {
+        let request =
+            "<7>[ 4.2] siw0: CEP[0x1] siw_cm_llp_data_ready: cep state: 4, socket state 1\n";
+        let lost = "<7>[ 4.3] siw0: CEP[0x2] siw_cm_llp_data_ready: cep state: 7, socket state 1\n";
+        assert!(!run_with("", request).siw_left_data_unread());
+        assert!(run_with("", &format!("{request}{lost}")).siw_left_data_unread());
+        assert_eq!(run_with("", lost).siw_log(), lost);
+    }
+
+    #[test]
+    fn what_the_guest_said_starts_at_its_command() {
+        let r = run_with(
+            "SeaBIOS\nBooting from ROM...\nguest: running rping -s\nguest: exit 0\n",
+            "",
+        );
+        assert_eq!(r.guest_said(), "guest: running rping -s\nguest: exit 0\n");
+        assert!(r.ours_failed("our rping").contains("guest: exit 0"));
+    }
+}
