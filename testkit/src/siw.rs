@@ -219,6 +219,17 @@ impl Run {
         crate::tshark_analysed(&self.pcap, &filter).is_some_and(|f| !f.is_empty())
     }
 
+    /// Whether our perftest client lost the race with its server's second listen: perftest
+    /// (4.5-0.17, rdma_cm mode) has its server send its last word on the first connection
+    /// and only then listen again, on the same port, for the measured connection, which its
+    /// client opens the moment that word arrives. A guest slower than that (QEMU's
+    /// emulation on a loaded host) refuses the connection with a RST, as Linux does for a
+    /// port nobody listens on; perftest's client reports UNREACHABLE and then retries with
+    /// the identifiers it has just destroyed, and fails.
+    pub fn perftest_beat_the_relisten(&self) -> bool {
+        self.guest_refused_a_connection() && self.ours_said().contains("RDMA_CM_EVENT_UNREACHABLE")
+    }
+
     /// Our program's stdout and stderr.
     pub fn ours_said(&self) -> String {
         format!(

@@ -217,16 +217,10 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
         .guest
         .contains("Correlation coefficient r^2")
         .then_some("siw's perftest could not calibrate its cycle counter");
-    // perftest's server sends its last word on the first connection, then listens again for
-    // the measured one, which its client opens at once: a guest slower than that (QEMU's
-    // emulation on a loaded host) refuses it with a RST, and perftest's client then retries
-    // with the identifiers it has just destroyed and fails. Linux refuses a port nobody
-    // listens on the same way; the pair runs once more.
-    let relisten = (!ours_serves
-        && failed(&r)
-        && r.guest_refused_a_connection()
-        && r.ours_said().contains("RDMA_CM_EVENT_UNREACHABLE"))
-    .then_some("perftest's client connected before its server listened again");
+    // Our client against a guest too slow to listen again in time
+    // (`Run::perftest_beat_the_relisten`): the pair runs once more.
+    let relisten = (!ours_serves && failed(&r) && r.perftest_beat_the_relisten())
+        .then_some("perftest's client connected before its server listened again");
     if let Some(why) = calibration.or(relisten).or_else(|| siws_race(&r)) {
         eprintln!("{why}; running the pair again");
         r = run();
