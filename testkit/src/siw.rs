@@ -130,11 +130,14 @@ impl Drop for Link {
 }
 
 /// Shell commands that wait until the guest's server listens (its console, which [`run`]
-/// names in `IWARP_SIW_CONSOLE`, says `guest: listening`), or exit 1 if the guest ends
-/// first. A client on our side starts after them, and once: a second try could reach a
-/// server that already took a connection from the first and now waits for something else.
+/// names in `IWARP_SIW_CONSOLE`, says `guest: listening`), then a second more, or exit 1 if
+/// the guest ends first. A client on our side starts after them, and once: a second try
+/// could reach a server that already took a connection from the first and now waits for
+/// something else. The second: a guest that has just booted answers late for a while, and
+/// a transfer started at once met a spurious resend timeout (`siw_resends`) where one
+/// started a second later, as the retrying client used to, did not.
 pub const UNTIL_GUEST_LISTENS: &str = "until grep -qs 'guest: listening' \"$IWARP_SIW_CONSOLE\"; \
-     do grep -qs 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done";
+     do grep -qs 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done; sleep 1";
 
 /// What one run left: both sides' output and the capture of every frame.
 pub struct Run {
