@@ -9,13 +9,13 @@
 # image, and siw.ko built from Debian's kernel source against its headers (Debian's kernel
 # is built without CONFIG_RDMA_SIW), busybox, rping, ucmatose, perftest and the `rdma` tool
 # with their libraries, and rdma-core's siw provider. Idempotent: an OUT finished by this
-# version of the script (its `contents` stamp says which programs it holds) is left alone; an
-# older one is rebuilt.
+# version of the script (its `contents` stamp names its init and the programs it holds) is
+# left alone; an older one is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-target/siw-guest}")
 programs="/usr/bin/rping /usr/bin/ucmatose /usr/bin/rdma /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat"
-stamp="guest programs: $programs"
+stamp="guest init $(sha256sum scripts/siw-guest/init | cut -c1-16), programs: $programs"
 [ -s "$out/vmlinuz" ] && [ -s "$out/initrd.gz" ] && [ "$(cat "$out/contents" 2>/dev/null)" = "$stamp" ] &&
     { echo "siw-guest: $out is built"; exit 0; }
 

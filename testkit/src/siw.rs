@@ -3,6 +3,7 @@
 //! guest runs one command given on its kernel command line and powers off when it ends.
 
 use crate::{binary, start_control, target_dir, unique, wait_for, Proc};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -10,6 +11,10 @@ use std::time::{Duration, Instant};
 
 /// One emulated guest at a time: two on two cores only run slower.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+/// How long our program may go on once the guest has ended: far longer than a disconnect
+/// takes.
+pub const AFTER_THE_GUEST: Duration = Duration::from_secs(30);
 
 fn sh(cmd: &str) -> bool {
     Command::new("sh")
@@ -124,20 +129,37 @@ impl Drop for Link {
     }
 }
 
+/// Shell commands that wait until the guest's server listens (its console, which [`run`]
+/// names in `IWARP_SIW_CONSOLE`, says `guest: listening`), then a second more, or exit 1 if
+/// the guest ends first. A client on our side starts after them, and once: a second try
+/// could reach a server that already took a connection from the first and now waits for
+/// something else. The second: a guest that has just booted answers late for a while, and
+/// a transfer started at once met a spurious resend timeout (`siw_resends`) where one
+/// started a second later, as the retrying client used to, did not.
+pub const UNTIL_GUEST_LISTENS: &str = "until grep -qs 'guest: listening' \"$IWARP_SIW_CONSOLE\"; \
+     do grep -qs 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done; sleep 1";
+
 /// What one run left: both sides' output and the capture of every frame.
 pub struct Run {
     /// What the guest printed on its console, `guest: exit N` last.
     pub guest: String,
+    /// The guest kernel's log, with siw's connection manager's debug lines.
+    pub kernel: String,
     /// Our program's exit and output.
     pub ours: Output,
+    /// Ours was still running [`AFTER_THE_GUEST`] after the guest had ended, and was
+    /// stopped.
+    pub ours_stopped: bool,
     pub pcap: PathBuf,
+    guest_ip: String,
     dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Run {
-    /// A failed run keeps its capture and logs for a person to open.
+    /// A failed run keeps its capture and logs for a person to open; with `IWARP_SIW_KEEP`
+    /// set, every run does.
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("IWARP_SIW_KEEP").is_some() {
             if let Some(dir) = self.dir.take() {
                 eprintln!("siw interop: kept {} (siw.pcap)", dir.keep().display());
             }
@@ -146,6 +168,71 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// What the guest's command printed: its console from `guest: running` on, without the
+    /// firmware's and the kernel's boot lines before it.
+    pub fn guest_said(&self) -> &str {
+        self.guest
+            .find("guest: running")
+            .map_or(&self.guest[..], |i| &self.guest[i..])
+    }
+
+    /// Why the run failed on our side, for an assertion's message: our program's exit (or
+    /// that it was stopped after the guest ended) and what the guest printed.
+    pub fn ours_failed(&self, what: &str) -> String {
+        let how = if self.ours_stopped {
+            format!(
+                "still running {}s after the guest ended; stopped",
+                AFTER_THE_GUEST.as_secs()
+            )
+        } else {
+            self.ours.status.to_string()
+        };
+        format!("{what}: {how}; the guest printed:\n{}", self.guest_said())
+    }
+
+    /// The guest kernel's lines that mention siw.
+    pub fn siw_log(&self) -> String {
+        self.kernel
+            .lines()
+            .filter(|l| l.contains("siw"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    /// Whether siw's connection manager was handed data for a connection it had already
+    /// given to its QP: siw sends its MPA Reply before it moves the socket's receive
+    /// callback from its connection manager (which ignores data in RDMA mode) to the QP, so
+    /// an FPDU arriving in between is left unread until more data comes. A guest descheduled
+    /// there (QEMU's emulation on a loaded host) widens that gap past any hold of ours, and
+    /// a first Send that waits for its answer then hangs both sides.
+    pub fn siw_left_data_unread(&self) -> bool {
+        // siw's endpoint states count from 1: RDMA mode is the seventh.
+        self.kernel
+            .lines()
+            .any(|l| l.contains("siw_cm_llp_data_ready: cep state: 7,"))
+    }
+
+    /// Whether the guest refused a connection of ours: answered its SYN with a RST, as
+    /// Linux does for a port nobody listens on.
+    pub fn guest_refused_a_connection(&self) -> bool {
+        let filter = format!(
+            "ip.src == {} && tcp.flags.reset == 1 && tcp.flags.ack == 1 && tcp.seq_raw == 0",
+            self.guest_ip
+        );
+        crate::tshark_analysed(&self.pcap, &filter).is_some_and(|f| !f.is_empty())
+    }
+
+    /// Whether our perftest client lost the race with its server's second listen: perftest
+    /// (4.5-0.17, rdma_cm mode) has its server send its last word on the first connection
+    /// and only then listen again, on the same port, for the measured connection, which its
+    /// client opens the moment that word arrives. A guest slower than that (QEMU's
+    /// emulation on a loaded host) refuses the connection with a RST, as Linux does for a
+    /// port nobody listens on; perftest's client reports UNREACHABLE and then retries with
+    /// the identifiers it has just destroyed, and fails.
+    pub fn perftest_beat_the_relisten(&self) -> bool {
+        self.guest_refused_a_connection() && self.ours_said().contains("RDMA_CM_EVENT_UNREACHABLE")
+    }
+
     /// Our program's stdout and stderr.
     pub fn ours_said(&self) -> String {
         format!(
@@ -183,12 +270,18 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
     link.attach(&our_tap);
     let _control = start_control(&runtime);
 
+    // Its own process group, so that a retrying shell and the program it started can be
+    // stopped together.
+    let console = dir.path().join("console");
     let ours = ours(&runtime)
+        .env("IWARP_SIW_CONSOLE", &console)
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn our program");
+    let ours_group = ours.id() as i32;
     let (done_tx, done) = std::sync::mpsc::channel();
     std::thread::spawn(move || done_tx.send(ours.wait_with_output().expect("our program")));
 
@@ -196,11 +289,16 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
         "console=ttyS0 panic=-1 quiet guest_ip=10.7{n}.0.2/24 guest_run={}",
         theirs.join(",")
     );
-    let console = dir.path().join("console");
+    let kernel_log = dir.path().join("kernel");
     let mut vm = Proc(
         Command::new("qemu-system-x86_64")
             .args(["-machine", "pc", "-cpu", "max", "-m", "512", "-smp", "1"])
-            .args(["-nographic", "-no-reboot"])
+            .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+            // The console, then the kernel's log (the guest's init copies it there).
+            .arg("-serial")
+            .arg(format!("file:{}", console.display()))
+            .arg("-serial")
+            .arg(format!("file:{}", kernel_log.display()))
             .arg("-kernel")
             .arg(guest.join("vmlinuz"))
             .arg("-initrd")
@@ -216,12 +314,14 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
                 &format!("virtio-net-pci,netdev=n0,mac=52:54:00:7{n}:00:02"),
             ])
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&console).unwrap())
+            .stdout(Stdio::null())
             .spawn()
             .expect("run qemu"),
     );
     // The guest powers off when its command ends. Ours has its own time limits; once it has
     // ended, the guest gets a while to finish (a server that never saw us would wait forever).
+    // Once the guest has ended, ours gets `AFTER_THE_GUEST` and is then stopped: a client
+    // still retrying has no server left to reach.
     let start = Instant::now();
     let mut ours = None;
     let mut ours_at = None;
@@ -237,14 +337,104 @@ pub fn run(guest: &Path, n: u8, ours: impl FnOnce(&Path) -> Command, theirs: &[&
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let ours = ours.unwrap_or_else(|| done.recv().expect("our program"));
+    let mut ours_stopped = false;
+    let ours = match ours {
+        Some(o) => o,
+        None => match done.recv_timeout(AFTER_THE_GUEST) {
+            Ok(o) => o,
+            Err(_) => {
+                ours_stopped = true;
+                // SAFETY: kill(2) on the process group our child leads (`process_group(0)`);
+                // the child has not ended, or `done` would have delivered.
+                unsafe { libc::kill(-ours_group, libc::SIGKILL) };
+                done.recv().expect("our program")
+            }
+        },
+    };
     let guest = std::fs::read_to_string(&console).unwrap_or_default();
+    let kernel = std::fs::read_to_string(&kernel_log).unwrap_or_default();
     let run = Run {
         guest,
+        kernel,
         ours,
+        ours_stopped,
         pcap,
+        guest_ip: format!("10.7{n}.0.2"),
         dir: Some(dir),
     };
-    eprintln!("--- guest\n{}\n--- ours\n{}", run.guest, run.ours_said());
+    eprintln!(
+        "--- guest\n{}\n--- guest kernel (siw)\n{}--- ours\n{}",
+        run.guest,
+        run.siw_log(),
+        run.ours_said()
+    );
     run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    fn run_with(guest: &str, kernel: &str) -> Run {
+        Run {
+            guest: guest.into(),
+            kernel: kernel.into(),
+            ours: Output {
+                status: ExitStatus::from_raw(0),
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            },
+            ours_stopped: false,
+            pcap: PathBuf::new(),
+            guest_ip: "10.70.0.2".into(),
+            dir: None,
+        }
+    }
+
+    /// The client script against a console that says `console`: whether it ran the
+    /// program (which prints `started`) and its exit status.
+    fn client_against(console: &str) -> (bool, i32) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console");
+        std::fs::write(&path, console).unwrap();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{UNTIL_GUEST_LISTENS}; exec \"$0\" \"$@\""))
+            .args(["echo", "started"])
+            .env("IWARP_SIW_CONSOLE", &path)
+            .output()
+            .unwrap();
+        let ran = String::from_utf8_lossy(&out.stdout).contains("started");
+        (ran, out.status.code().unwrap_or(-1))
+    }
+
+    #[test]
+    fn a_client_starts_once_the_guest_listens_and_not_after_it_ended() {
+        let booted = "\x1b[2Jguest: running ib_read_lat -R\n* Waiting *\nguest: listening\n";
+        assert_eq!(client_against(booted), (true, 0));
+        let ended = "guest: running ib_read_lat -R\nguest: exit 1\n";
+        assert_eq!(client_against(ended), (false, 1));
+    }
+
+    #[test]
+    fn siws_data_in_rdma_mode_is_told_from_its_mpa_request() {
+        let request =
+            "<7>[ 4.2] siw0: CEP[0x1] siw_cm_llp_data_ready: cep state: 4, socket state 1\n";
+        let lost = "<7>[ 4.3] siw0: CEP[0x2] siw_cm_llp_data_ready: cep state: 7, socket state 1\n";
+        assert!(!run_with("", request).siw_left_data_unread());
+        assert!(run_with("", &format!("{request}{lost}")).siw_left_data_unread());
+        assert_eq!(run_with("", lost).siw_log(), lost);
+    }
+
+    #[test]
+    fn what_the_guest_said_starts_at_its_command() {
+        let r = run_with(
+            "SeaBIOS\nBooting from ROM...\nguest: running rping -s\nguest: exit 0\n",
+            "",
+        );
+        assert_eq!(r.guest_said(), "guest: running rping -s\nguest: exit 0\n");
+        assert!(r.ours_failed("our rping").contains("guest: exit 0"));
+    }
 }
