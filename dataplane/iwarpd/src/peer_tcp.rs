@@ -76,21 +76,31 @@ impl FlowKey {
     /// The flow of a received frame (Ethernet, IPv4, TCP), seen from our end; `None` for
     /// anything else, or anything too short to hold what its headers claim.
     pub fn of_frame(frame: &[u8]) -> Option<FlowKey> {
-        let eth = EthernetFrame::new_checked(frame).ok()?;
-        if eth.ethertype() != EthernetProtocol::Ipv4 {
-            return None;
-        }
-        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-        if ip.next_header() != IpProtocol::Tcp {
-            return None;
-        }
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        let (ip, tcp) = tcp_segment(frame)?;
         Some(FlowKey::new(
             tcp.dst_port(),
             ip.src_addr().octets(),
             tcp.src_port(),
         ))
     }
+}
+
+/// A received or sent segment's IPv4 and TCP views.
+type TcpSegment<'a> = (Ipv4Packet<&'a [u8]>, TcpPacket<&'a [u8]>);
+
+/// The IPv4 and TCP headers of `frame` when it is a TCP segment over IPv4 on Ethernet, each
+/// checked to hold what its header claims.
+fn tcp_segment(frame: &[u8]) -> Option<TcpSegment<'_>> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    Some((ip, tcp))
 }
 
 /// What the peer's SYN said (window scale, MSS), what it last said about its window, and
@@ -186,15 +196,7 @@ struct Outgoing {
 
 impl Outgoing {
     fn read(frame: &[u8]) -> Option<Outgoing> {
-        let eth = EthernetFrame::new_checked(frame).ok()?;
-        if eth.ethertype() != EthernetProtocol::Ipv4 {
-            return None;
-        }
-        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-        if ip.next_header() != IpProtocol::Tcp {
-            return None;
-        }
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        let (ip, tcp) = tcp_segment(frame)?;
         Some(Outgoing {
             at: Offsets {
                 ip: 14,
@@ -244,21 +246,10 @@ impl PeerTcp {
     /// too short to hold what its headers claim, is ignored. Returns the frame's flow when it
     /// is tracked.
     pub fn observe(&mut self, frame: &[u8], now: Instant) -> Option<FlowKey> {
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
-            return None;
-        };
-        if eth.ethertype() != EthernetProtocol::Ipv4 {
+        let (ip, tcp) = tcp_segment(frame)?;
+        if ip.more_frags() || ip.frag_offset() != 0 {
             return None;
         }
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return None;
-        };
-        if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
-            return None;
-        }
-        let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
-            return None;
-        };
         let key = FlowKey::new(tcp.dst_port(), ip.src_addr().octets(), tcp.src_port());
         let tracked = self.flows.get_mut(&key).map(|flow| {
             flow.heard = flow.heard.wrapping_add(1);
@@ -694,9 +685,7 @@ fn dress(flow: &mut Flow, frame: &mut [u8], o: &Outgoing, new: bool) {
 /// The segment in `frame` cut down to its octets from sequence number `from` on (headers,
 /// options and flags kept, checksums made anew); none when `from` is outside its data.
 fn cut_from(frame: &[u8], from: u32) -> Option<Vec<u8>> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let (ip, tcp) = tcp_segment(frame)?;
     let skip = from.wrapping_sub(tcp.seq_number().0 as u32) as usize;
     let (ip_len, tcp_len) = (usize::from(ip.header_len()), usize::from(tcp.header_len()));
     if skip == 0 || skip > tcp.payload().len() {
@@ -767,16 +756,10 @@ fn pure_ack(frame: &[u8], seq: u32, ack: u32, window: u16, ece: bool) -> Vec<u8>
 /// the data. smoltcp takes a copy of it as a duplicate ACK (it does not check TCP checksums:
 /// the device or `device.rs` did).
 fn keep_as_pure_ack(keep: &mut Vec<u8>, frame: &[u8], payload: usize) {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return;
-    };
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+    let Some((ip, tcp)) = tcp_segment(frame) else {
         return;
     };
     let ip_header = usize::from(ip.header_len());
-    let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
-        return;
-    };
     let tcp_header = usize::from(tcp.header_len());
     let seq = tcp.seq_number() + payload;
     let len = 14 + ip_header + tcp_header;

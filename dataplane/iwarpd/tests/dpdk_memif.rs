@@ -123,13 +123,7 @@ fn many_streams_through_a_full_memif_ring_drop_nothing_resend_nothing() {
     eal();
     let pa = DpdkPort::open("net_memif6", 1500).unwrap();
     let pb = DpdkPort::open("net_memif7", 1500).unwrap();
-    // As in `port_backpressure.rs`: a user timeout and a retransmission floor a loaded
-    // machine's pauses cannot reach, so a resend is a frame the port lost.
-    let tcp = TcpSettings {
-        user_timeout: Duration::from_secs(600),
-        min_rto_us: 1_000_000,
-        ..TcpSettings::default()
-    };
+    let tcp = common::patient_tcp();
     let mut a = End::with_tcp(pa, A_IP, tcp);
     let mut b = End::with_tcp(pb, B_IP, tcp);
     const STREAMS: usize = 16;

@@ -6,7 +6,6 @@ mod common;
 
 use common::{End, A_IP, B_IP};
 use iwarp_engine::{Access, QpCaps, QpId, SendOp, SendWr, Status};
-use iwarpd::node::TcpSettings;
 use iwarpd::port::unix::{UnixPort, PAUSE_AT};
 use iwarpd::port::Port;
 use std::collections::HashMap;
@@ -121,11 +120,7 @@ fn short_fpdus_stay_whole_in_their_segments_while_the_port_pushes_back() {
         cut: Vec::new(),
     };
     // Resends are left out of the check; a long floor keeps them rare on a loaded machine.
-    let tcp = TcpSettings {
-        user_timeout: Duration::from_secs(600),
-        min_rto_us: 1_000_000,
-        ..TcpSettings::default()
-    };
+    let tcp = common::patient_tcp();
     let mut a = End::with_tcp(pa, A_IP, tcp);
     let mut b = End::with_tcp(pb, B_IP, tcp);
     let caps = QpCaps {

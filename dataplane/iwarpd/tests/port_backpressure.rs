@@ -7,9 +7,7 @@ mod common;
 
 use common::streams::{slow_reader, Streams};
 use common::{End, A_IP, B_IP};
-use iwarpd::node::TcpSettings;
 use iwarpd::port::unix::{UnixPort, PAUSE_AT};
-use std::time::Duration;
 
 const STREAMS: usize = 24;
 const WRITES: usize = 48;
@@ -20,15 +18,9 @@ fn many_streams_to_a_slow_reader_drop_nothing_resend_nothing_and_share_the_port(
     let pa = UnixPort::open(dir.path(), [2, 0, 0, 0, 0x24, 1], 1500).unwrap();
     let pb = UnixPort::open(dir.path(), [2, 0, 0, 0, 0x24, 2], 1500).unwrap();
     // The streams' windows together (24 × 256 KiB in flight) are many times what the
-    // port's socket buffer holds. A user timeout a loaded machine's pauses cannot reach, and
-    // the longest retransmission floor (the peer's socket buffer alone is a few hundred
-    // milliseconds of a debug build's reading): a resend here is the port's queue growing
-    // with the streams, not the test's speed.
-    let tcp = TcpSettings {
-        user_timeout: Duration::from_secs(600),
-        min_rto_us: 1_000_000,
-        ..TcpSettings::default()
-    };
+    // port's socket buffer holds: a resend here is the port's queue growing with the
+    // streams.
+    let tcp = common::patient_tcp();
     let mut a = End::with_tcp(pa, A_IP, tcp);
     let mut b = End::with_tcp(pb, B_IP, tcp);
     let s = Streams {

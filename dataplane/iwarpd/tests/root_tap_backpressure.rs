@@ -7,10 +7,8 @@ mod common;
 
 use common::streams::{slow_reader, Streams};
 use common::{sh, Bridge, End, A_IP, B_IP};
-use iwarpd::node::TcpSettings;
 use iwarpd::port::tap::{TapPort, TAP_QUEUE};
 use iwarpd::port::Port;
-use std::time::Duration;
 
 /// The interface's count of frames the kernel dropped on their way to the port.
 fn kernel_drops(tap: &str) -> u64 {
@@ -42,13 +40,7 @@ fn many_streams_over_tap_to_a_slow_reader_lose_no_frame() {
     );
     let _bridge = Bridge::new("iwbrP", &["iwtapP", "iwtapQ"]);
     let before = kernel_drops("iwtapP");
-    // A user timeout a loaded machine's pauses cannot reach, and a retransmission floor of
-    // a second.
-    let tcp = TcpSettings {
-        user_timeout: Duration::from_secs(600),
-        min_rto_us: 1_000_000,
-        ..TcpSettings::default()
-    };
+    let tcp = common::patient_tcp();
     let mut a = End::with_tcp(ta, A_IP, tcp);
     let mut b = End::with_tcp(tb, B_IP, tcp);
     let s = Streams {

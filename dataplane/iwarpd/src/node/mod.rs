@@ -436,8 +436,6 @@ mod sockets;
 mod sockmem;
 mod stream;
 
-pub use sockets::SHARD as SOCKETS_PER_SHARD;
-
 impl<P: Port> Node<P> {
     pub fn new(port: P, ip: Ipv4Addr, prefix: u8, tcp: TcpSettings) -> Node<P> {
         let clock = DilatedClock::new(tcp.min_rto_us);

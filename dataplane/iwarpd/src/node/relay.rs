@@ -8,11 +8,11 @@ use super::*;
 
 /// Handshakes a relay listener takes at a time: each is a listening socket, so a burst of
 /// connections beyond it waits for the peer's SYN to be repeated.
-pub const MAX_BACKLOG: u16 = 128;
+const MAX_BACKLOG: u16 = 128;
 
 impl<P: Port> Node<P> {
     /// Listens on `port` for relay connections, `backlog` handshakes at a time (at most
-    /// [`MAX_BACKLOG`]):
+    /// 128, `MAX_BACKLOG`):
     /// each completed one becomes [`NodeEvent::Incoming`].
     pub fn relay_listen(&mut self, port: u16, backlog: u16) -> Result<(), String> {
         if port == 0 || self.listeners.iter().any(|l| l.port == port) {

@@ -25,7 +25,7 @@ use smoltcp::time::Instant;
 
 /// Sockets per routed shard: small, since an egress of a touched shard asks each of its
 /// sockets, and one busy connection makes its whole shard touched every turn.
-pub const SHARD: usize = 16;
+const SHARD: usize = 16;
 
 /// The shard that holds sockets of no known flow: listeners and their handshakes.
 const UNROUTED: u32 = 0;

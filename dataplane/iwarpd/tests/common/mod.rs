@@ -115,6 +115,18 @@ impl<P: Port> End<P> {
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
 
+/// TCP settings for tests that count resends as the port's losses: a user timeout no pause of
+/// a loaded machine reaches, and a retransmission floor of a second (a debug build's reader
+/// may take hundreds of milliseconds to drain a socket buffer), so that a resend is a frame
+/// the port lost, not the test's speed.
+pub fn patient_tcp() -> TcpSettings {
+    TcpSettings {
+        user_timeout: Duration::from_secs(600),
+        min_rto_us: 1_000_000,
+        ..TcpSettings::default()
+    }
+}
+
 pub fn pair<P: Port, Q: Port>(pa: P, pb: Q, settings: Settings) -> (End<P>, End<Q>) {
     pair_tcp(pa, pb, settings, TcpSettings::default())
 }
