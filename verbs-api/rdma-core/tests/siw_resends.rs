@@ -96,8 +96,12 @@ fn a_thousand_small_writes_to_siw_are_not_resent() {
     };
     let mut r = run();
     // A client that connected before perftest's server listened again
-    // (`Run::perftest_beat_the_relisten`): the guest's timing, not the transfer.
-    if !r.ours.status.success() && r.perftest_beat_the_relisten() {
+    // (`Run::perftest_beat_the_relisten`): the guest's timing, not the transfer, and on a
+    // loaded host likely run after run. Three runs at most, each rerun on that evidence.
+    for _ in 1..3 {
+        if r.ours.status.success() || !r.perftest_beat_the_relisten() {
+            break;
+        }
         eprintln!("perftest's client connected before its server listened again; running again");
         r = run();
     }
