@@ -134,8 +134,8 @@ impl Drop for Link {
 /// the guest ends first. A client on our side starts after them, and once: a second try
 /// could reach a server that already took a connection from the first and now waits for
 /// something else. The second: a guest that has just booted answers late for a while, and
-/// a transfer started at once met a spurious resend timeout (`siw_resends`) where one
-/// started a second later, as the retrying client used to, did not.
+/// a transfer started at once meets spurious resend timeouts (`siw_resends`); one started
+/// a second later does not.
 pub const UNTIL_GUEST_LISTENS: &str = "until grep -qs 'guest: listening' \"$IWARP_SIW_CONSOLE\"; \
      do grep -qs 'guest: exit' \"$IWARP_SIW_CONSOLE\" && exit 1; sleep 0.05; done; sleep 1";
 
