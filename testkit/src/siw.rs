@@ -243,6 +243,28 @@ impl Run {
     }
 }
 
+/// Runs of a pair at most, while each failed for a race outside our stack that its own
+/// evidence shows (see [`rerun_for`]).
+pub const OUTSIDE_RACE_RUNS: usize = 3;
+
+/// `run`, then again, up to `runs` runs in all, while `why` names a race outside our stack
+/// that the failed run's own evidence shows; each rerun says why.
+pub fn rerun_for(
+    runs: usize,
+    run: impl Fn() -> Run,
+    why: impl Fn(&Run) -> Option<&'static str>,
+) -> Run {
+    let mut r = run();
+    for _ in 1..runs {
+        let Some(reason) = why(&r) else {
+            break;
+        };
+        eprintln!("{reason}; running the pair again");
+        r = run();
+    }
+    r
+}
+
 /// Our endpoint at 10.7`n`.0.1 (runtime directory passed to `ours`, which builds the
 /// command to run on our side); the guest at 10.7`n`.0.2 runs `theirs` (its words joined
 /// by commas on the kernel command line, so no word may hold a comma or a space).

@@ -35,10 +35,6 @@ fn client_when_listening(program: &str, args: &[&str], runtime: &Path, crc: bool
 }
 
 /// Whether either side of the pair failed.
-/// Runs of a pair at most, while each failed for a race outside our stack that its own
-/// evidence shows.
-const OUTSIDE_RACE_RUNS: usize = 3;
-
 fn failed(r: &Run) -> bool {
     !r.ours.status.success() || !r.guest.contains("guest: exit 0")
 }
@@ -56,14 +52,7 @@ fn siws_race(r: &Run) -> Option<&'static str> {
 
 /// `run`, and once more if the pair failed for siw's race ([`siws_race`]).
 fn once_more_for_siws_race(run: impl Fn() -> Run) -> Run {
-    let r = run();
-    match siws_race(&r) {
-        Some(why) => {
-            eprintln!("{why}; running the pair again");
-            run()
-        }
-        None => r,
-    }
+    testkit::siw::rerun_for(2, run, siws_race)
 }
 
 /// siw's `rping -c -V` against our `rping -s`: siw compares each ping our server read
@@ -213,7 +202,6 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
             &theirs,
         )
     };
-    let mut r = run();
     // A pair that failed for one of these runs again, up to `OUTSIDE_RACE_RUNS` in all; each
     // rerun is named, and needs the failed run's own evidence:
     // - perftest times with the cycle counter, calibrated against the clock first; under
@@ -222,19 +210,15 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
     // - our client against a guest too slow to listen again in time
     //   (`Run::perftest_beat_the_relisten`), which a loaded host makes likely run after run;
     // - siw's own race ([`siws_race`]).
-    for _ in 1..OUTSIDE_RACE_RUNS {
+    let r = testkit::siw::rerun_for(testkit::siw::OUTSIDE_RACE_RUNS, run, |r| {
         let calibration = r
             .guest
             .contains("Correlation coefficient r^2")
             .then_some("siw's perftest could not calibrate its cycle counter");
-        let relisten = (!ours_serves && failed(&r) && r.perftest_beat_the_relisten())
+        let relisten = (!ours_serves && failed(r) && r.perftest_beat_the_relisten())
             .then_some("perftest's client connected before its server listened again");
-        let Some(why) = calibration.or(relisten).or_else(|| siws_race(&r)) else {
-            break;
-        };
-        eprintln!("{why}; running the pair again");
-        r = run();
-    }
+        calibration.or(relisten).or_else(|| siws_race(r))
+    });
     let said = r.ours_said();
     assert!(
         r.ours.status.success(),
