@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 /// The first TCP port the listening side uses (one per context).
 const PORT: u16 = 19515;
-/// Connects in flight per listening port: the daemon's listener answers a SYN only while one
-/// of its sockets is free for the handshake (16 per port), and a SYN it cannot take is
-/// refused.
-const IN_FLIGHT: usize = 16;
+/// Connects in flight per listening port: as many as the connection manager's listener takes
+/// at once. Each setup lasts at least the initiator's RTS hold (`mpa.rts_delay_ms`), so the
+/// connects in flight, not the CPU, bound a run that keeps fewer.
+const IN_FLIGHT: usize = iwarp_abi::command::LISTEN_BACKLOG as usize;
 /// The longest the whole run may take: this, and [`DEADLINE_PER_CONNECTION`] more for each
 /// connection.
 const DEADLINE: Duration = Duration::from_secs(120);

@@ -151,7 +151,7 @@ impl ConnManager {
         self.listeners.insert(port, (app, s));
         Ok(vec![Action::Daemon(Command::TcpListen {
             port,
-            backlog: 64,
+            backlog: iwarp_abi::command::LISTEN_BACKLOG,
         })])
     }
 

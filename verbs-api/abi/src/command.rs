@@ -190,6 +190,11 @@ pub struct RtsParams {
     pub mss: u32,
 }
 
+/// Handshakes a connection manager's listening port takes at once (its `TcpListen` backlog):
+/// a SYN past them is refused, so a client keeping more connects in flight to one port
+/// sees refusals rather than a faster setup.
+pub const LISTEN_BACKLOG: u16 = 64;
+
 /// Requests iwarp-control sends to iwarpd.
 // Values of this enum are built and consumed one at a time next to a 640-octet slot; boxing
 // the large variants would allocate per message for nothing.
