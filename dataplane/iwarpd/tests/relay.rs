@@ -6,6 +6,7 @@ mod common;
 
 use common::{segment_dir, End, A_IP, B_IP};
 use iwarp_abi::command::CloseReason;
+use iwarp_engine::{ConnParams, QpCaps};
 use iwarpd::node::NodeEvent;
 use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::unix::UnixPort;
@@ -247,4 +248,123 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
     until(&mut a, &mut b, &mut seen, |s| closed(s, 'b').is_some());
     assert_eq!(closed(&seen, 'b'), Some(CloseReason::Reset));
     assert_eq!(resets(&pcap), 2);
+}
+
+/// Closing many connections costs each node work in proportion to the connections closed:
+/// forgetting an ended connection must not revisit every other one. 300 connections are
+/// opened, then closed one after another; the connection visits both nodes make until
+/// every one is forgotten stay within a few per connection (a rebuild of the node's maps
+/// at each forgotten connection makes them grow with the square: about 45,000 per node).
+#[test]
+fn closing_many_connections_costs_each_node_linear_work() {
+    const N: u32 = 300;
+    let dir = segment_dir("iwarp-relay-many");
+    let mut a = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2a], 1500).unwrap(),
+        A_IP,
+    );
+    let mut b = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2b], 1500).unwrap(),
+        B_IP,
+    );
+    a.node.relay_listen(7202, 64).unwrap();
+    let mut seen = Vec::new();
+    let mut incoming = Vec::new();
+    let mut established = 0;
+    let mut next = 1;
+    let t = Instant::now();
+    while incoming.len() < N as usize || established < N {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{} incoming, {established} established",
+            incoming.len()
+        );
+        // No more connects in flight than the listener takes at once.
+        while next <= N && next - 1 - established < 32 {
+            b.node
+                .relay_connect(next, SocketAddrV4::new(A_IP, 7202))
+                .unwrap();
+            next += 1;
+        }
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+        for e in a.node.take_events() {
+            match e {
+                NodeEvent::Incoming { conn, .. } => incoming.push(conn),
+                e => seen.push(('a', e)),
+            }
+        }
+        for e in b.node.take_events() {
+            match e {
+                NodeEvent::Established { .. } => established += 1,
+                e => seen.push(('b', e)),
+            }
+        }
+    }
+    assert!(seen.is_empty(), "unexpected events {seen:?}");
+    // Each into RTS on a QP of its own, as control moves it once MPA is done: steady
+    // connections, which a turn visits only when they have work.
+    let caps = QpCaps {
+        sq_depth: 16,
+        rq_depth: 16,
+        srq: None,
+    };
+    let params = ConnParams::new(true, 8, 8, 1460);
+    for conn in incoming {
+        let qp = a.rnic.create_qp(a.pd, a.cq, a.cq, caps).unwrap();
+        a.node.relay_rts(&mut a.rnic, conn, qp, params).unwrap();
+    }
+    for conn in 1..=N {
+        let qp = b.rnic.create_qp(b.pd, b.cq, b.cq, caps).unwrap();
+        b.node.relay_rts(&mut b.rnic, conn, qp, params).unwrap();
+    }
+    for _ in 0..10 {
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+    let before = (a.node.visits(), b.node.visits());
+    // One close at a time, as applications end their connections, each over at both ends
+    // before the next closes; then until every one is forgotten.
+    let mut closed = (0, 0);
+    for conn in 1..=N + 1 {
+        if conn <= N {
+            b.node.relay_close(&mut b.rnic, conn).unwrap();
+        }
+        let t = Instant::now();
+        while closed.0.min(closed.1) < conn.min(N) as usize
+            || (conn > N && a.node.tracked_connections() + b.node.tracked_connections() > 0)
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "after closing {conn}: {closed:?} closed, tracked a {} b {}",
+                a.node.tracked_connections(),
+                b.node.tracked_connections()
+            );
+            a.node.poll(&mut a.rnic);
+            b.node.poll(&mut b.rnic);
+            let ended: Vec<_> = a.node.take_events().collect();
+            for e in ended {
+                if let NodeEvent::Closed { conn, .. } = e {
+                    closed.0 += 1;
+                    // The passive end closes its half too, as control does.
+                    let _ = a.node.relay_close(&mut a.rnic, conn);
+                }
+            }
+            closed.1 += b
+                .node
+                .take_events()
+                .filter(|e| matches!(e, NodeEvent::Closed { .. }))
+                .count();
+        }
+    }
+    assert_eq!(closed, (N as usize, N as usize));
+    let visits = (a.node.visits() - before.0, b.node.visits() - before.1);
+    println!("visits while closing {N}: a {} b {}", visits.0, visits.1);
+    let bound = 10 * u64::from(N);
+    assert!(
+        visits.0 <= bound && visits.1 <= bound,
+        "visits while closing {N} connections: a {} b {} (bound {bound})",
+        visits.0,
+        visits.1
+    );
 }

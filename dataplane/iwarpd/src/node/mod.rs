@@ -409,8 +409,10 @@ pub struct Node<P: Port> {
     by_id: FxHashMap<u32, usize>,
     /// Connections indexed so far (new ones are marked once seen).
     indexed: usize,
-    /// A socket was reclaimed this turn (see `Node::forget_reclaimed`).
+    /// A socket was reclaimed this turn, and the connections reclaimed but still in `conns`
+    /// (see `Node::forget_reclaimed`).
     reclaimed: bool,
+    unforgotten: usize,
     /// Connections visited, over all turns (see [`Node::visits`]).
     visits: u64,
     /// The current turn: its stage clock and times, frames received, whether the port was
@@ -499,6 +501,7 @@ impl<P: Port> Node<P> {
             by_id: FxHashMap::default(),
             indexed: 0,
             reclaimed: false,
+            unforgotten: 0,
             visits: 0,
             stage: StageClock::new(false),
             turn_t: StageNs::default(),
