@@ -143,6 +143,9 @@ struct Flow {
     /// number of our latest segment: see [`PeerTcp::received_in_order`].
     peer_end: Option<TcpSeqNumber>,
     our_ack: Option<TcpSeqNumber>,
+    /// Segments from the peer that carried new data or acknowledged new data of ours (see
+    /// [`PeerTcp::moved`]).
+    moved: u64,
 }
 
 /// A SYN we sent: when it may go again, and the wait after that.
@@ -256,6 +259,7 @@ impl PeerTcp {
             if !tcp.syn() && !tcp.rst() {
                 let end = tcp.seq_number() + tcp.payload().len() + usize::from(tcp.fin());
                 if flow.peer_end.is_none_or(|e| end > e) {
+                    flow.moved += u64::from(flow.peer_end.is_some());
                     flow.peer_end = Some(end);
                 }
             }
@@ -272,6 +276,7 @@ impl PeerTcp {
                 // An older segment (reordered, retransmitted) does not take back a newer
                 // window.
                 if flow.ack.is_none_or(|last| ack >= last) {
+                    flow.moved += u64::from(flow.ack.is_some_and(|last| ack > last));
                     flow.ack = Some(ack);
                     flow.window = usize::from(tcp.window_len()) << flow.scale;
                 }
@@ -510,6 +515,7 @@ impl PeerTcp {
             heard: 0,
             peer_end: None,
             our_ack: None,
+            moved: 0,
         };
         if let Some(slot) = self.syns.iter_mut().find(|(k, _)| *k == key) {
             slot.1 = flow;
@@ -547,6 +553,14 @@ impl PeerTcp {
     /// (wrapping); none for a connection not tracked.
     pub fn heard(&self, key: FlowKey) -> Option<u64> {
         self.flows.get(&key).map(|f| f.heard)
+    }
+
+    /// How often the peer's segments moved the connection's data on: new octets (or its
+    /// FIN) from the peer, or an acknowledgement of new octets of ours. Keep-alives and
+    /// their answers do not, so a connection whose count stands has written neither of its
+    /// TCP rings since.
+    pub fn moved(&self, key: FlowKey) -> Option<u64> {
+        self.flows.get(&key).map(|f| f.moved)
     }
 
     /// Whether every octet the peer sent so far (as far as this device saw) has been

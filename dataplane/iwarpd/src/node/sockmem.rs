@@ -88,7 +88,7 @@ fn page_size() -> usize {
     usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
 }
 
-/// A socket's two rings, and the peer's segment count when they were last given back.
+/// A socket's two rings, and the flow's data moves when they were last given back.
 struct Rings {
     rx: Ring,
     tx: Ring,
@@ -191,8 +191,10 @@ impl<P: Port> Node<P> {
 
     /// Every [`TRIM_EVERY`] of live time: the rings of each connection that is idle (both
     /// rings empty, every octet the peer sent received in order, so none waits out of
-    /// order in the receive ring) and has heard from its peer since its rings were last
-    /// given back, give their pages back to the kernel.
+    /// order in the receive ring) and has moved data since its rings were last given back
+    /// ([`PeerTcp::moved`](crate::peer_tcp::PeerTcp::moved)), give their pages back to the
+    /// kernel. Keep-alives move no data: an idle connection costs one `madvise` pair when
+    /// it goes idle, not one a second.
     pub(super) fn trim_idle(&mut self) {
         if self.live < self.mem.next_trim {
             return;
@@ -208,20 +210,20 @@ impl<P: Port> Node<P> {
             // A connection not tracked has no count, and nothing tells whether octets wait
             // out of order in its receive ring: only its send ring is given back, each time
             // it is idle.
-            let heard = c.flow.and_then(|k| self.dev.peers.heard(k));
-            if heard.is_some() && rings.trimmed_at == heard {
+            let moved = c.flow.and_then(|k| self.dev.peers.moved(k));
+            if moved.is_some() && rings.trimmed_at == moved {
                 continue;
             }
             let in_order = c.flow.is_some_and(|k| self.dev.peers.received_in_order(k));
             let s = self.sockets.get::<tcp::Socket>(c.handle);
-            if s.recv_queue() != 0 || s.send_queue() != 0 || (heard.is_some() && !in_order) {
+            if s.recv_queue() != 0 || s.send_queue() != 0 || (moved.is_some() && !in_order) {
                 continue;
             }
             if in_order {
                 rings.rx.release_pages();
             }
             rings.tx.release_pages();
-            rings.trimmed_at = heard;
+            rings.trimmed_at = moved;
             self.mem.trims += 1;
         }
     }
