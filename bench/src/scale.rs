@@ -48,41 +48,57 @@ fn run_args(args: &Args, qps: usize) -> Args {
 pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String> {
     let mut rows = Vec::new();
     let mut out = String::new();
+    // The baselines and the verbs measurement of a count run apart, so that one failing (the
+    // kernel's sockets need descriptors that 10,000 QPs do not) loses nothing of the other.
+    let parts = [
+        ("baselines", vec![OpArg::None], args.baselines.clone()),
+        ("verbs", args.ops.clone(), vec![BaselineArg::None]),
+    ];
     for &k in counts {
-        let plan = Plan::resolve(&run_args(args, k), cores)?;
-        let t = Instant::now();
-        // A count that fails is reported and the sweep goes on: how far it reaches is
-        // part of the answer.
-        let report = match bench::run(&plan, Vec::new()) {
-            Ok(r) => r,
-            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
-            Err(e) => {
-                let line = format!(
-                    "{k} QPs: failed after {:.1} s: {e}",
-                    t.elapsed().as_secs_f64()
-                );
-                eprintln!("{line}");
-                let _ = writeln!(out, "{line}");
+        for (part, ops, baselines) in &parts {
+            let wanted = ops.iter().any(|o| *o != OpArg::None)
+                || baselines.iter().any(|b| *b != BaselineArg::None);
+            if !wanted {
                 continue;
             }
-        };
-        for m in &report.measurements {
-            let Some(th) = &m.throughput else { continue };
-            let what = format!("{} {} {}B", m.transport.name(), m.op, m.size);
-            // As it comes, so that a sweep cut short still shows what it measured.
-            eprintln!("{k} QPs: {what}: {:.4} Mmsg/s", th.mmsg_per_s);
-            rows.push(Row {
-                qps: k,
-                what,
-                mmsg_per_s: th.mmsg_per_s,
-                gbit_per_s: th.gbit_per_s,
-            });
-        }
-        let line = format!("{k} QPs: run took {:.1} s", t.elapsed().as_secs_f64());
-        eprintln!("{line}");
-        let _ = writeln!(out, "{line}");
-        for d in &report.daemon_memory {
-            let _ = writeln!(out, "  {}", d.describe());
+            let mut a = run_args(args, k);
+            a.ops = ops.clone();
+            a.baselines = baselines.clone();
+            let plan = Plan::resolve(&a, cores)?;
+            let t = Instant::now();
+            // A count that fails is reported and the sweep goes on: how far it reaches is
+            // part of the answer.
+            let report = match bench::run(&plan, Vec::new()) {
+                Ok(r) => r,
+                Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+                Err(e) => {
+                    let line = format!(
+                        "{k} QPs: {part} failed after {:.1} s: {e}",
+                        t.elapsed().as_secs_f64()
+                    );
+                    eprintln!("{line}");
+                    let _ = writeln!(out, "{line}");
+                    continue;
+                }
+            };
+            for m in &report.measurements {
+                let Some(th) = &m.throughput else { continue };
+                let what = format!("{} {} {}B", m.transport.name(), m.op, m.size);
+                // As it comes, so that a sweep cut short still shows what it measured.
+                eprintln!("{k} QPs: {what}: {:.4} Mmsg/s", th.mmsg_per_s);
+                rows.push(Row {
+                    qps: k,
+                    what,
+                    mmsg_per_s: th.mmsg_per_s,
+                    gbit_per_s: th.gbit_per_s,
+                });
+            }
+            let line = format!("{k} QPs: {part} took {:.1} s", t.elapsed().as_secs_f64());
+            eprintln!("{line}");
+            let _ = writeln!(out, "{line}");
+            for d in &report.daemon_memory {
+                let _ = writeln!(out, "  {}", d.describe());
+            }
         }
     }
     let _ = writeln!(
