@@ -416,7 +416,7 @@ fn measure(
                         }
                         continue;
                     }
-                    Event::ConnectFailed { conn, reason } => (conn, reason),
+                    Event::ConnectFailed { conn, reason, .. } => (conn, reason),
                     Event::Rejected { conn, private_data } => (
                         conn,
                         format!("rejected: {}", String::from_utf8_lossy(&private_data)),

@@ -16,6 +16,7 @@
 //! and waiting for the application's accept/reject has one too, so a silent peer or a
 //! stalled application never keeps a connection half open.
 
+use iwarp_abi::app::ConnectFailure;
 use iwarp_abi::command::CloseReason;
 use iwarp_wire::mpa::negotiation::{self, Incoming, Negotiated, Settings, SetupError};
 use std::collections::VecDeque;
@@ -65,16 +66,16 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Timeout { state } => write!(f, "MPA setup timed out in state {state:?}"),
-            Failure::TcpClosed(CloseReason::Refused) => f.write_str(
-                "connection refused or unreachable: nothing listens on that port, or the peer \
-                 did not answer",
-            ),
+            Failure::TcpClosed(CloseReason::Refused) => {
+                f.write_str("connection refused: nothing listens on that port at the peer")
+            }
             Failure::TcpClosed(CloseReason::Reset) => {
                 f.write_str("the peer reset the TCP connection during MPA setup")
             }
-            Failure::TcpClosed(CloseReason::Timeout) => {
-                f.write_str("the TCP connection timed out during MPA setup")
-            }
+            Failure::TcpClosed(CloseReason::Timeout) => f.write_str(
+                "the TCP connection timed out during setup: the peer did not answer, or went \
+                 silent during MPA",
+            ),
             Failure::TcpClosed(CloseReason::Shutdown) => {
                 f.write_str("the daemon shut down during MPA setup")
             }
@@ -87,6 +88,20 @@ impl fmt::Display for Failure {
             }
             Failure::PrivateDataTooLong => f.write_str("private data longer than MPA allows"),
             Failure::NotAwaitingDecision => f.write_str("no connection request awaits a decision"),
+        }
+    }
+}
+
+impl Failure {
+    /// What the application's connection manager is told of the failure.
+    pub fn cause(&self) -> ConnectFailure {
+        match self {
+            Failure::TcpClosed(CloseReason::Refused) => ConnectFailure::Refused,
+            Failure::TcpClosed(CloseReason::Reset) => ConnectFailure::Reset,
+            Failure::Timeout { .. } | Failure::TcpClosed(CloseReason::Timeout) => {
+                ConnectFailure::TimedOut
+            }
+            _ => ConnectFailure::Other,
         }
     }
 }

@@ -9,7 +9,7 @@
 use crate::cm::{self, Connection, Failure};
 use crate::daemon_link::rts_params;
 use crate::resources::AppId;
-use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event};
+use iwarp_abi::app::{ConnSettings, ConnectFailure, ConnectRequest, Established, Event};
 use iwarp_abi::command::{Chunk, Command, Upcall};
 use iwarp_abi::id::QpId;
 use std::collections::BTreeMap;
@@ -197,6 +197,7 @@ impl ConnManager {
         if self.at_limit() {
             let event = Event::ConnectFailed {
                 conn,
+                cause: ConnectFailure::Other,
                 reason: format!(
                     "connection limit reached: {} connections open or in setup \
                      (limits.max_qp)",
@@ -384,6 +385,7 @@ impl ConnManager {
                             app: c.app,
                             event: Event::ConnectFailed {
                                 conn,
+                                cause: Failure::TcpClosed(reason).cause(),
                                 reason: Failure::TcpClosed(reason).to_string(),
                             },
                         });
@@ -571,6 +573,7 @@ impl ConnManager {
                         app,
                         event: Event::ConnectFailed {
                             conn,
+                            cause: reason.cause(),
                             reason: reason.to_string(),
                         },
                     });
@@ -986,6 +989,7 @@ mod tests {
             A,
             Event::ConnectFailed {
                 conn,
+                cause: ConnectFailure::Refused,
                 reason: refused.to_string()
             }
         )));
@@ -1001,16 +1005,18 @@ mod tests {
         assert!(n.app_events.iter().any(|(s, _, e)| *s == 1
             && matches!(
                 e,
-                Event::ConnectFailed { reason, .. } if *reason == Failure::Timeout {
-                    state: cm::State::AwaitingDecision
-                }
-                .to_string()
+                Event::ConnectFailed { cause: ConnectFailure::TimedOut, reason, .. }
+                    if *reason == Failure::Timeout {
+                        state: cm::State::AwaitingDecision
+                    }
+                    .to_string()
             )));
         assert!(n.app_events.contains(&(
             0,
             A,
             Event::ConnectFailed {
                 conn: conn2,
+                cause: ConnectFailure::Reset,
                 reason: Failure::TcpClosed(CloseReason::Reset).to_string()
             }
         )));

@@ -159,6 +159,8 @@ struct SynTx {
     /// The latest SYN of this attempt asked for ECN: only the first does (see
     /// [`PeerTcp::admits`]).
     ecn: bool,
+    /// The peer answered with a RST: the connect was refused, not left unanswered.
+    reset: bool,
 }
 
 #[derive(Default)]
@@ -269,6 +271,8 @@ impl PeerTcp {
         } else if tcp.rst() {
             if let Some(flow) = self.flows.get_mut(&key) {
                 flow.reset = true;
+            } else if let Some(s) = self.syn_tx.iter_mut().find(|s| s.key == key) {
+                s.reset = true;
             }
         } else if tcp.ack() {
             if let Some(flow) = self.flows.get_mut(&key) {
@@ -458,6 +462,7 @@ impl PeerTcp {
                     next: now + SYN_RTO,
                     wait: SYN_RTO,
                     ecn: false,
+                    reset: false,
                 });
                 Some(true)
             }
@@ -611,9 +616,11 @@ impl PeerTcp {
         self.flows.get(&key).map(|f| usize::from(f.mss))
     }
 
-    /// Whether the peer sent a RST on the connection.
+    /// Whether the peer sent a RST on the connection, or in answer to our SYN (a refused
+    /// connect; remembered while the SYN's slot lasts, the latest 64 SYNs).
     pub fn was_reset(&self, key: FlowKey) -> bool {
         self.flows.get(&key).is_some_and(|f| f.reset)
+            || self.syn_tx.iter().any(|s| s.key == key && s.reset)
     }
 
     /// Stops tracking a connection whose socket is gone.

@@ -368,3 +368,40 @@ fn closing_many_connections_costs_each_node_linear_work() {
         visits.1
     );
 }
+
+/// A connect to a port nobody listens on is refused by the peer's RST, and said so:
+/// `CloseReason::Refused`, which the drop-in reports as ECONNREFUSED, as Linux does. (A
+/// connect never answered ends as `Timeout`, after the setup timeout of 10 s.)
+#[test]
+fn a_refused_connect_ends_as_refused() {
+    let dir = segment_dir("iwarp-relay-refused");
+    let mut a = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x3a], 1500).unwrap(),
+        A_IP,
+    );
+    let mut b = End::new(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x3b], 1500).unwrap(),
+        B_IP,
+    );
+    b.node
+        .relay_connect(1, SocketAddrV4::new(A_IP, 7203))
+        .unwrap();
+    let mut seen = Vec::new();
+    until(&mut a, &mut b, &mut seen, |s| {
+        s.iter()
+            .any(|e| matches!(e, ('b', NodeEvent::Closed { conn: 1, .. })))
+    });
+    assert!(
+        seen.iter().any(|e| matches!(
+            e,
+            (
+                'b',
+                NodeEvent::Closed {
+                    conn: 1,
+                    reason: CloseReason::Refused
+                }
+            )
+        )),
+        "{seen:?}"
+    );
+}

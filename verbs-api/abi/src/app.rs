@@ -332,6 +332,20 @@ pub struct Established {
 
 /// A connection or asynchronous event as the application sees it (Verbs section 8.3.3;
 /// RFC 5040 section 7 for the Terminate).
+/// Why a connect failed, as the RDMA CM tells it: Linux's iWARP connection manager reports
+/// a refused or reset connect as UNREACHABLE, with the errno in the event's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConnectFailure {
+    /// The peer answered the SYN with a RST: nothing listens on that port (ECONNREFUSED).
+    Refused,
+    /// The peer reset the connection during MPA setup (ECONNRESET).
+    Reset,
+    /// Nothing answered in time: the SYN, or a step of MPA setup (ETIMEDOUT).
+    TimedOut,
+    /// Anything else: a limit, a bad MPA frame, no common RTR, the daemon stopping.
+    Other,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     ConnectRequest(ConnectRequest),
@@ -343,6 +357,7 @@ pub enum Event {
     },
     ConnectFailed {
         conn: u32,
+        cause: ConnectFailure,
         reason: String,
     },
     Disconnected {
@@ -562,6 +577,7 @@ mod tests {
             }),
             e(Event::ConnectFailed {
                 conn: 1,
+                cause: ConnectFailure::TimedOut,
                 reason: "timeout".into(),
             }),
             e(Event::Disconnected {
@@ -600,9 +616,10 @@ mod tests {
         out
     }
 
-    /// The typed ids are their number on the wire: every message encodes to the octets in
-    /// `testdata/app-messages.hex`, recorded when requests, replies and events carried bare
-    /// `u32`s, so applications and controls built either way understand each other.
+    /// Every message encodes to the octets in `testdata/app-messages.hex`, so that no change
+    /// of encoding goes unnoticed: the typed ids are their number on the wire, as when the
+    /// messages carried bare `u32`s, and a change of format (`ConnectFailed`'s cause) comes
+    /// with a new [`ABI_VERSION`](crate::ABI_VERSION).
     #[test]
     fn messages_encode_to_the_recorded_octets() {
         assert_eq!(

@@ -334,9 +334,9 @@ pub enum CloseReason {
     Graceful = 0,
     /// RST received or sent.
     Reset = 1,
-    /// Retransmissions or keep-alives gave up.
+    /// Retransmissions or keep-alives gave up, or a connect's SYNs went unanswered.
     Timeout = 2,
-    /// Connect failed (refused or unreachable).
+    /// Connect refused: the peer answered the SYN with a RST.
     Refused = 3,
     /// The daemon is shutting down.
     Shutdown = 4,

@@ -18,7 +18,7 @@ use crate::events::EventQueue;
 use crate::stub::set_errno;
 use crate::verbs;
 use core::ffi::{c_char, c_int, c_void};
-use iwarp_verbs::{ConnSettings, ConnectRequest, Event};
+use iwarp_verbs::{ConnSettings, ConnectFailure, ConnectRequest, Event};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -368,12 +368,19 @@ fn collect(c: usize) {
                     );
                 }
             }
-            Event::ConnectFailed { conn, .. } => {
+            Event::ConnectFailed { conn, cause, .. } => {
                 if let Some(id) = with_state(|s| s.conns.remove(&(c, conn))) {
+                    // As the kernel's iw_cm reports a failed connect: UNREACHABLE, its errno
+                    // in the status.
+                    let status = match cause {
+                        ConnectFailure::Refused => -libc::ECONNREFUSED,
+                        ConnectFailure::Reset => -libc::ECONNRESET,
+                        ConnectFailure::TimedOut | ConnectFailure::Other => -libc::ETIMEDOUT,
+                    };
                     post(
                         id as *mut Id,
                         RDMA_CM_EVENT_UNREACHABLE,
-                        -libc::ETIMEDOUT,
+                        status,
                         None,
                         core::ptr::null_mut(),
                     );

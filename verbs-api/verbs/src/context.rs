@@ -17,7 +17,7 @@ use crate::shm::{path_of, ring_segment};
 use crate::srq::SharedReceiveQueue;
 /// A connection or asynchronous event (Verbs section 8.3.3; RFC 5040 section 7 for the
 /// Terminate).
-pub use iwarp_abi::app::{ConnectRequest, Established, Event};
+pub use iwarp_abi::app::{ConnectFailure, ConnectRequest, Established, Event};
 use iwarp_abi::app::{QpAttrs, Reply, Request};
 use iwarp_abi::doorbell::with_bell_ref;
 use iwarp_abi::id::PdId;

@@ -30,8 +30,8 @@ pub mod wr;
 pub use adopt::UserMr;
 pub use buffer::SharedBuffer;
 pub use context::{
-    ConnSettings, ConnectRequest, Context, Established, Event, ProtectionDomain, QpInitAttr,
-    RnicAttr, Rtr,
+    ConnSettings, ConnectFailure, ConnectRequest, Context, Established, Event, ProtectionDomain,
+    QpInitAttr, RnicAttr, Rtr,
 };
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use error::Error;

@@ -90,8 +90,16 @@ impl<P: Port> Node<P> {
             && tcp_state == tcp::State::Closed
             && !self.conns[i].ever_established
         {
-            // An active open refused (RST) or given up.
-            self.ended(rnic, i, CloseReason::Refused);
+            // An active open refused (the peer's RST), or given up unanswered.
+            let refused = self.conns[i]
+                .connect_to
+                .is_some_and(|k| self.dev.peers.was_reset(k));
+            let reason = if refused {
+                CloseReason::Refused
+            } else {
+                CloseReason::Timeout
+            };
+            self.ended(rnic, i, reason);
             return true;
         }
         match state {

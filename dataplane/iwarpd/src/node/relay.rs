@@ -80,7 +80,9 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(self.next_ephemeral, remote.ip().octets(), remote.port());
         let h = self.route_socket(h, key);
         self.by_id.insert(conn, self.conns.len());
-        self.conns.push(Conn::new(conn, h, None, true, None));
+        let mut c = Conn::new(conn, h, None, true, None);
+        c.connect_to = Some(key);
+        self.conns.push(c);
         Ok(())
     }
 
