@@ -14,6 +14,13 @@ use iwarpd::port::Port;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
+/// Two nodes, A and B, on the embedded port in `dir`, with the last octets `a` and `b` of
+/// their MAC addresses.
+fn unix_ends(dir: &tempfile::TempDir, a: u8, b: u8) -> (End<UnixPort>, End<UnixPort>) {
+    let port = |last| UnixPort::open(dir.path(), [2, 0, 0, 0, 8, last], 1500).unwrap();
+    (End::new(port(a), A_IP), End::new(port(b), B_IP))
+}
+
 /// Polls both nodes until `done` holds for the events seen so far.
 fn until<P: Port, Q: Port>(
     a: &mut End<P>,
@@ -37,14 +44,7 @@ fn until<P: Port, Q: Port>(
 #[test]
 fn a_hundred_connections_opened_and_closed_leave_nothing_behind() {
     let dir = segment_dir("iwarp-relay");
-    let mut a = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0a], 1500).unwrap(),
-        A_IP,
-    );
-    let mut b = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0b], 1500).unwrap(),
-        B_IP,
-    );
+    let (mut a, mut b) = unix_ends(&dir, 0x0a, 0x0b);
     a.node.relay_listen(7200, 4).unwrap();
     for round in 1..=100u32 {
         b.node
@@ -259,14 +259,7 @@ fn a_connection_closing_gracefully_outlives_its_qp_without_a_reset() {
 fn closing_many_connections_costs_each_node_linear_work() {
     const N: u32 = 300;
     let dir = segment_dir("iwarp-relay-many");
-    let mut a = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2a], 1500).unwrap(),
-        A_IP,
-    );
-    let mut b = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x2b], 1500).unwrap(),
-        B_IP,
-    );
+    let (mut a, mut b) = unix_ends(&dir, 0x2a, 0x2b);
     a.node.relay_listen(7202, 64).unwrap();
     let mut seen = Vec::new();
     let mut incoming = Vec::new();
@@ -375,14 +368,7 @@ fn closing_many_connections_costs_each_node_linear_work() {
 #[test]
 fn a_refused_connect_ends_as_refused() {
     let dir = segment_dir("iwarp-relay-refused");
-    let mut a = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x3a], 1500).unwrap(),
-        A_IP,
-    );
-    let mut b = End::new(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x3b], 1500).unwrap(),
-        B_IP,
-    );
+    let (mut a, mut b) = unix_ends(&dir, 0x3a, 0x3b);
     b.node
         .relay_connect(1, SocketAddrV4::new(A_IP, 7203))
         .unwrap();
