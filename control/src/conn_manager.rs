@@ -95,7 +95,7 @@ pub struct ConnManager {
     /// The earliest deadline of any connection as last computed (`None`: none has one), and
     /// whether it still holds. Every input but time may change a deadline, so each clears
     /// it; time alone then costs nothing while nothing is due. The control loop asks every
-    /// 200 µs, and a walk over every established connection each time grew with them.
+    /// 200 µs, and a walk over every connection each time would grow with them.
     earliest: Option<u64>,
     earliest_known: bool,
 }

@@ -183,8 +183,8 @@ impl<P: Port> Node<P> {
     /// Dropping moves the connections behind each dropped one and rebuilds the maps and
     /// lists, which visits every connection: it waits until the reclaimed ones are a quarter
     /// of all, so that each ended connection costs O(1) amortized. Dropped at every
-    /// reclaim, N connections closing one after another cost N² visits, and a turn of a
-    /// daemon closing thousands stalled every other connection. Until then a reclaimed
+    /// reclaim, N connections closing one after another would cost N² visits, and a
+    /// daemon closing thousands would stall every other connection. Until then a reclaimed
     /// connection is a `socket_gone` entry that every lookup and list passes over.
     pub(super) fn forget_reclaimed(&mut self) {
         if !std::mem::take(&mut self.reclaimed) || self.unforgotten * 4 < self.conns.len() {

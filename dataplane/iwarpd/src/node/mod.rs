@@ -433,8 +433,8 @@ pub struct Node<P: Port> {
 /// With this many connections or fewer, [`Node::counters`] sums their TCP counters and
 /// counts the live ones when asked; with more, the poll loop does every [`TOTALS_EVERY`] of
 /// live time, and the counters show that. The sum walks every connection, so it is paced
-/// by time, not turns: every 256 turns, 10,000 idle connections took an eighth of a busy
-/// core. The stats file is written once a second.
+/// by time, not turns: every few hundred turns, 10,000 idle connections would take an
+/// eighth of a busy core. The stats file is written once a second.
 const TOTALS_EACH_TURN: usize = 16;
 const TOTALS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
