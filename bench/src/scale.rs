@@ -146,7 +146,13 @@ const READY_PER_CHILD: std::time::Duration = std::time::Duration::from_secs(2);
 /// over everything it measured, in the order they were started. Each sets up and warms up,
 /// says it is ready, and measures once all are (see `runner::app_child`), so that all
 /// measure over the same time, however long the others' setup took.
-fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> Result<Vec<f64>> {
+fn children(
+    args: &Args,
+    n: usize,
+    dirs: [&std::path::Path; 2],
+    kind: Kind,
+    pool: &[usize],
+) -> Result<Vec<f64>> {
     let exe = std::env::current_exe().map_err(|e| BenchError::io("finding this executable", e))?;
     let duration = args.duration.clone().unwrap_or_else(|| "5s".into());
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
@@ -167,6 +173,7 @@ fn children(args: &Args, n: usize, dirs: [&std::path::Path; 2], kind: Kind) -> R
         .args(["--warmup", &args.warmup.to_string()])
         .args(["--window", &args.window.to_string()])
         .args(["--sizes", &args.sizes.join(",")])
+        .args(["--cores", &child_cores(pool, i)])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -286,22 +293,72 @@ fn summary(what: &str, n: usize, mut v: Vec<f64>) -> String {
 /// processes; returns the lines to print.
 pub fn apps(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String> {
     let mut out = String::new();
+    let pool = app_pool(cores, args.daemon_cores.as_deref().unwrap_or_default());
     for &n in counts {
         let plan = Plan::resolve(&run_args(args, n), cores)?;
         let endpoints = Endpoints::start(&plan.endpoint)?;
         let dirs = endpoints.runtime_dirs();
-        let verbs = children(args, n, dirs, Kind::Verbs);
+        let verbs = children(args, n, dirs, Kind::Verbs, &pool);
         endpoints.stop()?;
         let _ = writeln!(out, "{}", summary("iwarp", n, verbs?));
         if args.baselines.contains(&BaselineArg::Tcp) {
-            let tcp = children(args, n, dirs_none(), Kind::Tcp)?;
+            let tcp = children(args, n, dirs_none(), Kind::Tcp, &pool)?;
             let _ = writeln!(out, "{}", summary("tcp", n, tcp));
         }
     }
     Ok(out)
 }
 
+/// The cores the applications of an `--apps` run share: those this process may use that no
+/// daemon polls (all of them if that leaves none).
+fn app_pool(cores: &[usize], daemon_cores: &[usize]) -> Vec<usize> {
+    let free: Vec<usize> = cores
+        .iter()
+        .copied()
+        .filter(|c| !daemon_cores.contains(c))
+        .collect();
+    if free.is_empty() {
+        cores.to_vec()
+    } else {
+        free
+    }
+}
+
+/// Child `i`'s `--cores`: its initiator thread and its receiver, round robin over the pool.
+/// Left to the default, every child would pin both to the machine's first two cores, and
+/// the run would measure those two cores, whatever the machine has.
+fn child_cores(pool: &[usize], i: usize) -> String {
+    let at = |k: usize| pool[k % pool.len()];
+    if pool.len() < 2 {
+        at(i).to_string()
+    } else {
+        format!("{},{}", at(2 * i), at(2 * i + 1))
+    }
+}
+
 /// The TCP children use no endpoints.
 fn dirs_none() -> [&'static std::path::Path; 2] {
     [std::path::Path::new(""), std::path::Path::new("")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The applications of an `--apps` run spread over the cores no daemon polls, two to a
+    /// child, instead of all on the machine's first two.
+    #[test]
+    fn applications_spread_over_the_cores_the_daemons_leave() {
+        let cores: Vec<usize> = (0..16).collect();
+        let pool = app_pool(&cores, &[2, 3]);
+        assert_eq!(pool.len(), 14);
+        assert!(!pool.contains(&2) && !pool.contains(&3));
+        let given: Vec<String> = (0..8).map(|i| child_cores(&pool, i)).collect();
+        assert_eq!(&given[..3], ["0,1", "4,5", "6,7"]);
+        // Seven children fill the fourteen cores; the eighth starts again.
+        assert_eq!(given[7], "0,1");
+        // With every core a daemon's, the applications share them all; one core, one each.
+        assert_eq!(app_pool(&[0, 1], &[0, 1]), vec![0, 1]);
+        assert_eq!(child_cores(&[5], 3), "5");
+    }
 }
