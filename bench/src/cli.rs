@@ -235,7 +235,8 @@ pub struct Args {
     /// Many applications: start one pair of endpoints, then this many `iwarp-bench`
     /// processes at once, each with its own QP streaming through them (bandwidth mode); print
     /// each one's throughput, the median, min/max ratio and the total. Lists run one after
-    /// another (16,64,256).
+    /// another (16,64,256). Each application is pinned to two cores, round robin over the
+    /// cores --daemon-cores leaves.
     #[arg(long, value_delimiter = ',')]
     pub apps: Option<Vec<usize>>,
 
