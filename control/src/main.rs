@@ -513,6 +513,12 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
     for (path, kind) in rings {
         match Segment::open_sealed(&path.to_path(), Some(kind)) {
             Ok(seg) if seg.header().creator_pid == app.pid => {}
+            Err(iwarp_abi::Error::Version { .. }) => {
+                return Reply::Failed(Error::Protocol {
+                    what: "ring written by another ABI version: the application's iwarp-verbs \
+                           and this iwarp-control come from different builds",
+                })
+            }
             _ => {
                 return Reply::Failed(Error::Protocol {
                     what: "ring is not a sealed segment of the right kind created by this \
