@@ -422,3 +422,27 @@ fn every_operation_over_dpdk_memif_daemons_with_jumbo_frames() {
         "{ms:?}"
     );
 }
+
+/// The QPs' registered regions are carved from a few shared buffers, not a buffer (and a
+/// descriptor) each: 300 QP pairs run under a limit of 512 descriptors, where a buffer per
+/// QP needs 600.
+#[test]
+fn many_qps_fit_a_small_descriptor_limit() {
+    let run = format!(
+        "ulimit -n 512 && exec {EXE} --mode bandwidth --ops write --sizes 64 --window 2 \
+         --qps 300 --iterations 600 --warmup 10 --baselines none --quiet --json -"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &run])
+        .output()
+        .expect("sh starts");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON report");
+    let m = &measurements(&v)[0];
+    assert_eq!(m["qps"], 300);
+}

@@ -1,7 +1,7 @@
 //! The slow path of the verbs transport: a context per daemon worker on each endpoint
 //! (iwarp-control's `control.sock`; control places each context on a worker), then per
-//! connected pair a PD, a CQ, a QP and a registered shared buffer on each side, and the
-//! connection itself (listen on `b`, connect from `a`, accept), which is all an application
+//! connected pair a PD, a CQ, a QP and a registered region on each side (carved from a
+//! shared buffer of the context's), and the connection itself (listen on `b`, connect from `a`, accept), which is all an application
 //! does before its first work request. Pairs go round-robin over the contexts, so the
 //! connections spread over the workers.
 //!
@@ -11,12 +11,61 @@
 use super::{Mem, Pair, Side};
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
-use iwarp_verbs::{access, ConnSettings, Context, QpInitAttr};
+use iwarp_verbs::{access, ConnSettings, Context, QpInitAttr, SharedBuffer};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The largest shared buffer regions are carved from. A buffer keeps a descriptor open for
+/// its life (`SharedBuffer`), so a buffer per QP would stop a run at the process's
+/// descriptor limit: 10,000 QPs on each side are 20,000.
+const CARVE_MAX: usize = 64 << 20;
+
+/// The shared buffer a context's regions are carved from: slots of `slot_len` octets, the
+/// next one free at `next`. Each new buffer holds twice the slots of the last (up to
+/// [`CARVE_MAX`]), so a run of one QP allocates one slot and one of thousands a few buffers.
+#[derive(Default)]
+struct Carver {
+    buf: Option<Arc<SharedBuffer>>,
+    slot_len: usize,
+    slots: usize,
+    next: usize,
+}
+
+impl Carver {
+    /// A slot of `len` octets: its buffer and its offset there.
+    fn take(&mut self, ctx: &Context, len: usize) -> Result<(Arc<SharedBuffer>, usize)> {
+        let full = self.next == self.slots || self.slot_len != len;
+        let buf = match &self.buf {
+            Some(buf) if !full => buf.clone(),
+            _ => {
+                let slots = if self.slot_len == len {
+                    2 * self.slots
+                } else {
+                    1
+                };
+                let slots = slots.clamp(1, (CARVE_MAX / len).max(1));
+                let buf = Arc::new(
+                    ctx.alloc_buffer(slots * len)
+                        .map_err(|e| err("alloc buffer", e))?,
+                );
+                *self = Carver {
+                    buf: Some(buf.clone()),
+                    slot_len: len,
+                    slots,
+                    next: 0,
+                };
+                buf
+            }
+        };
+        let offset = self.next * len;
+        self.next += 1;
+        Ok((buf, offset))
+    }
+}
 
 fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::transport("verbs", format!("{what}: {e}"))
@@ -32,6 +81,9 @@ pub struct Contexts {
     /// Whether `b`'s k-th context listens (on `port` + k) yet.
     listening: Vec<AtomicBool>,
     next: AtomicUsize,
+    /// Where the regions of `a`'s and `b`'s k-th contexts come from.
+    carve_a: Vec<Mutex<Carver>>,
+    carve_b: Vec<Mutex<Carver>>,
 }
 
 impl Contexts {
@@ -42,6 +94,8 @@ impl Contexts {
         let b = per_worker(&endpoints.b.runtime_dir, workers, "b")?;
         Ok(Contexts {
             listening: (0..a.len()).map(|_| AtomicBool::new(false)).collect(),
+            carve_a: (0..a.len()).map(|_| Mutex::default()).collect(),
+            carve_b: (0..b.len()).map(|_| Mutex::default()).collect(),
             a,
             b,
             b_ip: endpoints.b.ip,
@@ -66,8 +120,8 @@ impl Contexts {
             cb.listen(port, &settings)
                 .map_err(|e| err("listen on b", e))?;
         }
-        let a = side(ca, depth, buf_len)?;
-        let b = side(cb, depth, buf_len)?;
+        let a = side(ca, depth, buf_len, &self.carve_a[k])?;
+        let b = side(cb, depth, buf_len, &self.carve_b[k])?;
         let b_addr = SocketAddr::V4(SocketAddrV4::new(self.b_ip, port));
         let conn = ca
             .connect(&a.qp, b_addr, &settings)
@@ -87,8 +141,9 @@ impl Contexts {
     }
 }
 
-/// One side: PD, send and receive CQs, QP (both queues `depth` deep), a registered buffer.
-fn side(ctx: &Context, depth: usize, buf_len: usize) -> Result<Side> {
+/// One side: PD, send and receive CQs, QP (both queues `depth` deep), a registered region
+/// of `buf_len` octets carved by `carver`.
+fn side(ctx: &Context, depth: usize, buf_len: usize, carver: &Mutex<Carver>) -> Result<Side> {
     let pd = ctx.alloc_pd().map_err(|e| err("alloc PD", e))?;
     // Separate send and receive CQs: the harness polls each for its own completions.
     let send_cq = ctx
@@ -102,17 +157,19 @@ fn side(ctx: &Context, depth: usize, buf_len: usize) -> Result<Side> {
     attr.ird = 64;
     attr.ord = 64;
     let qp = pd.create_qp(&attr).map_err(|e| err("create QP", e))?;
-    let buf = ctx
-        .alloc_buffer(buf_len)
-        .map_err(|e| err("alloc buffer", e))?;
+    let (buf, offset) = carver
+        .lock()
+        .map_err(|_| err("region", "a setup thread panicked"))?
+        .take(ctx, buf_len)?;
     let rights =
         access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
     let mr = pd
-        .reg_mr(&buf, 0, buf_len as u64, rights)
+        .reg_mr(&buf, offset as u64, buf_len as u64, rights)
         .map_err(|e| err("register memory", e))?;
-    // SAFETY: the buffer's mapping is `buf_len` octets and lives in `keep` below, dropped
-    // after the QP and the region (Side's field order).
-    let mem = unsafe { Mem::new(buf.as_ptr(), buf_len) };
+    // SAFETY: the slot is `buf_len` octets at `offset` of the buffer's mapping (the carver
+    // cut it there), and the buffer lives in `keep` below, dropped after the QP and the
+    // region (Side's field order).
+    let mem = unsafe { Mem::new(buf.as_ptr().add(offset), buf_len) };
     Ok(Side {
         qp,
         mr,
