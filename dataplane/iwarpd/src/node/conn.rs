@@ -90,9 +90,12 @@ impl<P: Port> Node<P> {
             && tcp_state == tcp::State::Closed
             && !self.conns[i].ever_established
         {
-            // An active open refused (the peer's RST), or given up unanswered.
-            let refused = self.conns[i]
-                .connect_to
+            // An active open refused (the peer's RST), or given up unanswered. Its flow is
+            // the one its socket was routed by at the connect (`flow` waits for
+            // establishment).
+            let refused = self
+                .sockets
+                .route_of(self.conns[i].handle)
                 .is_some_and(|k| self.dev.peers.was_reset(k));
             let reason = if refused {
                 CloseReason::Refused

@@ -183,9 +183,6 @@ struct Conn {
     /// seen established; None before, or when the peer's SYN was no longer remembered (then
     /// neither is known).
     flow: Option<FlowKey>,
-    /// An active open's flow, known from the start (`flow` waits for establishment): a
-    /// refused connect's RST is looked up by it.
-    connect_to: Option<FlowKey>,
     /// When the connection outlived its QP, finishing a graceful close (see
     /// [`Node::relay_release`]).
     orphaned_since: Option<std::time::Instant>,
@@ -247,7 +244,6 @@ impl Conn {
             over_since: None,
             accepted_on: None,
             flow: None,
-            connect_to: None,
             orphaned_since: None,
             heard: 0,
             heard_live: std::time::Duration::ZERO,

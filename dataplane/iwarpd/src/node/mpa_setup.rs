@@ -40,11 +40,14 @@ impl<P: Port> Node<P> {
             .get_mut::<tcp::Socket>(h)
             .connect(cx, ep, local_port)
             .map_err(|e| format!("connect to {remote}:{port}: {e}"))?;
-        let key = FlowKey::new(local_port, remote.octets(), port);
-        let h = self.route_socket(h, key);
-        let mut c = Conn::new(self.conns.len() as u32, h, Some(qp), true, Some(settings));
-        c.connect_to = Some(key);
-        self.conns.push(c);
+        let h = self.route_socket(h, FlowKey::new(local_port, remote.octets(), port));
+        self.conns.push(Conn::new(
+            self.conns.len() as u32,
+            h,
+            Some(qp),
+            true,
+            Some(settings),
+        ));
         Ok(self.conns.len() - 1)
     }
 

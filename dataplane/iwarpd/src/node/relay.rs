@@ -80,9 +80,7 @@ impl<P: Port> Node<P> {
         let key = FlowKey::new(self.next_ephemeral, remote.ip().octets(), remote.port());
         let h = self.route_socket(h, key);
         self.by_id.insert(conn, self.conns.len());
-        let mut c = Conn::new(conn, h, None, true, None);
-        c.connect_to = Some(key);
-        self.conns.push(c);
+        self.conns.push(Conn::new(conn, h, None, true, None));
         Ok(())
     }
 

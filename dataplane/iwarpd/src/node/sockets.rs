@@ -139,6 +139,11 @@ impl Sockets {
         s
     }
 
+    /// The flow socket `s` is routed by, if it is routed.
+    pub fn route_of(&self, s: Sock) -> Option<FlowKey> {
+        self.route_of.get(&s).copied()
+    }
+
     /// A routed shard with room, made if there is none.
     fn open_shard(&mut self) -> u32 {
         if let Some(&o) = self.open.last() {
