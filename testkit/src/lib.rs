@@ -180,6 +180,28 @@ pub fn start_control(runtime: &Path) -> Proc {
     control
 }
 
+/// An endpoint on the embedded Unix-socket Ethernet: [`start_daemon`]'s `iwarpd` and its
+/// `iwarp-control`, in `runtime`. Dropped, control stops first, then the daemon.
+pub struct Endpoint {
+    pub runtime: PathBuf,
+    pub control: Proc,
+    pub daemon: Proc,
+}
+
+impl Endpoint {
+    /// `iwarpd` number `n` of `dir` on subnet `subnet` with `extra` arguments (see
+    /// [`start_daemon`]), then its control, runtime directory `dir/<name>`.
+    pub fn start(dir: &Path, name: &str, n: u8, subnet: u8, extra: &[&str]) -> Endpoint {
+        let daemon = start_daemon(dir, name, n, subnet, extra);
+        let runtime = dir.join(name);
+        Endpoint {
+            control: start_control(&runtime),
+            runtime,
+            daemon,
+        }
+    }
+}
+
 /// Answers every command OK, forwards it to the test, and plays TCP on loopback: a connect
 /// to a listened port becomes an incoming connection there, bytes sent on one end arrive at
 /// the other, a connect to any other port is refused.

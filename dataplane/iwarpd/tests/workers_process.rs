@@ -10,29 +10,17 @@
 
 mod common;
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::{self as testkit, Endpoint};
 use iwarp_verbs::{
     access, ConnSettings, Context, QpInitAttr, RecvWr, SendWr, Sg, WcStatus, WrOpcode,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-struct Endpoint {
-    runtime: PathBuf,
-    _control: Proc,
-    _daemon: Proc,
-}
 
 fn endpoint(dir: &Path, name: &str, n: u8, extra: &[&str]) -> Endpoint {
     let mut args = vec!["--workers", "2"];
     args.extend(extra);
-    let daemon = testkit::start_daemon(dir, name, n, 56, &args);
-    let runtime = dir.join(name);
-    Endpoint {
-        _control: testkit::start_control(&runtime),
-        runtime,
-        _daemon: daemon,
-    }
+    Endpoint::start(dir, name, n, 56, &args)
 }
 
 /// Endpoint `n` (1: the memif server, 2: the client) of a `net_memif` pair in `dir`, with two
@@ -62,7 +50,7 @@ fn dpdk_endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();
-    let daemon = Proc(
+    let daemon = testkit::Proc(
         std::process::Command::new(testkit::binary("iwarpd"))
             .arg("--config")
             .arg(&path)
@@ -71,9 +59,9 @@ fn dpdk_endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
     );
     testkit::wait_for(&runtime.join("daemon.shm"));
     Endpoint {
-        _control: testkit::start_control(&runtime),
+        control: testkit::start_control(&runtime),
         runtime,
-        _daemon: daemon,
+        daemon,
     }
 }
 

@@ -3,28 +3,16 @@
 //! and read by the peer through the daemon at its virtual address (VA-based, Verbs section
 //! 7.2.3), intact after deregistration; and `fork` after registration.
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::Endpoint;
 use iwarp_verbs::{
     access, CompletionQueue, ConnSettings, Context, QpInitAttr, QueuePair, SendWr, Sg, WcStatus,
     WrOpcode,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-struct Endpoint {
-    runtime: PathBuf,
-    _control: Proc,
-    _daemon: Proc,
-}
-
 fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
-    let daemon = testkit::start_daemon(dir, name, n, 56, &[]);
-    let runtime = dir.join(name);
-    Endpoint {
-        _control: testkit::start_control(&runtime),
-        runtime,
-        _daemon: daemon,
-    }
+    Endpoint::start(dir, name, n, 56, &[])
 }
 
 fn connect(ca: &Context, qa: &QueuePair, cb: &Context, qb: &QueuePair, port: u16) {

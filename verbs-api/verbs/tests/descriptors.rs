@@ -3,11 +3,11 @@
 //! limit. The real stack (two endpoints, `iwarpd` + `iwarp-control` each, on the embedded
 //! Unix-socket Ethernet), this test as both applications.
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::Endpoint;
 use iwarp_verbs::{
     CompletionQueue, ConnSettings, Context, ProtectionDomain, QpInitAttr, QueuePair,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,20 +17,8 @@ const N: usize = 48;
 /// made once per context or per peer, or one a moment's work holds open.
 const SLACK: usize = 4;
 
-struct Endpoint {
-    runtime: PathBuf,
-    control: Proc,
-    daemon: Proc,
-}
-
 fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
-    let daemon = testkit::start_daemon(dir, name, n, 61, &[]);
-    let runtime = dir.join(name);
-    Endpoint {
-        control: testkit::start_control(&runtime),
-        runtime,
-        daemon,
-    }
+    Endpoint::start(dir, name, n, 61, &[])
 }
 
 /// Open descriptors of process `pid` ("self" for this one).

@@ -2,30 +2,18 @@
 //! `iwarp-control` each, on the embedded Unix-socket Ethernet), the example application
 //! `rdma_pair` as one application and this test as the other.
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::{self as testkit, Endpoint, Proc};
 use iwarp_verbs::Stag;
 use iwarp_verbs::{
     access, CompletionQueue, ConnSettings, Context, Error, Event, QpInitAttr, QueuePair, RecvWr,
     SendWr, Sg, SharedBuffer, WcStatus, WrOpcode,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Endpoint {
-    runtime: PathBuf,
-    _control: Proc,
-    _daemon: Proc,
-}
-
 fn endpoint(dir: &Path, name: &str, n: u8) -> Endpoint {
-    let daemon = testkit::start_daemon(dir, name, n, 55, &[]);
-    let runtime = dir.join(name);
-    Endpoint {
-        _control: testkit::start_control(&runtime),
-        runtime,
-        _daemon: daemon,
-    }
+    Endpoint::start(dir, name, n, 55, &[])
 }
 
 /// Shared segments process `pid` created through iwarp-verbs (rings and buffers, memory
@@ -174,7 +162,7 @@ fn an_application_killed_mid_transfer_is_cleaned_up_and_its_peer_sees_the_end() 
     assert_eq!(flushed, vec![500, 501, 502, 503]);
     // The server's iwarpd let go of every segment the killed application had (its memory
     // is freed with the last mapping), and none is left as a file.
-    let daemon = b._daemon.0.id();
+    let daemon = b.daemon.0.id();
     while !segments_of(server_pid, daemon).is_empty() {
         assert!(
             t.elapsed() < Duration::from_secs(20),

@@ -1,22 +1,13 @@
 //! The `rping` example against itself on two endpoints of the embedded Unix-socket
 //! Ethernet: how it ends when the other side does not do what it asked.
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::{self as testkit, Endpoint, Proc};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-struct Endpoint {
-    _control: Proc,
-    _daemon: Proc,
-}
-
 fn endpoint(dir: &Path, name: &str, n: u8, subnet: u8) -> Endpoint {
-    let daemon = testkit::start_daemon(dir, name, n, subnet, &[]);
-    Endpoint {
-        _control: testkit::start_control(&dir.join(name)),
-        _daemon: daemon,
-    }
+    Endpoint::start(dir, name, n, subnet, &[])
 }
 
 fn rping(runtime: &Path, args: &[&str]) -> std::process::Child {

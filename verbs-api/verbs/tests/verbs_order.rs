@@ -4,7 +4,7 @@
 //! behind the work posted before it, so the regions that work uses stay registered until
 //! its own completion is polled.
 
-use iwarp_testkit::{self as testkit, Proc};
+use iwarp_testkit::Endpoint;
 use iwarp_verbs::{
     access, ConnSettings, Context, Error, Event, QpInitAttr, QpState, QueuePair, SendWr, Sg,
     WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -14,19 +14,9 @@ use std::time::{Duration, Instant};
 
 const SUBNET: u8 = 57;
 
-struct Endpoint {
-    _control: Proc,
-    _daemon: Proc,
-}
-
 fn endpoint(dir: &Path, name: &str, n: u8) -> (Endpoint, Context) {
-    let daemon = testkit::start_daemon(dir, name, n, SUBNET, &[]);
-    let runtime = dir.join(name);
-    let e = Endpoint {
-        _control: testkit::start_control(&runtime),
-        _daemon: daemon,
-    };
-    let ctx = Context::open(&runtime).unwrap();
+    let e = Endpoint::start(dir, name, n, SUBNET, &[]);
+    let ctx = Context::open(&e.runtime).unwrap();
     (e, ctx)
 }
 
