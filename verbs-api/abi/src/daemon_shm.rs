@@ -264,7 +264,7 @@ impl DaemonShm {
                 beat_at,
             });
         }
-        let file_id = seg.file_id()?;
+        let file_id = seg.file_id();
         let shared = Shared {
             seg,
             generation: meta[1],

@@ -122,7 +122,7 @@ mod tests {
         let mut got = [0; 15];
         assert!(r.read_at(0, &mut got));
         assert_eq!(&got, b"over the socket");
-        assert_eq!(r.file_id().unwrap(), s.file_id().unwrap());
+        assert_eq!(r.file_id(), s.file_id());
 
         send_fds(&a, b"x", &[]).unwrap();
         assert!(matches!(recv_fd(&b, &mut buf), Err(Error::NoFd)));

@@ -753,10 +753,11 @@ impl Segment {
     pub fn kind(&self) -> SegmentKind {
         self.kind
     }
-    /// (device, inode) of the backing file: two handles name the same memory iff equal
-    /// (how control checks that an fd an application sent is the segment it names).
-    pub fn file_id(&self) -> Result<(u64, u64), Error> {
-        Ok(self.file_id)
+    /// (device, inode) of the backing file, read when it was mapped: two handles name the
+    /// same memory iff equal (how control checks that an fd an application sent is the
+    /// segment it names).
+    pub fn file_id(&self) -> (u64, u64) {
+        self.file_id
     }
     /// This handle's descriptor, while it has one.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
@@ -857,7 +858,7 @@ mod tests {
         assert!(o.read_at(10, &mut b));
         assert_eq!(&b, b"shared");
         assert!(!o.read_at(o.data_len() - 2, &mut b), "bounds are checked");
-        assert_eq!(s.file_id().unwrap(), o.file_id().unwrap());
+        assert_eq!(s.file_id(), o.file_id());
         assert!(matches!(
             Segment::open(&path, Some(SegmentKind::CompletionQueue)),
             Err(Error::Kind { .. })
@@ -975,11 +976,11 @@ mod tests {
         .unwrap();
         let path = s.path().unwrap().to_path_buf();
         let mut o = Segment::open_sealed(&path, Some(SegmentKind::Memory)).unwrap();
-        let id = s.file_id().unwrap();
+        let id = s.file_id();
         let (raw, name) = (s.fd().unwrap().as_raw_fd(), s.take_fd().unwrap());
         drop(o.take_fd());
         assert!(s.fd().is_none() && o.fd().is_none());
-        assert_eq!((s.file_id().unwrap(), o.file_id().unwrap()), (id, id));
+        assert_eq!((s.file_id(), o.file_id()), (id, id));
         // The name holds while the caller keeps the descriptor, and no longer.
         assert!(Segment::open_sealed(&path, None).is_ok());
         let seals_of_name = seals(name.as_fd()).unwrap();
@@ -990,7 +991,7 @@ mod tests {
         drop(name);
         assert!(
             std::fs::metadata(format!("/proc/self/fd/{raw}")).is_err()
-                || Segment::open_sealed(&path, None).map_or(true, |r| r.file_id().unwrap() != id),
+                || Segment::open_sealed(&path, None).map_or(true, |r| r.file_id() != id),
             "the descriptor was closed"
         );
         // Both mappings still reach the same pages.

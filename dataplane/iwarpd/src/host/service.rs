@@ -481,7 +481,7 @@ impl Host {
             Some(id) => id,
             None => {
                 let opened = open(&path, SegmentKind::Doorbell).ok()?;
-                let id = opened.file_id().ok()?;
+                let id = opened.file_id();
                 if let std::collections::hash_map::Entry::Vacant(e) = self.bells.entry(id) {
                     if opened.header().creator_pid != owner {
                         tracing::warn!("{rung:?}: its doorbell segment is not its application's");
@@ -804,7 +804,7 @@ impl Host {
                 }
                 let pd = self.pd(pd)?;
                 let opened = open(&segment.to_path(), SegmentKind::Memory)?;
-                let id = opened.file_id().map_err(|_| st::BAD_SEGMENT)?;
+                let id = opened.file_id();
                 let seg = self.segments.entry(id).or_insert(opened).clone();
                 let reg = Registration {
                     stag: stag.0,
