@@ -383,13 +383,11 @@ pub struct Node<P: Port> {
     stage_timing: bool,
     stages: StageNs,
     /// The TCP counters summed over the connections (see [`Node::counters`]) as the poll loop
-    /// last refreshed them (with many connections), when (in `live`) it next does, and its
-    /// turns.
+    /// last refreshed them (with many connections), and when (in `live`) it next does.
     tcp_totals: (cc::sender::SendCounters, usize, usize),
     next_totals: std::time::Duration,
     /// Connections in setup or RTS, counted when `tcp_totals` is summed.
     live_conns: u64,
-    turns: u64,
     /// Real time the poll loop has lived through, each turn counting at most a keep-alive
     /// interval: a dead peer is one silent this long, so that time our own loop spent
     /// stalled (when it could neither send probes nor read answers) never counts against
@@ -495,7 +493,6 @@ impl<P: Port> Node<P> {
             tcp_totals: Default::default(),
             next_totals: std::time::Duration::ZERO,
             live_conns: 0,
-            turns: 0,
             live: std::time::Duration::ZERO,
             last_turn_us: 0,
             next_liveness: std::time::Duration::ZERO,
@@ -868,7 +865,6 @@ impl<P: Port> Node<P> {
         self.turn_t.tcp += self.stage.lap();
         let _ = self.dev.port.flush();
         self.turn_t.port += self.stage.lap();
-        self.turns += 1;
         if self.conns.len() > TOTALS_EACH_TURN && self.live >= self.next_totals {
             self.next_totals = self.live + TOTALS_EVERY;
             self.tcp_totals = self.dev.peers.totals();
