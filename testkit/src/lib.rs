@@ -276,6 +276,15 @@ pub fn fake_daemon(mut d: DaemonSide, tx: mpsc::Sender<Command>, stop: mpsc::Rec
 
 /// Every frame of a pcap or pcapng file, in order (the captures come in both formats).
 pub fn capture_frames(path: &Path) -> Vec<Vec<u8>> {
+    capture_frames_timed(path)
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect()
+}
+
+/// Every frame of a pcap or pcapng file, in order, with the time it was captured (since the
+/// epoch); None for a pcapng simple packet, which carries no time.
+pub fn capture_frames_timed(path: &Path) -> Vec<(Option<Duration>, Vec<u8>)> {
     use pcap_file::pcap::PcapReader;
     use pcap_file::pcapng::{Block, PcapNgReader};
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -284,15 +293,16 @@ pub fn capture_frames(path: &Path) -> Vec<Vec<u8>> {
         let mut reader = PcapNgReader::new(&bytes[..]).unwrap();
         while let Some(block) = reader.next_block() {
             match block.unwrap() {
-                Block::EnhancedPacket(p) => out.push(p.data.into_owned()),
-                Block::SimplePacket(p) => out.push(p.data.into_owned()),
+                Block::EnhancedPacket(p) => out.push((Some(p.timestamp), p.data.into_owned())),
+                Block::SimplePacket(p) => out.push((None, p.data.into_owned())),
                 _ => {}
             }
         }
     } else {
         let mut reader = PcapReader::new(&bytes[..]).unwrap();
         while let Some(p) = reader.next_packet() {
-            out.push(p.unwrap().data.into_owned());
+            let p = p.unwrap();
+            out.push((Some(p.timestamp), p.data.into_owned()));
         }
     }
     out

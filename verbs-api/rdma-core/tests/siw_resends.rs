@@ -1,11 +1,17 @@
 //! A Linux peer must not see our data twice: 1,000 RDMA Writes of 64 B, each posted as the
 //! last completes (Debian's `ib_write_bw -t 1`, with our libraries), to Linux soft-iWARP in
 //! the QEMU guest of `scripts/siw-guest`. Linux delays its ACKs (40 ms and more for a lone
-//! segment), and a guest's ACKs come late whenever its virtual CPU waits for the host's, so
-//! a retransmission timer that does not allow for either resends data the peer holds. The
-//! link is a bridge on this machine and loses nothing: any data segment we send twice is
-//! spurious. Counted in the capture (our own reading of the sequence numbers, and
+//! segment), so a retransmission timer that does not allow for that resends data the peer
+//! holds. The link is a bridge on this machine and loses nothing: any data segment we send
+//! twice is spurious. Counted in the capture (our own reading of the sequence numbers, and
 //! Wireshark's TCP analysis) and in our daemon's counters.
+//!
+//! The guest's virtual CPU is emulated, and on a loaded host it can stall for longer than
+//! any ACK delay. Our timer waits the RTT plus `tcp.peer_ack_delay_us` (40 ms, Linux's
+//! shortest ACK delay), so a resend is excused when at least that long passed since the
+//! original with nothing from the guest on that connection in between. A resend sooner, or
+//! while the guest was answering, fails the test; with a timer of RFC 6298 alone (a 1 ms
+//! floor here) every delayed ACK would be one.
 //!
 //! Root only (TAP and a bridge), and only where the guest is built, unless
 //! `IWARP_REQUIRE_SIW=1` (CI), where a missing piece fails the test.
@@ -15,50 +21,114 @@ mod common;
 use iwarp_testkit::{self as testkit, tcp_segment};
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 const WRITES: &str = "1000";
 /// The bridge's number in `testkit::siw::run` (10.79.0.0/24, bridge brsiw9): one no other
 /// siw test uses, as they may run at the same time.
 const N: u8 = 9;
+/// How long Linux may hold the ACK of a lone segment at least (its `TCP_ATO_MIN`): a resend
+/// sooner is spurious whatever the guest does.
+const LINUX_ACK_DELAY: Duration = Duration::from_millis(40);
 
-/// Our data segments (sent from `ours`) that repeat octets sent before, each as (connection's
-/// port, offset in its stream, length), and the SYNs sent again for the same connection.
-/// A keep-alive (one octet just below the highest sent, RFC 9293 section 3.8.4) is none.
-fn resent(pcap: &Path, ours: [u8; 4]) -> (Vec<(u16, u32, usize)>, usize) {
-    // Per connection: the end of the highest sequence sent, and whether a SYN was seen.
-    let mut sent: HashMap<(u16, u16), (Option<u32>, bool, u32)> = HashMap::new();
+/// A data segment of ours that repeats octets sent before.
+struct Resend {
+    /// The connection's port, the offset in its stream, the length.
+    port: u16,
+    offset: u32,
+    len: usize,
+    /// Since the first copy of these octets was sent.
+    after: Duration,
+    /// Whether the guest sent nothing on this connection since that first copy.
+    guest_silent: bool,
+}
+
+/// Our data segments (sent from `ours`) that repeat octets sent before, and the SYNs sent
+/// again for the same connection. A keep-alive (one octet just below the highest sent,
+/// RFC 9293 section 3.8.4) is none.
+fn resent(pcap: &Path, ours: [u8; 4]) -> (Vec<Resend>, usize) {
+    #[derive(Default)]
+    struct Conn {
+        /// The end of the highest sequence sent.
+        high: Option<u32>,
+        syn: Option<u32>,
+        /// Each first copy: its start, end and time.
+        firsts: Vec<(u32, u32, Duration)>,
+        /// When the guest last sent on this connection.
+        guest_at: Option<Duration>,
+    }
+    let mut conns: HashMap<(u16, u16), Conn> = HashMap::new();
     let (mut data, mut syns) = (Vec::new(), 0);
-    for frame in testkit::capture_frames(pcap) {
+    for (at, frame) in testkit::capture_frames_timed(pcap) {
         let Some(s) = tcp_segment(&frame) else {
             continue;
         };
+        let at = at.expect("our daemon's capture times every frame");
+        if s.dst.0 == ours {
+            conns.entry((s.dst.1, s.src.1)).or_default().guest_at = Some(at);
+            continue;
+        }
         if s.src.0 != ours {
             continue;
         }
-        let conn = sent.entry((s.src.1, s.dst.1)).or_default();
+        let conn = conns.entry((s.src.1, s.dst.1)).or_default();
         if s.syn {
-            syns += usize::from(conn.1);
-            conn.1 = true;
-            conn.2 = s.seq;
+            syns += usize::from(conn.syn.is_some());
+            conn.syn = Some(s.seq);
             continue;
         }
         if s.payload.is_empty() {
             continue;
         }
         let end = s.seq.wrapping_add(s.payload.len() as u32);
-        match conn.0 {
-            // Sequence arithmetic (RFC 9293 section 3.4): before the highest end sent.
+        // Sequence arithmetic (RFC 9293 section 3.4).
+        let before = |a: u32, b: u32| (a.wrapping_sub(b) as i32) < 0;
+        match conn.high {
             Some(high) if s.payload.len() == 1 && end == high => {}
-            Some(high) if (s.seq.wrapping_sub(high) as i32) < 0 => {
-                data.push((s.src.1, s.seq.wrapping_sub(conn.2), s.payload.len()));
-                if (end.wrapping_sub(high) as i32) > 0 {
-                    conn.0 = Some(end);
+            Some(high) if before(s.seq, high) => {
+                let first = conn
+                    .firsts
+                    .iter()
+                    .rev()
+                    .find(|&&(l, r, _)| !before(s.seq, l) && before(s.seq, r))
+                    .map_or(at, |&(_, _, t)| t);
+                data.push(Resend {
+                    port: s.src.1,
+                    offset: s.seq.wrapping_sub(conn.syn.unwrap_or(0)),
+                    len: s.payload.len(),
+                    after: at.saturating_sub(first),
+                    guest_silent: conn.guest_at.is_none_or(|g| g < first),
+                });
+                if before(high, end) {
+                    conn.firsts.push((high, end, at));
+                    conn.high = Some(end);
                 }
             }
-            _ => conn.0 = Some(end),
+            _ => {
+                conn.firsts.push((s.seq, end, at));
+                conn.high = Some(end);
+            }
         }
     }
     (data, syns)
+}
+
+impl std::fmt::Debug for Resend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "port {} offset {} length {}, {:?} after the first copy, {}",
+            self.port,
+            self.offset,
+            self.len,
+            self.after,
+            if self.guest_silent {
+                "the guest silent"
+            } else {
+                "the guest answering"
+            }
+        )
+    }
 }
 
 #[test]
@@ -124,23 +194,34 @@ fn a_thousand_small_writes_to_siw_are_not_resent() {
     );
     let counter = |k: &str| testkit::stat(&said, k);
     println!(
-        "{WRITES} Writes of 64 B to siw: data segments resent {} {data:?} (port, offset, \
-         length; Wireshark finds {:?}), SYNs resent {syns}; our counters: retransmits {:?}, \
-         rtos {:?}, spurious {:?}",
+        "{WRITES} Writes of 64 B to siw: data segments resent {} {data:?} (Wireshark finds \
+         {:?}), SYNs resent {syns}; our counters: retransmits {:?}, rtos {:?}, spurious {:?}",
         data.len(),
         wireshark.as_ref().map(|f| f.len()),
         counter("retransmits"),
         counter("rtos"),
         counter("spurious_retransmits"),
     );
-    assert_eq!(
-        data.len(),
-        0,
-        "data segments sent twice to a peer that lost nothing"
+    let early: Vec<&Resend> = data
+        .iter()
+        .filter(|r| r.after < LINUX_ACK_DELAY || !r.guest_silent)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "data sent twice to a peer that lost nothing, before Linux's {LINUX_ACK_DELAY:?} \
+         ACK delay or while it was answering: {early:?}"
     );
     if let Some(frames) = wireshark {
-        assert!(frames.is_empty(), "Wireshark's retransmissions: {frames:?}");
+        assert_eq!(
+            frames.len(),
+            data.len(),
+            "Wireshark's retransmissions: {frames:?}"
+        );
     }
     // The counters count data segments resent (SYNs apart).
-    assert_eq!(counter("retransmits"), Some(0), "our counters: {said}");
+    assert_eq!(
+        counter("retransmits"),
+        Some(data.len() as u64),
+        "our counters: {said}"
+    );
 }
