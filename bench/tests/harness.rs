@@ -349,6 +349,35 @@ fn qps_spread_over_the_workers_of_two_worker_daemons() {
 }
 
 #[test]
+fn applications_stream_on_daemons_of_two_workers() {
+    // Each `--apps` child opens one context on the running endpoints, and control places it
+    // on either worker (with 8, some land on each): every child must run, wherever its
+    // context landed.
+    let out = ok(&[
+        "--apps",
+        "8",
+        "--daemon-workers",
+        "2",
+        "--ops",
+        "write",
+        "--baselines",
+        "none",
+        "--sizes",
+        "4096",
+        "--duration",
+        "1s",
+        "--warmup",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("8 applications, iwarp: total"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn verbs_operations_without_an_endpoint_fail_cleanly() {
     // Running endpoints named by directories that hold none: a clear error, no hang.
     let dir = tempfile::tempdir().unwrap();

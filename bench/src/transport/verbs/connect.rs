@@ -180,9 +180,10 @@ fn side(ctx: &Context, depth: usize, buf_len: usize, carver: &Mutex<Carver>) -> 
     })
 }
 
-/// One context on each of `workers` workers of the endpoint in `dir`. Control places a new
-/// context on the worker serving the fewest applications, so on a daemon other applications
-/// already use, a few more may be needed to reach every worker; those extra ones are closed.
+/// One context on each of `workers` workers of the endpoint in `dir` (for one, the first
+/// context, wherever control placed it). Control places a new context on the worker serving
+/// the fewest applications, so on a daemon other applications already use, a few more may be
+/// needed to reach every worker; those extra ones are closed.
 fn per_worker(dir: &std::path::Path, workers: usize, name: &str) -> Result<Vec<Context>> {
     let workers = workers.max(1);
     let mut mine: Vec<Option<Context>> = (0..workers).map(|_| None).collect();
@@ -193,9 +194,10 @@ fn per_worker(dir: &std::path::Path, workers: usize, name: &str) -> Result<Vec<C
         }
         let c = Context::open(dir).map_err(|e| err(&format!("open endpoint {name}"), e))?;
         match c.worker() {
+            // One context asked for: any worker serves it (an `--apps` child on a daemon of
+            // several workers lands where control places it).
+            _ if workers == 1 => mine[0] = Some(c),
             Some(w) if w < workers && mine[w].is_none() => mine[w] = Some(c),
-            // A control that does not place, or one worker only: any context serves.
-            None if workers == 1 => mine[0] = Some(c),
             _ => extra.push(c),
         }
     }
