@@ -10,6 +10,7 @@
 //!   transports: [`transport::tcp`], [`transport::shm`], [`transport::verbs`].
 //! - [`runner`]: the latency, closed-loop and open-loop measurement loops; [`setup_rate`]:
 //!   connections per second through the connection manager.
+//! - [`limits`]: the descriptor and mapping limits runs of thousands of QPs meet.
 //! - [`bench`](mod@bench): runs a plan; [`report`]: the results; [`output`]: table, JSON, HdrHistogram
 //!   log, SVG plots; [`stages`]: the per-stage breakdown.
 //!
@@ -20,6 +21,7 @@ pub mod bench;
 pub mod cli;
 pub mod daemons;
 pub mod error;
+pub mod limits;
 pub mod output;
 pub mod report;
 pub mod runner;

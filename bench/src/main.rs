@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    iwarp_bench::setup_rate::raise_fd_limit();
+    iwarp_bench::limits::raise_fd_limit();
     if let Some(n) = args.tcp_accept_peer {
         return match iwarp_bench::setup_rate::tcp_accept_peer(n) {
             Ok(()) => ExitCode::SUCCESS,

@@ -601,21 +601,3 @@ pub fn tcp_accept_peer(n: usize) -> std::io::Result<()> {
     drop(accepted);
     Ok(())
 }
-
-/// Raises this process's soft limit on open descriptors to its hard limit: the kernel TCP
-/// baseline holds one per connection, and a shell's usual soft limit of 1,024 would stop
-/// it long before the hard limit does. Nothing happens where the limit cannot be read.
-pub fn raise_fd_limit() {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given; result checked.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 || l.rlim_cur >= l.rlim_max {
-        return;
-    }
-    l.rlim_cur = l.rlim_max;
-    // SAFETY: setrlimit reads the struct; raising the soft limit up to the hard one needs no
-    // privilege, and a failure leaves the old limit.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
-}

@@ -19,6 +19,10 @@ use std::time::Duration;
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Pairs set up between two looks at the process's memory mappings (reading them costs a
+/// millisecond at tens of thousands).
+const MAPPINGS_CHECK_EVERY: usize = 256;
+
 /// The largest shared buffer regions are carved from. A buffer keeps a descriptor open for
 /// its life (`SharedBuffer`), so a buffer per QP would stop a run at the process's
 /// descriptor limit: 10,000 QPs on each side are 20,000.
@@ -112,7 +116,11 @@ impl Contexts {
             rdmap_v2: true,
             ..ConnSettings::default()
         };
-        let k = self.next.fetch_add(1, Ordering::Relaxed) % self.a.len();
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        if n % MAPPINGS_CHECK_EVERY == MAPPINGS_CHECK_EVERY - 1 {
+            crate::limits::check_mapping_room(n)?;
+        }
+        let k = n % self.a.len();
         let (ca, cb) = (&self.a[k], &self.b[k]);
         // Listeners belong to one application: each of b's contexts listens on its own port.
         let port = self.port + k as u16;
