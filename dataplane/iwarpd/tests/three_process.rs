@@ -7,6 +7,7 @@
 use iwarp_abi::app::{decode_to_app, encode_request, message_len, ToApp};
 use iwarp_abi::app::{ConnSettings, ConnectRequest, Established, Event, QpAttrs, Reply, Request};
 use iwarp_abi::command::ShmPath;
+use iwarp_abi::doorbell;
 use iwarp_abi::id::{CqId, PdId, QpId, Stag};
 use iwarp_abi::qp::{QpState, Terminated};
 use iwarp_abi::ring;
@@ -155,6 +156,12 @@ fn resources(e: &mut Endpoint, tag: &str) -> Side {
 }
 
 fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
+    resources_belled(e, tag, cq_depth, None)
+}
+
+/// [`resources_with`], the QP's rings naming slot 0 of doorbell segment `bell` when given:
+/// the daemon then reads them only when that slot is rung (this `QueuePair` never rings).
+fn resources_belled(e: &mut Endpoint, tag: &str, cq_depth: u32, bell: Option<&Segment>) -> Side {
     let pd = e.id(&Request::AllocPd);
     let cq_seg = segment(
         &format!("{tag}-cq"),
@@ -167,11 +174,19 @@ fn resources_with(e: &mut Endpoint, tag: &str, cq_depth: u32) -> Side {
         ring: path(&cq_seg),
     });
     let cq = Arc::new(CompletionQueue::from_ring(CqId(cq), cq_ring));
+    let sq_len = ring::ring_bytes::<SendWqe>(64);
     let sq_seg = segment(
         &format!("{tag}-sq"),
         SegmentKind::SendQueue,
-        ring::ring_bytes::<SendWqe>(64),
+        doorbell::with_bell_ref(sq_len),
     );
+    if let Some(b) = bell {
+        let r = doorbell::BellRef {
+            slot: 0,
+            path: path(b),
+        };
+        assert!(r.write(&sq_seg, sq_len));
+    }
     let rq_seg = segment(
         &format!("{tag}-rq"),
         SegmentKind::RecvQueue,
@@ -1131,6 +1146,44 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
             state: QpState::Error
         }
     ));
+}
+
+#[test]
+fn a_receive_posted_before_a_disconnect_is_flushed_with_the_rest() {
+    // Verbs section 6.2.5: the QP leaves Closing for Idle with its receives flushed, and a
+    // receive posted before the disconnect was asked for is one of them, whichever the
+    // daemon meets first: the ring, or the command control relays (under load the command
+    // can come between a turn's reading of the rings and its commands). Here it always
+    // comes first: A's rings name a doorbell this test never rings, so only the disconnect
+    // makes the daemon read them. A receive left in the ring would reach the QP in Idle,
+    // where it waits for an RTS that never comes, and its completion with it (rping's
+    // client waits for that flush before it exits).
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = start(dir.path(), "a", 1);
+    let mut b = start(dir.path(), "b", 2);
+    let bell = segment("a-bell", SegmentKind::Doorbell, doorbell::bell_bytes(1));
+    doorbell::Ringer::init_segment(&bell).unwrap();
+    let sa = resources_belled(&mut a, "a", 256, Some(&bell));
+    let sb = resources(&mut b, "b");
+    let (ea, _) = connect(
+        &mut a,
+        &mut b,
+        &sa,
+        &sb,
+        7012,
+        ConnSettings::default(),
+        ConnSettings::default(),
+    );
+    let Event::Established(Established { conn, .. }) = ea else {
+        unreachable!()
+    };
+    recv(&sa.qp, 400, &sa.mr, 0);
+    assert!(matches!(
+        a.call(&Request::Disconnect { conn, abort: false }),
+        Reply::Done
+    ));
+    let wc = wait_cqe(&sa.cq);
+    assert_eq!((wc.wr_id, wc.status), (400, WcStatus::WrFlushed));
 }
 
 #[test]

@@ -568,6 +568,26 @@ impl Host {
         s.posted + s.rejected > 0
     }
 
+    /// Moves what the application posted to `qp`'s rings into the engine, before a command
+    /// that changes the QP's state (a disconnect, Modify QP): the command acts on every WR
+    /// posted before it was asked for, as a kernel verbs call would. The post reached the
+    /// ring first, but a turn reads the rings before its commands, and a command that came
+    /// in between would otherwise go first. A receive left behind by a disconnect would
+    /// reach the QP in Idle and wait there for an RTS that never comes, never flushed
+    /// (Verbs section 6.2.5); posted sends go out before the FIN. The other QPs wait for
+    /// the next turn.
+    fn pump_posted(qp: &mut Qp, rnic: &mut Rnic) {
+        if !qp.host.is_corrupt() {
+            qp.host.pump_rq(rnic);
+        }
+        // The SQ a burst at a time, up to its depth's worth.
+        for _ in 0..64 {
+            if !Self::pump_qp(qp, rnic) {
+                break;
+            }
+        }
+    }
+
     /// Moves completions into the CQ rings of the CQs that have them (the engine lists
     /// those, [`Rnic::next_cq_ready`]), a burst each. A CQ left with completions (its ring
     /// full, or more than a burst) is listed again for the next turn.
@@ -787,6 +807,9 @@ impl Host {
             }
             Command::ModifyQp { qp, state } => {
                 let qp = self.qp(qp)?;
+                if let Some(q) = self.qps.get_mut(&qp) {
+                    Self::pump_posted(q, rnic);
+                }
                 rnic.modify_qp(qp, state).map_err(|_| st::INVALID)?;
             }
             Command::RegisterMr {
@@ -867,15 +890,8 @@ impl Host {
             // Ending a connection that already ended (its QP was destroyed, the peer reset
             // it) is done, not an error: control's teardown may cross the daemon's.
             Command::TcpClose { conn } => {
-                // What the application posted on this connection's QP before it asked to
-                // disconnect goes out first (the other QPs wait for the next turn).
-                let closing = node.qp_of_conn(conn);
-                if let Some(qp) = closing.and_then(|qp| self.qps.get_mut(&qp)) {
-                    for _ in 0..64 {
-                        if !Self::pump_qp(qp, rnic) {
-                            break;
-                        }
-                    }
+                if let Some(qp) = node.qp_of_conn(conn).and_then(|qp| self.qps.get_mut(&qp)) {
+                    Self::pump_posted(qp, rnic);
                 }
                 if let Err(e) = node.relay_close(rnic, conn) {
                     tracing::debug!("close: {e}");
