@@ -54,6 +54,27 @@ impl RxPool {
         }
     }
 
+    /// A free buffer to receive into, for a receive of several frames at once; it comes
+    /// back as a frame ([`RxPool::frame`]) or unused ([`RxPool::put`]).
+    pub fn take(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_else(|| vec![0; self.size])
+    }
+
+    /// The frame of `len` octets received into `buf` (one of [`RxPool::take`]'s).
+    pub fn frame(&self, buf: Vec<u8>, len: usize) -> RxBuf {
+        RxBuf {
+            len: len.min(buf.len()),
+            buf,
+        }
+    }
+
+    /// Takes back a buffer [`RxPool::take`] gave that received nothing.
+    pub fn put(&mut self, buf: Vec<u8>) {
+        if self.free.len() < Self::KEEP && buf.len() == self.size {
+            self.free.push(buf);
+        }
+    }
+
     /// Takes back a frame's buffer once it has been read.
     pub fn give_back(&mut self, frame: RxBuf) {
         if self.free.len() < Self::KEEP && frame.buf.len() == self.size {

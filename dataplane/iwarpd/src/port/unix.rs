@@ -13,15 +13,20 @@
 //! senders share it, and resolves the path on every `send_to`. Between the two ends of a
 //! connection the only bound is the sender's buffer in bytes (sized here), so many streams
 //! to one peer keep its queue full instead of meeting a full one. When a peer's queue is
-//! full all the same, the frame waits in that peer's backlog, retried on the next flush or
+//! full all the same, the frame waits in that peer's queue, retried on the next flush or
 //! receive in order (as a NIC's full TX ring), so one full peer holds up no other; only past
-//! the backlogs' bound is a frame dropped.
+//! the queues' bound is a frame dropped.
+//!
+//! System calls: a frame costs the kernel a microsecond or so at each end whatever is done,
+//! and entering the kernel a fifth of that again, so frames go in batches: those for one
+//! peer wait in its queue until the turn's flush (or until [`BATCH`] wait) and leave in
+//! one `sendmmsg`, and a burst is read with one `recvmmsg` per source.
 //!
 //! Back-pressure: once [`PAUSE_AT`] frames wait, [`Port::tx_ready`] says no and the device
 //! takes no more segments from TCP until the peers have read, so however many connections
 //! send, the queue stays at about one socket buffer (a millisecond or two) and no timer
 //! fires for frames that only waited. A peer that reads nothing for [`STALL`] (its daemon
-//! hung) has its backlog dropped, so it cannot hold the others' traffic for longer.
+//! hung) has its queue dropped, so it cannot hold the others' traffic for longer.
 
 use super::{Port, RxBuf, RxPool};
 use rustc_hash::FxHashMap;
@@ -36,10 +41,21 @@ use std::time::{Duration, Instant};
 /// Frames the port holds back, over all peers, when their queues are full.
 const BACKLOG: usize = 8192;
 
+/// Frames queued for one peer at which they are sent at once rather than at the turn's
+/// flush: one system call for this many, and never so many unsent that they alone pause
+/// the port ([`PAUSE_AT`]).
+pub const BATCH: usize = 16;
+
+/// Messages one `sendmmsg` or `recvmmsg` carries at most.
+const MMSG: usize = 64;
+
+/// Sent frames' buffers kept for the next frames: a couple of batches.
+const SPARE: usize = 2 * MMSG;
+
 /// Frames held back at which the port stops taking more ([`Port::tx_ready`]): a couple of
 /// bursts, enough to refill a socket the moment its peer reads, the rest waits in TCP. The
 /// device checks it between rounds over the connections, so a round may go past it by a
-/// frame per sending connection; the backlogs hold 8,192 frames, room for that.
+/// frame per sending connection; the queues hold 8,192 frames, room for that.
 pub const PAUSE_AT: usize = 64;
 
 /// A peer whose queue took nothing for this long while frames waited for it has them
@@ -63,10 +79,11 @@ const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 #[derive(Default)]
 struct Dest {
     link: Link,
-    /// Frames its full queue held back, oldest first.
-    backlog: VecDeque<Vec<u8>>,
-    /// While `backlog` is not empty: when its queue last took a frame (or the backlog
-    /// began).
+    /// Frames for it not yet in its socket's queue, oldest first: the turn's, until the
+    /// flush (or [`BATCH`]), and those its full queue refused.
+    queue: VecDeque<Vec<u8>>,
+    /// While a refused frame waits: when its socket last took a frame (or the first was
+    /// refused).
     moved_at: Option<Instant>,
 }
 
@@ -90,7 +107,7 @@ pub struct UnixPort {
     mtu: usize,
     rx: RxPool,
     dests: FxHashMap<[u8; 6], Dest>,
-    /// Frames in all backlogs.
+    /// Frames in all queues.
     held: usize,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
@@ -123,14 +140,6 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r)
-    }
-}
-
-fn cvt_size(r: libc::ssize_t) -> io::Result<usize> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
     }
 }
 
@@ -224,35 +233,72 @@ fn accept_one(listener: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn send_fd(fd: &OwnedFd, frame: &[u8]) -> io::Result<usize> {
-    // SAFETY: `frame` is valid for reads of its length; MSG_NOSIGNAL turns a closed peer
-    // into EPIPE instead of a signal.
-    cvt_size(unsafe {
-        libc::send(
+/// Sends the first frames of `frames` on connection `fd`, as many as one `sendmmsg` carries
+/// and its queue takes; how many went. `WouldBlock` when its queue took none.
+fn send_many(fd: &OwnedFd, frames: &[Vec<u8>]) -> io::Result<usize> {
+    let n = frames.len().min(MMSG);
+    // SAFETY: iovec and mmsghdr are plain C structures; all zeroes is a valid empty value.
+    let mut iov: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
+    for ((v, m), f) in iov.iter_mut().zip(msgs.iter_mut()).zip(&frames[..n]) {
+        v.iov_base = f.as_ptr() as *mut libc::c_void;
+        v.iov_len = f.len();
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `msgs[..n]` each point at one iovec over a live frame (read only); MSG_NOSIGNAL
+    // turns a closed peer into EPIPE instead of a signal.
+    let sent = cvt(unsafe {
+        libc::sendmmsg(
             fd.as_raw_fd(),
-            frame.as_ptr() as *const libc::c_void,
-            frame.len(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
-    })
+    })?;
+    Ok(sent as usize)
 }
 
-/// Receives one frame from a connection; the end of the connection is `UnexpectedEof`
-/// (a frame is never empty).
-fn recv_fd(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for writes of its length.
-    let n = cvt_size(unsafe {
-        libc::recv(
-            fd,
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    })?;
-    if n == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
+/// Receives up to `bufs.len()` frames from `fd` with one `recvmmsg`, each into the next
+/// buffer; their lengths go to `lens`. How many came; `WouldBlock` when none waited, and the
+/// end of a connection `UnexpectedEof` (a frame is never empty).
+fn recv_many(fd: RawFd, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+    let n = bufs.len().min(MMSG).min(lens.len());
+    // SAFETY: plain C structures; all zeroes is a valid empty value.
+    let mut iov: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
+    for ((v, m), b) in iov
+        .iter_mut()
+        .zip(msgs.iter_mut())
+        .zip(bufs[..n].iter_mut())
+    {
+        v.iov_base = b.as_mut_ptr() as *mut libc::c_void;
+        v.iov_len = b.len();
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
     }
-    Ok(n)
+    // SAFETY: `msgs[..n]` each point at one iovec over a buffer valid for writes of its
+    // length, all alive for the call; no timeout.
+    let got = cvt(unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    })? as usize;
+    for (l, m) in lens.iter_mut().zip(&msgs[..got]) {
+        *l = m.msg_len as usize;
+    }
+    // A connection's end reads as empty messages; frames before it are delivered first.
+    match lens[..got].iter().position(|&l| l == 0) {
+        Some(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+        Some(k) => Ok(k),
+        None => Ok(got),
+    }
 }
 
 fn epoll_add(epoll: &OwnedFd, fd: RawFd) -> io::Result<()> {
@@ -372,15 +418,8 @@ impl UnixPort {
         self.dests.values().filter(|d| d.link.fd.is_some()).count()
     }
 
-    /// Sends a unicast frame to `dest`. `false` when the peer's queue is full (try again
-    /// later); a frame to nobody counts as sent (lost on the segment, as on a wire).
-    fn send_unicast(
-        sock: &UnixDatagram,
-        dir: &Path,
-        to: &[u8; 6],
-        link: &mut Link,
-        frame: &[u8],
-    ) -> bool {
+    /// Opens the connection to `to`'s `.seq` if there is none and a try is due.
+    fn link_up(dir: &Path, to: &[u8; 6], link: &mut Link) {
         if link.fd.is_none() && link.retry_at.is_none_or(|t| Instant::now() >= t) {
             match connect_to(&dir.join(mac_name(to, "seq"))) {
                 Ok(fd) => {
@@ -392,57 +431,186 @@ impl UnixPort {
                 Err(_) => link.retry_at = Some(Instant::now() + RECONNECT_AFTER),
             }
         }
+    }
+
+    /// Sends the front of `queue` to `to`, as far as its socket takes frames; how many went.
+    /// On a connection, in batches; without one (or once it is found closed), as datagrams.
+    /// A frame to nobody counts as sent (lost on the segment, as on a wire).
+    fn send_front(
+        sock: &UnixDatagram,
+        dir: &Path,
+        to: &[u8; 6],
+        link: &mut Link,
+        queue: &mut VecDeque<Vec<u8>>,
+    ) -> usize {
+        Self::link_up(dir, to, link);
+        let mut sent = 0;
         if let Some(fd) = &link.fd {
-            match send_fd(fd, frame) {
-                Ok(_) => return true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                // The peer closed (its daemon stopped or restarted): reconnect on the next
-                // frame, this one goes as a datagram. (Closing it leaves the epoll set.)
-                Err(_) => {
-                    link.fd = None;
-                    link.watched = false;
+            loop {
+                let frames = &queue.make_contiguous()[sent..];
+                if frames.is_empty() {
+                    return sent;
+                }
+                match send_many(fd, frames) {
+                    Ok(k) => {
+                        sent += k;
+                        if k < frames.len().min(MMSG) {
+                            return sent;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return sent,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    // The peer closed (its daemon stopped or restarted): reconnect on the
+                    // next flush, these go as datagrams. (Closing it leaves the epoll set.)
+                    Err(_) => {
+                        link.fd = None;
+                        link.watched = false;
+                        break;
+                    }
                 }
             }
         }
         let path = dir.join(mac_name(to, "sock"));
-        !matches!(sock.send_to(frame, path), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        for frame in queue.range(sent..) {
+            if matches!(sock.send_to(frame, &path), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            {
+                break;
+            }
+            sent += 1;
+        }
+        sent
     }
 
-    fn drain_backlog(&mut self) {
-        if self.held == 0 {
+    /// Sends what waits for `to`, and watches or gives up on what its socket refuses.
+    fn send_queued(&mut self, to: [u8; 6]) {
+        let Some(d) = self.dests.get_mut(&to) else {
+            return;
+        };
+        Self::send_dest(
+            &self.sock,
+            &self.dir,
+            &self.epoll,
+            &to,
+            d,
+            &mut self.spare,
+            &mut self.held,
+            &mut self.tx_dropped,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_dest(
+        sock: &UnixDatagram,
+        dir: &Path,
+        epoll: &OwnedFd,
+        to: &[u8; 6],
+        d: &mut Dest,
+        spare: &mut Vec<Vec<u8>>,
+        held: &mut usize,
+        dropped: &mut u64,
+    ) {
+        if d.queue.is_empty() {
+            return;
+        }
+        let sent = Self::send_front(sock, dir, to, &mut d.link, &mut d.queue);
+        let keep = SPARE.saturating_sub(spare.len()).min(sent);
+        spare.extend(d.queue.drain(..keep));
+        d.queue.drain(..sent - keep);
+        *held -= sent;
+        if d.queue.is_empty() {
+            d.moved_at = None;
+            d.link.watch(epoll, false);
             return;
         }
         let now = Instant::now();
-        for (to, d) in self.dests.iter_mut() {
-            if d.backlog.is_empty() {
-                continue;
-            }
-            let mut moved = false;
-            while let Some(front) = d.backlog.front() {
-                if !Self::send_unicast(&self.sock, &self.dir, to, &mut d.link, front) {
-                    break;
-                }
-                if let Some(b) = d.backlog.pop_front() {
-                    self.spare.push(b);
-                    self.held -= 1;
-                }
-                moved = true;
-            }
-            if d.backlog.is_empty() {
-                d.moved_at = None;
-                d.link.watch(&self.epoll, false);
-            } else if moved {
-                d.moved_at = Some(now);
-            } else if d.moved_at.is_some_and(|t| now.duration_since(t) >= STALL) {
+        match d.moved_at {
+            _ if sent > 0 => d.moved_at = Some(now),
+            None => d.moved_at = Some(now),
+            Some(t) if now.duration_since(t) >= STALL => {
                 // A peer that stopped reading: what waits for it goes, counted.
-                let n = d.backlog.len();
-                self.spare.extend(d.backlog.drain(..));
-                self.held -= n;
-                self.tx_dropped += n as u64;
+                let n = d.queue.len();
+                d.queue.clear();
+                *held -= n;
+                *dropped += n as u64;
                 d.moved_at = None;
-                d.link.watch(&self.epoll, false);
+                d.link.watch(epoll, false);
+                return;
+            }
+            Some(_) => {}
+        }
+        // Refused frames wait for room: an idle loop wakes when the connection has it.
+        d.link.watch(epoll, true);
+    }
+
+    /// Sends what waits for every peer.
+    fn send_all(&mut self) {
+        if self.held == 0 {
+            return;
+        }
+        for (to, d) in self.dests.iter_mut() {
+            Self::send_dest(
+                &self.sock,
+                &self.dir,
+                &self.epoll,
+                to,
+                d,
+                &mut self.spare,
+                &mut self.held,
+                &mut self.tx_dropped,
+            );
+        }
+    }
+
+    /// Queues the frame that `fill` writes into a buffer of `len` octets, unless it answers
+    /// false; sends the peer's queue once [`BATCH`] frames wait in it. A broadcast goes at
+    /// once.
+    fn queue_frame<R>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> (R, bool) {
+        // A used buffer keeps its length: no zeroing of what `fill` writes over anyway.
+        let mut b = self.spare.pop().unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b.truncate(len);
+        let (r, send) = fill(&mut b);
+        if !send || len < 14 {
+            self.spare.push(b);
+            return (r, send);
+        }
+        if b[0] & 1 != 0 {
+            let _ = self.broadcast(&b);
+            self.spare.push(b);
+            return (r, true);
+        }
+        if self.held >= BACKLOG {
+            self.spare.push(b);
+            self.tx_dropped += 1;
+            return (r, true);
+        }
+        let mut to = [0u8; 6];
+        to.copy_from_slice(&b[..6]);
+        let d = self.dests.entry(to).or_default();
+        d.queue.push_back(b);
+        self.held += 1;
+        // Not while refused frames wait: their socket is full, and the flush tries again.
+        if d.queue.len() >= BATCH && d.moved_at.is_none() {
+            self.send_queued(to);
+        }
+        (r, true)
+    }
+
+    /// Every frame to all the other ports (ARP), best effort: ARP retries on loss.
+    fn broadcast(&mut self, frame: &[u8]) -> io::Result<()> {
+        for entry in std::fs::read_dir(&self.dir)?.flatten() {
+            let p = entry.path();
+            if p != self.path && p.extension().is_some_and(|e| e == "sock") {
+                let _ = self.sock.send_to(frame, &p);
             }
         }
+        Ok(())
     }
 
     /// Takes every connection waiting on the listener.
@@ -476,7 +644,7 @@ impl Port for UnixPort {
     type Frame = RxBuf;
 
     fn rx_burst<F: FnMut(RxBuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
-        self.drain_backlog();
+        self.send_all();
         let Some(rx) = self.rx_side.as_mut() else {
             return Ok(0);
         };
@@ -488,6 +656,8 @@ impl Port for UnixPort {
         let mut n = 0;
         let mut visited = 0;
         let mut i = rx.next % sources;
+        let mut bufs = arrayvec::ArrayVec::<Vec<u8>, MMSG>::new();
+        let mut lens = [0usize; MMSG];
         while n < max && visited < sources {
             let fd = if i == 0 {
                 self.sock.as_raw_fd()
@@ -496,12 +666,24 @@ impl Port for UnixPort {
             };
             let mut ended = false;
             while n < max {
-                match self.rx.recv(|b| recv_fd(fd, b)) {
-                    Ok(frame) => {
-                        f(frame);
-                        n += 1;
+                let want = (max - n).min(MMSG);
+                bufs.extend((0..want).map(|_| self.rx.take()));
+                let r = recv_many(fd, &mut bufs, &mut lens);
+                let got = *r.as_ref().unwrap_or(&0);
+                for (k, b) in bufs.drain(..).enumerate() {
+                    if k < got {
+                        f(self.rx.frame(b, lens[k]));
+                    } else {
+                        self.rx.put(b);
                     }
+                }
+                n += got;
+                match r {
+                    Ok(k) if k == want => {}
+                    // Fewer than asked: the source is empty (or ends next read).
+                    Ok(_) => break,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if i == 0 => return Err(e),
                     // A peer's connection ended (or failed): it reconnects if it lives.
                     Err(_) => {
@@ -531,45 +713,25 @@ impl Port for UnixPort {
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
-        if frame.len() < 14 {
-            return Ok(());
-        }
-        if frame[0] & 1 != 0 {
-            // Broadcast (ARP): best effort to every other port; ARP retries on loss.
-            for entry in std::fs::read_dir(&self.dir)?.flatten() {
-                let p = entry.path();
-                if p != self.path && p.extension().is_some_and(|e| e == "sock") {
-                    let _ = self.sock.send_to(frame, &p);
-                }
-            }
-            return Ok(());
-        }
-        let mut to = [0u8; 6];
-        to.copy_from_slice(&frame[..6]);
-        let d = self.dests.entry(to).or_default();
-        if d.backlog.is_empty()
-            && Self::send_unicast(&self.sock, &self.dir, &to, &mut d.link, frame)
-        {
-            return Ok(());
-        }
-        if self.held >= BACKLOG {
-            self.tx_dropped += 1;
-            return Ok(());
-        }
-        let mut b = self.spare.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(frame);
-        if d.backlog.is_empty() {
-            d.moved_at = Some(Instant::now());
-            d.link.watch(&self.epoll, true);
-        }
-        d.backlog.push_back(b);
-        self.held += 1;
+        self.queue_frame(frame.len(), |b| {
+            b.copy_from_slice(frame);
+            ((), true)
+        });
         Ok(())
     }
 
+    fn tx_with<R>(
+        &mut self,
+        len: usize,
+        _scratch: &mut Vec<u8>,
+        build: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> (R, bool) {
+        // Built straight into the buffer it waits in: the kernel's is the only copy.
+        self.queue_frame(len, build)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
-        self.drain_backlog();
+        self.send_all();
         Ok(())
     }
     fn dropped(&self) -> u64 {
@@ -585,7 +747,7 @@ impl Port for UnixPort {
             && self
                 .dests
                 .values()
-                .any(|d| !d.backlog.is_empty() && !d.link.watched)
+                .any(|d| !d.queue.is_empty() && !d.link.watched)
         {
             return None;
         }
@@ -644,6 +806,39 @@ mod tests {
         assert_eq!(a.dropped(), 0);
     }
 
+    /// Frames for a peer wait for the flush, or until `BATCH` wait, and then go together,
+    /// in order; the peer reads a burst of them at once.
+    #[test]
+    fn frames_go_in_batches_at_the_flush_or_once_a_batch_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x51], [2, 0, 0, 0, 9, 0x52]);
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        let few = (BATCH - 1) as u32;
+        for n in 0..few {
+            a.tx(&frame(mb, ma, n)).unwrap();
+        }
+        let mut got = Vec::new();
+        receive_all(&mut b, &mut got);
+        assert!(got.is_empty(), "sent before the flush: {got:?}");
+        assert_eq!(a.held(), BATCH - 1);
+        a.flush().unwrap();
+        assert_eq!(a.held(), 0);
+        let mut burst = 0;
+        b.rx_burst(64, |f| {
+            got.push(u32::from_be_bytes(f[14..18].try_into().unwrap()));
+            burst += 1;
+        })
+        .unwrap();
+        assert_eq!(burst, BATCH - 1, "one burst reads them all");
+        for n in few..few + BATCH as u32 {
+            a.tx(&frame(mb, ma, n)).unwrap();
+        }
+        assert_eq!(a.held(), 0, "a whole batch went without a flush");
+        receive_all(&mut b, &mut got);
+        assert_eq!(got, (0..few + BATCH as u32).collect::<Vec<_>>());
+    }
+
     /// A peer that never reads holds up frames to it only: frames to another peer still
     /// go out at once.
     #[test]
@@ -665,6 +860,7 @@ mod tests {
         for n in 0..5 {
             a.tx(&frame(mc, ma, n)).unwrap();
         }
+        a.flush().unwrap();
         let mut got = Vec::new();
         receive_all(&mut c, &mut got);
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
@@ -742,6 +938,7 @@ mod tests {
         assert!(a.tx_ready(), "B's frames dropped after the stall time");
         assert_eq!(a.dropped(), PAUSE_AT as u64);
         a.tx(&frame(mc, ma, 7)).unwrap();
+        a.flush().unwrap();
         let mut got = Vec::new();
         receive_all(&mut c, &mut got);
         assert_eq!(got, vec![7]);
@@ -756,6 +953,7 @@ mod tests {
         let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
         let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
         a.tx(&frame(mb, ma, 1)).unwrap();
+        a.flush().unwrap();
         let mut got = Vec::new();
         receive_all(&mut b, &mut got);
         assert_eq!(got, vec![1]);
@@ -764,11 +962,15 @@ mod tests {
         for n in 2..5 {
             a.tx(&frame(mb, ma, n)).unwrap();
         }
+        a.flush().unwrap();
+        // The batch that finds the connection closed goes as datagrams; the next flush
+        // opens a new connection.
+        assert_eq!(a.links(), 0);
+        a.tx(&frame(mb, ma, 5)).unwrap();
+        a.flush().unwrap();
+        assert_eq!(a.links(), 1);
         let mut got = Vec::new();
         receive_all(&mut b, &mut got);
-        // The first frame after the restart goes as a datagram while the connection is
-        // found closed; the rest on a new connection.
-        assert_eq!(got, vec![2, 3, 4]);
-        assert_eq!(a.links(), 1);
+        assert_eq!(got, vec![2, 3, 4, 5]);
     }
 }
