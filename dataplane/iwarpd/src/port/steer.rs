@@ -548,17 +548,25 @@ mod tests {
 
     /// A forwarder hands 20 000 frames to a worker that sleeps whenever it has seen
     /// everything, with no timeout short enough to hide a lost wake-up (a lost one leaves it
-    /// asleep for 5 s, and the test fails).
+    /// asleep for 5 s, and the test fails). The forwarder keeps at most a quarter of the
+    /// inbox unread: a worker descheduled while it ran on would otherwise find frames
+    /// dropped at the full inbox, and wait for them as for a lost wake-up.
     #[test]
     fn no_handed_frame_is_left_asleep() {
+        use std::sync::atomic::AtomicUsize;
         const N: usize = 20_000;
         let (mut wire, queue0) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
         let (_other, queue1) = MemoryPort::pair([2, 0, 0, 0, 0, 3], [2, 0, 0, 0, 0, 2], 1500);
         let mut views = Steering::share(vec![queue0, queue1], false).unwrap();
         let mut w1 = views.pop().unwrap();
         let mut w0 = views.pop().unwrap();
+        let read = Arc::new(AtomicUsize::new(0));
+        let r = read.clone();
         let forwarder = std::thread::spawn(move || {
             for i in 0..N {
+                while i - r.load(Ordering::Acquire) >= INBOX / 4 {
+                    std::thread::yield_now();
+                }
                 wire.tx(&tcp_frame(49153)).unwrap();
                 wire.flush().unwrap();
                 while w0.rx_burst(32, |_| {}).unwrap() == 0 {}
@@ -566,6 +574,7 @@ mod tests {
                     std::thread::yield_now();
                 }
             }
+            w0.dropped()
         });
         let fd = w1.lane.event.as_raw_fd();
         let (mut seen, mut sleeps) = (0, 0);
@@ -573,12 +582,14 @@ mod tests {
             let n = w1.rx_burst(32, |_| {}).unwrap();
             if n > 0 {
                 seen += n;
+                read.store(seen, Ordering::Release);
                 continue;
             }
             w1.set_asleep(true);
             let n = w1.rx_burst(32, |_| {}).unwrap();
             if n > 0 {
                 seen += n;
+                read.store(seen, Ordering::Release);
                 w1.set_asleep(false);
                 continue;
             }
@@ -596,7 +607,7 @@ mod tests {
             w1.set_asleep(false);
             sleeps += 1;
         }
-        forwarder.join().unwrap();
+        assert_eq!(forwarder.join().unwrap(), 0, "frames dropped");
         assert!(
             sleeps > 0,
             "the worker never slept: the test proved nothing"
