@@ -233,26 +233,51 @@ fn accept_one(listener: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The headers of one `sendmmsg` or `recvmmsg`, a message of one buffer each. Its messages
+/// point into its own iovecs: it must not move between [`MmsgHeaders::point_at`] and the
+/// call.
+struct MmsgHeaders {
+    iov: [libc::iovec; MMSG],
+    msgs: [libc::mmsghdr; MMSG],
+}
+
+impl MmsgHeaders {
+    fn new() -> MmsgHeaders {
+        // SAFETY: iovec and mmsghdr are plain C structures; all zeroes is a valid empty
+        // value (null pointers, zero lengths).
+        unsafe { std::mem::zeroed() }
+    }
+
+    /// Points the first messages at `bufs` (address, length), up to [`MMSG`]; how many.
+    fn point_at(&mut self, bufs: impl Iterator<Item = (*mut libc::c_void, usize)>) -> usize {
+        let mut n = 0;
+        for ((v, m), (at, len)) in self.iov.iter_mut().zip(self.msgs.iter_mut()).zip(bufs) {
+            v.iov_base = at;
+            v.iov_len = len;
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+            n += 1;
+        }
+        n
+    }
+}
+
 /// Sends the first frames of `frames` on connection `fd`, as many as one `sendmmsg` carries
 /// and its queue takes; how many went. `WouldBlock` when its queue took none.
 fn send_many(fd: &OwnedFd, frames: &[Vec<u8>]) -> io::Result<usize> {
-    let n = frames.len().min(MMSG);
-    // SAFETY: iovec and mmsghdr are plain C structures; all zeroes is a valid empty value.
-    let mut iov: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
-    for ((v, m), f) in iov.iter_mut().zip(msgs.iter_mut()).zip(&frames[..n]) {
-        v.iov_base = f.as_ptr() as *mut libc::c_void;
-        v.iov_len = f.len();
-        m.msg_hdr.msg_iov = v;
-        m.msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: `msgs[..n]` each point at one iovec over a live frame (read only); MSG_NOSIGNAL
-    // turns a closed peer into EPIPE instead of a signal.
+    let mut h = MmsgHeaders::new();
+    let n = h.point_at(
+        frames
+            .iter()
+            .map(|f| (f.as_ptr() as *mut libc::c_void, f.len())),
+    );
+    // SAFETY: the first `n` messages each point at one iovec of `h` (not moved since) over a
+    // live frame, which the kernel only reads; MSG_NOSIGNAL turns a closed peer into EPIPE
+    // instead of a signal.
     let sent = cvt(unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            h.msgs.as_mut_ptr(),
             n as libc::c_uint,
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
@@ -264,33 +289,24 @@ fn send_many(fd: &OwnedFd, frames: &[Vec<u8>]) -> io::Result<usize> {
 /// buffer; their lengths go to `lens`. How many came; `WouldBlock` when none waited, and the
 /// end of a connection `UnexpectedEof` (a frame is never empty).
 fn recv_many(fd: RawFd, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
-    let n = bufs.len().min(MMSG).min(lens.len());
-    // SAFETY: plain C structures; all zeroes is a valid empty value.
-    let mut iov: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
-    for ((v, m), b) in iov
-        .iter_mut()
-        .zip(msgs.iter_mut())
-        .zip(bufs[..n].iter_mut())
-    {
-        v.iov_base = b.as_mut_ptr() as *mut libc::c_void;
-        v.iov_len = b.len();
-        m.msg_hdr.msg_iov = v;
-        m.msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: `msgs[..n]` each point at one iovec over a buffer valid for writes of its
-    // length, all alive for the call; no timeout.
+    let mut h = MmsgHeaders::new();
+    let n = h.point_at(
+        bufs.iter_mut()
+            .take(lens.len())
+            .map(|b| (b.as_mut_ptr() as *mut libc::c_void, b.len())),
+    );
+    // SAFETY: the first `n` messages each point at one iovec of `h` (not moved since) over a
+    // buffer valid for writes of its length, all alive for the call; no timeout.
     let got = cvt(unsafe {
         libc::recvmmsg(
             fd,
-            msgs.as_mut_ptr(),
+            h.msgs.as_mut_ptr(),
             n as libc::c_uint,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
         )
     })? as usize;
-    for (l, m) in lens.iter_mut().zip(&msgs[..got]) {
+    for (l, m) in lens.iter_mut().zip(&h.msgs[..got]) {
         *l = m.msg_len as usize;
     }
     // A connection's end reads as empty messages; frames before it are delivered first.
