@@ -26,7 +26,9 @@
 //!
 //! Both modes: `--link memif` joins the nodes by DPDK's `net_memif` (a server and a client
 //! in this process, root, hugepages when free) instead of the in-memory link (whose mutex
-//! two threads contend for: memif is the link to read per-core figures from); `--threads 2`
+//! two threads contend for: memif is the link to read per-core figures from); `--link unix`
+//! by the daemon's embedded Unix-socket port (two ports in a temporary directory, a system
+//! call per batch of frames at each end, no root); `--threads 2`
 //! gives each node its own thread pinned to its own core (`--cores`), each polling only its
 //! node, busy: two daemons' frame paths, without the applications and their rings.
 //!
@@ -158,6 +160,8 @@ enum Link {
     Memory,
     /// DPDK `net_memif` (needs the `dpdk` feature and root).
     Memif,
+    /// The embedded Unix-socket port, the daemon's default (no root).
+    Unix,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -582,6 +586,14 @@ fn main() {
         Link::Memory => {
             let (pa, pb) = memory_ports(mtu);
             job.run(pa, pb, &format!("in-memory link{jumbo}"));
+        }
+        Link::Unix => {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let open = |last: u8| {
+                iwarpd::port::unix::UnixPort::open(dir.path(), [2, 0, 0, 0, 0, last], mtu)
+                    .expect("a Unix port")
+            };
+            job.run(open(1), open(2), &format!("Unix-socket port{jumbo}"));
         }
         #[cfg(feature = "dpdk")]
         Link::Memif => match memif_ports(mtu) {

@@ -118,6 +118,7 @@ pub struct UnixPort {
     /// The receiving side, on the port that bound the sockets; a [`UnixPort::sender`] only
     /// transmits.
     rx_side: Option<RxSide>,
+    mmsg: Box<MmsgHeaders>,
 }
 
 /// What the port that bound the sockets receives on.
@@ -128,7 +129,17 @@ struct RxSide {
     inbound: Vec<OwnedFd>,
     /// Where the next receive starts (round robin over the datagram socket and `inbound`).
     next: usize,
+    /// Buffers the next `recvmmsg` receives into, kept from call to call.
+    bufs: arrayvec::ArrayVec<Vec<u8>, MMSG>,
+    /// Bursts until the listener is looked at again while frames keep coming (see
+    /// [`ACCEPT_EVERY`]).
+    accept_in: u32,
 }
+
+/// Bursts that brought frames between looks at the listener: a new peer is rare, and a
+/// look costs a system call. A burst that brings nothing always looks (the loop may be
+/// about to sleep, and the listener wakes it).
+const ACCEPT_EVERY: u32 = 64;
 
 fn mac_name(mac: &[u8], ext: &str) -> String {
     let h: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
@@ -233,29 +244,37 @@ fn accept_one(listener: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The headers of one `sendmmsg` or `recvmmsg`, a message of one buffer each. Its messages
-/// point into its own iovecs: it must not move between [`MmsgHeaders::point_at`] and the
-/// call.
+/// The headers of one `sendmmsg` or `recvmmsg`, a message of one buffer each, kept from
+/// call to call (boxed: its messages point into its own iovecs, so it must not move).
 struct MmsgHeaders {
     iov: [libc::iovec; MMSG],
     msgs: [libc::mmsghdr; MMSG],
 }
 
+// SAFETY: the raw pointers are the messages' own iovecs (in the same box, which moves
+// whole) and, during one call only, the buffers that call was given; nothing is shared with
+// another thread.
+unsafe impl Send for MmsgHeaders {}
+
 impl MmsgHeaders {
-    fn new() -> MmsgHeaders {
+    fn new() -> Box<MmsgHeaders> {
         // SAFETY: iovec and mmsghdr are plain C structures; all zeroes is a valid empty
-        // value (null pointers, zero lengths).
-        unsafe { std::mem::zeroed() }
+        // value (null pointers, zero lengths), and what no call sets stays so.
+        let mut h: Box<MmsgHeaders> = Box::new(unsafe { std::mem::zeroed() });
+        let MmsgHeaders { iov, msgs } = &mut *h;
+        for (v, m) in iov.iter_mut().zip(msgs.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        h
     }
 
     /// Points the first messages at `bufs` (address, length), up to [`MMSG`]; how many.
     fn point_at(&mut self, bufs: impl Iterator<Item = (*mut libc::c_void, usize)>) -> usize {
         let mut n = 0;
-        for ((v, m), (at, len)) in self.iov.iter_mut().zip(self.msgs.iter_mut()).zip(bufs) {
+        for (v, (at, len)) in self.iov.iter_mut().zip(bufs) {
             v.iov_base = at;
             v.iov_len = len;
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
             n += 1;
         }
         n
@@ -264,15 +283,14 @@ impl MmsgHeaders {
 
 /// Sends the first frames of `frames` on connection `fd`, as many as one `sendmmsg` carries
 /// and its queue takes; how many went. `WouldBlock` when its queue took none.
-fn send_many(fd: &OwnedFd, frames: &[Vec<u8>]) -> io::Result<usize> {
-    let mut h = MmsgHeaders::new();
+fn send_many(fd: &OwnedFd, h: &mut MmsgHeaders, frames: &[Vec<u8>]) -> io::Result<usize> {
     let n = h.point_at(
         frames
             .iter()
             .map(|f| (f.as_ptr() as *mut libc::c_void, f.len())),
     );
-    // SAFETY: the first `n` messages each point at one iovec of `h` (not moved since) over a
-    // live frame, which the kernel only reads; MSG_NOSIGNAL turns a closed peer into EPIPE
+    // SAFETY: the first `n` messages each point at their iovec in `h`, boxed, over a live
+    // frame, which the kernel only reads; MSG_NOSIGNAL turns a closed peer into EPIPE
     // instead of a signal.
     let sent = cvt(unsafe {
         libc::sendmmsg(
@@ -288,15 +306,19 @@ fn send_many(fd: &OwnedFd, frames: &[Vec<u8>]) -> io::Result<usize> {
 /// Receives up to `bufs.len()` frames from `fd` with one `recvmmsg`, each into the next
 /// buffer; their lengths go to `lens`. How many came; `WouldBlock` when none waited, and the
 /// end of a connection `UnexpectedEof` (a frame is never empty).
-fn recv_many(fd: RawFd, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
-    let mut h = MmsgHeaders::new();
+fn recv_many(
+    fd: RawFd,
+    h: &mut MmsgHeaders,
+    bufs: &mut [Vec<u8>],
+    lens: &mut [usize],
+) -> io::Result<usize> {
     let n = h.point_at(
         bufs.iter_mut()
             .take(lens.len())
             .map(|b| (b.as_mut_ptr() as *mut libc::c_void, b.len())),
     );
-    // SAFETY: the first `n` messages each point at one iovec of `h` (not moved since) over a
-    // buffer valid for writes of its length, all alive for the call; no timeout.
+    // SAFETY: the first `n` messages each point at their iovec in `h`, boxed, over a buffer
+    // valid for writes of its length, all alive for the call; no timeout.
     let got = cvt(unsafe {
         libc::recvmmsg(
             fd,
@@ -392,7 +414,10 @@ impl UnixPort {
                 seq_path,
                 inbound: Vec::new(),
                 next: 0,
+                bufs: arrayvec::ArrayVec::new(),
+                accept_in: 0,
             }),
+            mmsg: MmsgHeaders::new(),
         })
     }
 
@@ -420,6 +445,7 @@ impl UnixPort {
             tx_dropped: 0,
             epoll,
             rx_side: None,
+            mmsg: MmsgHeaders::new(),
         })
     }
 
@@ -449,25 +475,19 @@ impl UnixPort {
         }
     }
 
-    /// Sends the front of `queue` to `to`, as far as its socket takes frames; how many went.
-    /// On a connection, in batches; without one (or once it is found closed), as datagrams.
-    /// A frame to nobody counts as sent (lost on the segment, as on a wire).
-    fn send_front(
-        sock: &UnixDatagram,
-        dir: &Path,
-        to: &[u8; 6],
-        link: &mut Link,
-        queue: &mut VecDeque<Vec<u8>>,
-    ) -> usize {
-        Self::link_up(dir, to, link);
+    /// Sends the front of `d`'s queue to `to`, as far as its socket takes frames; how many
+    /// went. On a connection, in batches; without one (or once it is found closed), as
+    /// datagrams. A frame to nobody counts as sent (lost on the segment, as on a wire).
+    fn send_front(&mut self, to: &[u8; 6], d: &mut Dest) -> usize {
+        Self::link_up(&self.dir, to, &mut d.link);
         let mut sent = 0;
-        if let Some(fd) = &link.fd {
+        if let Some(fd) = &d.link.fd {
             loop {
-                let frames = &queue.make_contiguous()[sent..];
+                let frames = &d.queue.make_contiguous()[sent..];
                 if frames.is_empty() {
                     return sent;
                 }
-                match send_many(fd, frames) {
+                match send_many(fd, &mut self.mmsg, frames) {
                     Ok(k) => {
                         sent += k;
                         if k < frames.len().min(MMSG) {
@@ -479,16 +499,16 @@ impl UnixPort {
                     // The peer closed (its daemon stopped or restarted): reconnect on the
                     // next flush, these go as datagrams. (Closing it leaves the epoll set.)
                     Err(_) => {
-                        link.fd = None;
-                        link.watched = false;
+                        d.link.fd = None;
+                        d.link.watched = false;
                         break;
                     }
                 }
             }
         }
-        let path = dir.join(mac_name(to, "sock"));
-        for frame in queue.range(sent..) {
-            if matches!(sock.send_to(frame, &path), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        let path = self.dir.join(mac_name(to, "sock"));
+        for frame in d.queue.range(sent..) {
+            if matches!(self.sock.send_to(frame, &path), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             {
                 break;
             }
@@ -497,45 +517,42 @@ impl UnixPort {
         sent
     }
 
-    /// Sends what waits for `to`, and watches or gives up on what its socket refuses.
+    /// Sends what waits for `to`.
     fn send_queued(&mut self, to: [u8; 6]) {
-        let Some(d) = self.dests.get_mut(&to) else {
-            return;
-        };
-        Self::send_dest(
-            &self.sock,
-            &self.dir,
-            &self.epoll,
-            &to,
-            d,
-            &mut self.spare,
-            &mut self.held,
-            &mut self.tx_dropped,
-        );
+        // The peers' map is set aside while one of them is served, which needs the rest of
+        // the port.
+        let mut dests = std::mem::take(&mut self.dests);
+        if let Some(d) = dests.get_mut(&to) {
+            self.send_dest(&to, d);
+        }
+        self.dests = dests;
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn send_dest(
-        sock: &UnixDatagram,
-        dir: &Path,
-        epoll: &OwnedFd,
-        to: &[u8; 6],
-        d: &mut Dest,
-        spare: &mut Vec<Vec<u8>>,
-        held: &mut usize,
-        dropped: &mut u64,
-    ) {
+    /// Sends what waits for every peer.
+    fn send_all(&mut self) {
+        if self.held == 0 {
+            return;
+        }
+        let mut dests = std::mem::take(&mut self.dests);
+        for (to, d) in dests.iter_mut() {
+            self.send_dest(to, d);
+        }
+        self.dests = dests;
+    }
+
+    /// Sends what waits for `to`, and watches or gives up on what its socket refuses.
+    fn send_dest(&mut self, to: &[u8; 6], d: &mut Dest) {
         if d.queue.is_empty() {
             return;
         }
-        let sent = Self::send_front(sock, dir, to, &mut d.link, &mut d.queue);
-        let keep = SPARE.saturating_sub(spare.len()).min(sent);
-        spare.extend(d.queue.drain(..keep));
+        let sent = self.send_front(to, d);
+        let keep = SPARE.saturating_sub(self.spare.len()).min(sent);
+        self.spare.extend(d.queue.drain(..keep));
         d.queue.drain(..sent - keep);
-        *held -= sent;
+        self.held -= sent;
         if d.queue.is_empty() {
             d.moved_at = None;
-            d.link.watch(epoll, false);
+            d.link.watch(&self.epoll, false);
             return;
         }
         let now = Instant::now();
@@ -546,35 +563,16 @@ impl UnixPort {
                 // A peer that stopped reading: what waits for it goes, counted.
                 let n = d.queue.len();
                 d.queue.clear();
-                *held -= n;
-                *dropped += n as u64;
+                self.held -= n;
+                self.tx_dropped += n as u64;
                 d.moved_at = None;
-                d.link.watch(epoll, false);
+                d.link.watch(&self.epoll, false);
                 return;
             }
             Some(_) => {}
         }
         // Refused frames wait for room: an idle loop wakes when the connection has it.
-        d.link.watch(epoll, true);
-    }
-
-    /// Sends what waits for every peer.
-    fn send_all(&mut self) {
-        if self.held == 0 {
-            return;
-        }
-        for (to, d) in self.dests.iter_mut() {
-            Self::send_dest(
-                &self.sock,
-                &self.dir,
-                &self.epoll,
-                to,
-                d,
-                &mut self.spare,
-                &mut self.held,
-                &mut self.tx_dropped,
-            );
-        }
+        d.link.watch(&self.epoll, true);
     }
 
     /// Queues the frame that `fill` writes into a buffer of `len` octets, unless it answers
@@ -664,7 +662,10 @@ impl Port for UnixPort {
         let Some(rx) = self.rx_side.as_mut() else {
             return Ok(0);
         };
-        Self::accept_all(rx, &self.epoll);
+        if rx.accept_in == 0 {
+            Self::accept_all(rx, &self.epoll);
+            rx.accept_in = ACCEPT_EVERY;
+        }
         // Source 0 is the datagram socket, source i > 0 is inbound[i - 1]; each is read
         // until it is empty or the burst is full, starting where the last burst stopped so
         // that no peer's connection waits behind another's.
@@ -672,7 +673,6 @@ impl Port for UnixPort {
         let mut n = 0;
         let mut visited = 0;
         let mut i = rx.next % sources;
-        let mut bufs = arrayvec::ArrayVec::<Vec<u8>, MMSG>::new();
         let mut lens = [0usize; MMSG];
         while n < max && visited < sources {
             let fd = if i == 0 {
@@ -683,15 +683,13 @@ impl Port for UnixPort {
             let mut ended = false;
             while n < max {
                 let want = (max - n).min(MMSG);
-                bufs.extend((0..want).map(|_| self.rx.take()));
-                let r = recv_many(fd, &mut bufs, &mut lens);
+                while rx.bufs.len() < want {
+                    rx.bufs.push(self.rx.take());
+                }
+                let r = recv_many(fd, &mut self.mmsg, &mut rx.bufs[..want], &mut lens);
                 let got = *r.as_ref().unwrap_or(&0);
-                for (k, b) in bufs.drain(..).enumerate() {
-                    if k < got {
-                        f(self.rx.frame(b, lens[k]));
-                    } else {
-                        self.rx.put(b);
-                    }
+                for (b, &len) in rx.bufs.drain(..got).zip(&lens) {
+                    f(self.rx.frame(b, len));
                 }
                 n += got;
                 match r {
@@ -721,6 +719,8 @@ impl Port for UnixPort {
             i = (i + 1) % (rx.inbound.len() + 1);
         }
         rx.next = i;
+        // A burst that brought nothing looks at the listener next time.
+        rx.accept_in = if n == 0 { 0 } else { rx.accept_in - 1 };
         Ok(n)
     }
 
@@ -853,6 +853,40 @@ mod tests {
         assert_eq!(a.held(), 0, "a whole batch went without a flush");
         receive_all(&mut b, &mut got);
         assert_eq!(got, (0..few + BATCH as u32).collect::<Vec<_>>());
+    }
+
+    /// A peer that connects while frames from another keep coming is accepted within
+    /// `ACCEPT_EVERY` bursts, though the listener is not looked at every burst.
+    #[test]
+    fn a_new_peer_is_accepted_while_another_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb, mc) = (
+            [2, 0, 0, 0, 9, 0x61],
+            [2, 0, 0, 0, 9, 0x62],
+            [2, 0, 0, 0, 9, 0x63],
+        );
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        let mut c = UnixPort::open(dir.path(), mc, 1500).unwrap();
+        let from = |f: &[u8]| f[11];
+        let mut from_c = None;
+        for burst in 0..4 * ACCEPT_EVERY {
+            a.tx(&frame(mb, ma, burst)).unwrap();
+            a.flush().unwrap();
+            if burst == 8 {
+                c.tx(&frame(mb, mc, 0)).unwrap();
+                c.flush().unwrap();
+            }
+            let mut frames = Vec::new();
+            b.rx_burst(32, |f| frames.push(from(&f))).unwrap();
+            assert!(!frames.is_empty(), "A's frame of burst {burst}");
+            if frames.contains(&0x63) {
+                from_c = Some(burst);
+                break;
+            }
+        }
+        let at = from_c.expect("C's frame never arrived");
+        assert!(at <= 8 + ACCEPT_EVERY, "C's frame came at burst {at}");
     }
 
     /// A peer that never reads holds up frames to it only: frames to another peer still
