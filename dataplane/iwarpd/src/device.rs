@@ -94,7 +94,9 @@ impl<P: Port> PortDevice<P> {
     /// early in its set would then take whatever room the port makes, round after round,
     /// and the later ones wait. A round either runs whole or does not start, so every
     /// sending connection gets a segment a round, and the port goes past its bound by a
-    /// segment per connection at most.
+    /// segment per connection at most; with thousands of connections sending that could
+    /// overflow the port's queue, and the round ends where the port says it is full
+    /// ([`Port::tx_full`]).
     pub fn open_round(&mut self) -> bool {
         self.round_open = self.port.tx_ready();
         if !self.round_open {
@@ -278,7 +280,8 @@ impl<P: Port> phy::Device for PortDevice<P> {
 
     fn transmit(&mut self, now: Instant) -> Option<TxToken<'_, P>> {
         // smoltcp keeps a segment the device refuses, untimed, and sends it when asked again.
-        if !self.round_open && !self.port.tx_ready() {
+        // An open round ends early only where it would overflow the port's queue.
+        if !self.port.tx_ready() && (!self.round_open || self.port.tx_full()) {
             self.tx_paused += 1;
             return None;
         }

@@ -776,6 +776,10 @@ impl Port for DpdkPort {
     fn tx_ready(&self) -> bool {
         !self.holding
     }
+    fn tx_full(&self) -> bool {
+        // Half the held frames: the rest is room for the ACKs made outside TCP's rounds.
+        self.tx_len >= TX_HOLD / 2
+    }
     fn dropped(&self) -> u64 {
         self.tx_dropped + self.rx_dropped
     }

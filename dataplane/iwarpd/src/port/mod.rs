@@ -38,6 +38,9 @@ macro_rules! forward_to_inner {
         fn tx_ready(&self) -> bool {
             self.inner.tx_ready()
         }
+        fn tx_full(&self) -> bool {
+            self.inner.tx_full()
+        }
         fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
             self.inner.wait_fd()
         }
@@ -131,6 +134,14 @@ pub trait Port {
     /// or never fills says true.
     fn tx_ready(&self) -> bool {
         true
+    }
+    /// Whether the frames held back fill so much of the port's queue that it must take no
+    /// more even in a round the device opened while it took frames (see
+    /// `PortDevice::open_round`): with thousands of connections sending, one segment each
+    /// would otherwise overflow it, and the port drop them. A port that cannot fill says
+    /// false.
+    fn tx_full(&self) -> bool {
+        false
     }
     /// Frames lost by the port so far (a full queue, a lossy test wrapper); 0 when the port
     /// cannot lose any.

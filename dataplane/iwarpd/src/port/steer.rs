@@ -351,6 +351,10 @@ impl<P: Port> Port for SteeredPort<P> {
         self.queue.tx_ready()
     }
 
+    fn tx_full(&self) -> bool {
+        self.queue.tx_full()
+    }
+
     fn dropped(&self) -> u64 {
         self.queue.dropped() + self.inbox_drops
     }

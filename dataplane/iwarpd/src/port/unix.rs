@@ -756,6 +756,10 @@ impl Port for UnixPort {
     fn tx_ready(&self) -> bool {
         self.held < PAUSE_AT
     }
+    fn tx_full(&self) -> bool {
+        // Half the queue: the rest is room for the ACKs made outside TCP's rounds.
+        self.held >= BACKLOG / 2
+    }
     fn wait_fd(&self) -> Option<RawFd> {
         // Frames held back for a peer with no connection (its queue of datagrams full) are
         // retried by polling; those on a connection wake the loop when it has room.
