@@ -55,7 +55,7 @@ impl RxPool {
     }
 
     /// A free buffer to receive into, for a receive of several frames at once; it comes
-    /// back as a frame ([`RxPool::frame`]) or unused ([`RxPool::put`]).
+    /// back as a frame ([`RxPool::frame`]), or is kept for the next receive.
     pub fn take(&mut self) -> Vec<u8> {
         self.free.pop().unwrap_or_else(|| vec![0; self.size])
     }
@@ -65,13 +65,6 @@ impl RxPool {
         RxBuf {
             len: len.min(buf.len()),
             buf,
-        }
-    }
-
-    /// Takes back a buffer [`RxPool::take`] gave that received nothing.
-    pub fn put(&mut self, buf: Vec<u8>) {
-        if self.free.len() < Self::KEEP && buf.len() == self.size {
-            self.free.push(buf);
         }
     }
 

@@ -422,7 +422,7 @@ impl UnixPort {
     }
 
     /// Another handle on the same port that only transmits (with its own connections to
-    /// peers and its own backlogs), for a second worker sharing the port: frames it sends
+    /// peers and its own queues), for a second worker sharing the port: frames it sends
     /// carry the port's address, and receiving stays with the port (its
     /// [`Port::rx_burst`] receives nothing).
     pub fn sender(&self) -> io::Result<UnixPort> {
@@ -805,7 +805,7 @@ mod tests {
 
     /// Far more frames than `net.unix.max_dgram_qlen` sent to one peer before it reads
     /// any all arrive, in order, and none is dropped: they go on a connection, bounded by
-    /// its send buffer, and the backlog holds the rest.
+    /// its send buffer, and the peer's queue in the port holds the rest.
     #[test]
     fn a_burst_to_one_peer_arrives_whole_and_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -906,7 +906,7 @@ mod tests {
         let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
         let _b = UnixPort::open(dir.path(), mb, 1500).unwrap();
         let mut c = UnixPort::open(dir.path(), mc, 1500).unwrap();
-        // B's connection fills and frames to B wait in A's backlog.
+        // B's connection fills and frames to B wait in A's queue for B.
         for n in 0..2000 {
             a.tx(&frame(mb, ma, n)).unwrap();
         }
