@@ -138,7 +138,7 @@ pub trait Port {
     /// Whether the frames held back fill so much of the port's queue that it must take no
     /// more even in a round the device opened while it took frames (see
     /// `PortDevice::open_round`): with thousands of connections sending, one segment each
-    /// would otherwise overflow it, and the port drop them. A port that cannot fill says
+    /// would otherwise overflow it, and the port would drop them. A port that cannot fill says
     /// false.
     fn tx_full(&self) -> bool {
         false
