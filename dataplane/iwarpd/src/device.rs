@@ -6,8 +6,9 @@
 
 use crate::arp::ArpPacer;
 use crate::neighbours::NeighbourKeeper;
-use crate::peer_tcp::{FlowKey, PeerTcp};
-use crate::port::{tcp_checksum, Port, Received, TcpChecksumOffload, RX_BURST};
+use crate::peer_tcp::{sent_flow, FlowKey, PeerTcp};
+use crate::port::{build_in_scratch, tcp_checksum, Port, Received, TcpChecksumOffload, RX_BURST};
+use rustc_hash::FxHashMap;
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
@@ -51,10 +52,46 @@ pub struct PortDevice<P: Port> {
     /// Times smoltcp found the port not taking frames ([`Port::tx_ready`]) and kept its
     /// segments.
     pub tx_paused: u64,
+    /// smoltcp's answers to received segments that met a full port (see [`HeldAcks`]).
+    held: HeldAcks,
+    /// Answers held so, counted as made (one that replaced an older one included).
+    pub acks_held: u64,
 }
 
-/// Flows noted per turn at most: a turn takes a few bursts.
-const TOUCHED: usize = 8 * RX_BURST;
+/// The ACKs smoltcp makes as it takes in a segment (an immediate ACK, a keep-alive's
+/// answer) go out through the receive path's token, which no back-pressure holds: smoltcp
+/// counts an ACK it made as sent, and one refused would leave the peer waiting for its
+/// timer. While the port's queue is full ([`Port::tx_full`]) they wait here instead of being
+/// dropped by the port, the latest per connection only: an acknowledgement carries all the
+/// earlier ones, so a connection costs one frame here however long the port stays full.
+/// Anything the connection sends later carries a newer one and replaces it; those still
+/// held go first once the port has room ([`PortDevice::release_held`]).
+#[derive(Default)]
+struct HeldAcks {
+    by_flow: FxHashMap<FlowKey, Vec<u8>>,
+}
+
+impl HeldAcks {
+    fn hold(&mut self, key: FlowKey, frame: &[u8]) {
+        let held = self.by_flow.entry(key).or_default();
+        held.clear();
+        held.extend_from_slice(frame);
+    }
+
+    /// The connection sent a segment: its held ACK says nothing new any more.
+    fn superseded(&mut self, key: FlowKey) {
+        self.by_flow.remove(&key);
+    }
+}
+
+/// Bursts a turn's receive step reads at most (`Node::receive`): 4,096 frames, what a
+/// turn's egress may hand the port (half the Unix port's queue, [`Port::tx_full`]). A node
+/// that read fewer a turn than it sends, with thousands of connections at work both ways,
+/// would leave its peer's ACKs queued in the peer's port until every timer ran out.
+pub const RX_BURSTS_PER_TURN: usize = 128;
+
+/// Flows noted per turn at most: one a frame of the turn's bursts.
+const TOUCHED: usize = RX_BURSTS_PER_TURN * RX_BURST;
 
 impl<P: Port> PortDevice<P> {
     /// A device whose TCP segments carry at most `mss` octets: smoltcp takes its own MSS
@@ -84,6 +121,8 @@ impl<P: Port> PortDevice<P> {
             touched_overflow: false,
             round_open: false,
             tx_paused: 0,
+            held: HeldAcks::default(),
+            acks_held: 0,
         }
     }
 
@@ -103,6 +142,30 @@ impl<P: Port> PortDevice<P> {
             self.tx_paused += 1;
         }
         self.round_open
+    }
+
+    /// Sends the ACKs held while the port was full (see [`HeldAcks`]) while it takes them;
+    /// before anything else of TCP's, so that none waits behind a round.
+    pub fn release_held(&mut self) {
+        if self.held.by_flow.is_empty() {
+            return;
+        }
+        let (port, frames, bytes) = (&mut self.port, &mut self.tx_frames, &mut self.tx_bytes);
+        self.held.by_flow.retain(|_, ack| {
+            if port.tx_full() {
+                return true;
+            }
+            if port.tx(ack).is_ok() {
+                *frames += 1;
+                *bytes += ack.len() as u64;
+            }
+            false
+        });
+    }
+
+    /// ACKs waiting for the port (see [`HeldAcks`]).
+    pub fn acks_waiting(&self) -> usize {
+        self.held.by_flow.len()
     }
 
     /// Ends the round [`Self::open_round`] opened.
@@ -210,6 +273,9 @@ pub struct TxToken<'a, P: Port> {
     now: Instant,
     frames: &'a mut u64,
     bytes: &'a mut u64,
+    held: &'a mut HeldAcks,
+    /// The token of the receive path: smoltcp's answer to the segment it takes in.
+    answer: Option<&'a mut u64>,
 }
 
 impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
@@ -224,11 +290,39 @@ impl<B: Deref<Target = [u8]>> phy::RxToken for RxToken<'_, B> {
 
 impl<P: Port> phy::TxToken for TxToken<'_, P> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let (arp, peers, now) = (self.arp, self.peers, self.now);
+        let (arp, peers, now, held) = (self.arp, self.peers, self.now, self.held);
+        if let Some(count) = self.answer.filter(|_| self.port.tx_full()) {
+            let (r, send, frame) = build_in_scratch(self.buf, len, |frame| {
+                let r = f(frame);
+                (r, arp.admits(frame, now) && peers.admits(frame, now))
+            });
+            match sent_flow(frame) {
+                Some((key, true)) if send => {
+                    held.hold(key, frame);
+                    *count += 1;
+                }
+                // A RST, or no TCP: to the port, which drops it if it must.
+                _ if send && self.port.tx(frame).is_ok() => {
+                    *self.frames += 1;
+                    *self.bytes += len as u64;
+                }
+                _ => {}
+            }
+            return r;
+        }
+        let watch = !held.by_flow.is_empty();
+        let mut flow = None;
         let (r, sent) = self.port.tx_with(len, self.buf, |frame| {
             let r = f(frame);
-            (r, arp.admits(frame, now) && peers.admits(frame, now))
+            let go = arp.admits(frame, now) && peers.admits(frame, now);
+            if go && watch {
+                flow = sent_flow(frame).map(|(key, _)| key);
+            }
+            (r, go)
         });
+        if let Some(key) = flow {
+            held.superseded(key);
+        }
         if sent {
             *self.frames += 1;
             *self.bytes += len as u64;
@@ -274,6 +368,8 @@ impl<P: Port> phy::Device for PortDevice<P> {
                 now,
                 frames: &mut self.tx_frames,
                 bytes: &mut self.tx_bytes,
+                held: &mut self.held,
+                answer: Some(&mut self.acks_held),
             },
         ))
     }
@@ -293,6 +389,8 @@ impl<P: Port> phy::Device for PortDevice<P> {
             now,
             frames: &mut self.tx_frames,
             bytes: &mut self.tx_bytes,
+            held: &mut self.held,
+            answer: None,
         })
     }
 
@@ -422,5 +520,120 @@ mod tests {
             4,
             "every buffer back to the port"
         );
+    }
+
+    /// A port that says when its queue is full, and keeps what it is handed.
+    struct Filling {
+        full: bool,
+        sent: Vec<Vec<u8>>,
+    }
+
+    impl Port for Filling {
+        type Frame = Vec<u8>;
+        fn mac(&self) -> [u8; 6] {
+            [2, 0, 0, 0, 0, 1]
+        }
+        fn mtu(&self) -> usize {
+            1500
+        }
+        fn rx_burst<F: FnMut(Vec<u8>)>(&mut self, _: usize, _: F) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn tx(&mut self, frame: &[u8]) -> std::io::Result<()> {
+            self.sent.push(frame.to_vec());
+            Ok(())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn tx_ready(&self) -> bool {
+            !self.full
+        }
+        fn tx_full(&self) -> bool {
+            self.full
+        }
+    }
+
+    /// A segment of ours to the peer's `port`, acknowledging `ack`.
+    fn ours(port: u16, ack: u32, control: smoltcp::wire::TcpControl, payload: &[u8]) -> Vec<u8> {
+        use smoltcp::wire::{TcpRepr, TcpSeqNumber};
+        let repr = TcpRepr {
+            src_port: 4791,
+            dst_port: port,
+            control,
+            seq_number: TcpSeqNumber(1),
+            ack_number: Some(TcpSeqNumber(ack as i32)),
+            window_len: 1000,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        crate::peer_tcp::test_frame([10, 0, 0, 1], [10, 0, 0, 2], &repr)
+    }
+
+    /// smoltcp's answer to a received frame (its receive path's token), as `frame`.
+    fn answer(dev: &mut PortDevice<Filling>, frame: &[u8]) {
+        dev.push_local(vec![0; 60]);
+        let (rx, tx) = dev.receive(Instant::from_millis(0)).expect("a frame");
+        rx.consume(|_| ());
+        phy::TxToken::consume(tx, frame.len(), |b| b.copy_from_slice(frame));
+    }
+
+    /// The ACKs smoltcp answers received segments with, which it counts as sent, are not
+    /// dropped by a full port: they wait, the latest per connection (an acknowledgement is
+    /// cumulative, RFC 9293 section 3.4), and go first once the port has room; a segment
+    /// the connection sends meanwhile carries a newer one and replaces it. A RST goes to
+    /// the port as before.
+    #[test]
+    fn answers_that_meet_a_full_port_wait_the_latest_per_connection() {
+        use smoltcp::wire::TcpControl;
+        let port = Filling {
+            full: true,
+            sent: Vec::new(),
+        };
+        let mut dev = PortDevice::new(port, ArpPacer::new(Duration::ZERO), 1460);
+        let (a100, a200, b50) = (
+            ours(5000, 100, TcpControl::None, b""),
+            ours(5000, 200, TcpControl::None, b""),
+            ours(5001, 50, TcpControl::None, b""),
+        );
+        let rst = ours(5002, 1, TcpControl::Rst, b"");
+        for f in [&a100, &a200, &b50, &rst] {
+            answer(&mut dev, f);
+        }
+        assert_eq!(dev.port.sent, [rst], "only the RST went");
+        assert_eq!((dev.acks_held, dev.acks_waiting()), (3, 2));
+
+        dev.release_held();
+        assert_eq!(dev.port.sent.len(), 1, "the port is still full");
+        dev.port.full = false;
+        dev.release_held();
+        let mut sent = dev.port.sent[1..].to_vec();
+        sent.sort();
+        let mut latest = vec![a200, b50];
+        latest.sort();
+        assert_eq!(sent, latest, "the latest ACK of each connection");
+        assert_eq!(dev.acks_waiting(), 0);
+        assert_eq!(dev.tx_frames, 3);
+
+        // Held, then replaced by the connection's next segment.
+        dev.port.full = true;
+        answer(&mut dev, &ours(5000, 300, TcpControl::None, b""));
+        assert_eq!(dev.acks_waiting(), 1);
+        dev.port.full = false;
+        let data = ours(5000, 300, TcpControl::Psh, b"an FPDU");
+        let tx = phy::Device::transmit(&mut dev, Instant::from_millis(0)).expect("room");
+        phy::TxToken::consume(tx, data.len(), |b| b.copy_from_slice(&data));
+        assert_eq!(dev.acks_waiting(), 0);
+        dev.release_held();
+        assert_eq!(
+            dev.port.sent.last(),
+            Some(&data),
+            "nothing after the segment"
+        );
+        assert_eq!(dev.port.sent.len(), 4);
     }
 }

@@ -85,6 +85,16 @@ impl FlowKey {
     }
 }
 
+/// The flow of a segment we send (our port, the peer's address and port), and whether the
+/// segment is a bare acknowledgement: no data, and no SYN, FIN or RST. `None` for anything
+/// but TCP over IPv4.
+pub fn sent_flow(frame: &[u8]) -> Option<(FlowKey, bool)> {
+    let (ip, tcp) = tcp_segment(frame)?;
+    let key = FlowKey::new(tcp.src_port(), ip.dst_addr().octets(), tcp.dst_port());
+    let bare = tcp.ack() && !tcp.syn() && !tcp.fin() && !tcp.rst() && tcp.payload().is_empty();
+    Some((key, bare))
+}
+
 /// A received or sent segment's IPv4 and TCP views.
 type TcpSegment<'a> = (Ipv4Packet<&'a [u8]>, TcpPacket<&'a [u8]>);
 
@@ -583,14 +593,20 @@ impl PeerTcp {
     }
 
     /// Whether the connection's sender wants smoltcp to resend now (see
-    /// [`Sender::wants_nudge`]); the duplicate ACKs that make it do so, if one does.
-    pub fn nudge(&mut self, key: FlowKey, now: Instant) -> Option<Vec<u8>> {
+    /// [`Sender::wants_nudge`]); the duplicate ACKs that make it do so, if one does. While
+    /// `host_busy` (our port holds frames it could not hand on), no timeout is due (see
+    /// [`Sender::host_queue_busy`]).
+    pub fn nudge(&mut self, key: FlowKey, now: Instant, host_busy: bool) -> Option<Vec<u8>> {
         let flow = self.flows.get_mut(&key)?;
         let sender = flow.sender.as_mut()?;
         if flow.last_ack.is_empty() {
             return None;
         }
-        sender.wants_nudge(real(now, self.dilation))?;
+        let now = real(now, self.dilation);
+        if host_busy {
+            sender.host_queue_busy(now);
+        }
+        sender.wants_nudge(now)?;
         Some(flow.last_ack.clone())
     }
 

@@ -59,6 +59,7 @@ pub struct CoreCounters {
     pub fpdus_tx: AtomicU64,
     pub stream_bytes_rx: AtomicU64,
     pub drops: AtomicU64,
+    pub acks_held: AtomicU64,
     pub bad_checksums: AtomicU64,
     pub arp_paced: AtomicU64,
     pub conns_lost: AtomicU64,
@@ -115,6 +116,7 @@ impl CoreCounters {
         self.fpdus_tx.store(c.fpdus_tx, r);
         self.stream_bytes_rx.store(c.stream_bytes_rx, r);
         self.drops.store(c.drops, r);
+        self.acks_held.store(c.acks_held, r);
         self.bad_checksums.store(c.bad_checksums, r);
         self.arp_paced.store(c.arp_paced, r);
         self.conns_lost.store(c.conns_lost, r);
@@ -185,7 +187,7 @@ impl CoreCounters {
         let r = Ordering::Relaxed;
         format!(
             "core={} rx_frames={} tx_frames={} rx_bytes={} tx_bytes={} fpdus_tx={} \
-             stream_bytes_rx={} drops={} bad_checksums={} arp_paced={} connections={} conns_lost={} crc_errors={} \
+             stream_bytes_rx={} drops={} acks_held={} bad_checksums={} arp_paced={} connections={} conns_lost={} crc_errors={} \
              terminates_sent={} terminates_received={} polls={} sleeps={} wakes_port={} \
              wakes_doorbell={} wakes_timer={}",
             self.core.map_or("-".to_string(), |c| c.to_string()),
@@ -196,6 +198,7 @@ impl CoreCounters {
             self.fpdus_tx.load(r),
             self.stream_bytes_rx.load(r),
             self.drops.load(r),
+            self.acks_held.load(r),
             self.bad_checksums.load(r),
             self.arp_paced.load(r),
             self.connections.load(r),
@@ -492,6 +495,7 @@ mod tests {
             fpdus_tx: 5,
             stream_bytes_rx: 6,
             drops: 7,
+            acks_held: 30,
             arp_paced: 13,
             conns_lost: 8,
             connections: 9,
@@ -521,6 +525,7 @@ mod tests {
             "fpdus_tx=5",
             "stream_bytes_rx=6",
             "drops=7",
+            "acks_held=30",
             "conns_lost=8",
             "connections=9",
             "crc_errors=10",

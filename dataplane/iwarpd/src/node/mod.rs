@@ -299,6 +299,9 @@ pub struct Counters {
     pub stream_bytes_rx: u64,
     /// Frames the port could not send or deliver (see [`Port::dropped`]).
     pub drops: u64,
+    /// smoltcp's answers to received segments held while the port's queue was full, the
+    /// latest per connection, instead of dropped (see `device.rs`).
+    pub acks_held: u64,
     /// Received TCP segments with a wrong checksum, dropped (by the device or in software).
     pub bad_checksums: u64,
     /// Repeats of unanswered ARP requests held back (see [`crate::arp::ArpPacer`]): a
@@ -430,6 +433,14 @@ pub struct Node<P: Port> {
 /// by time, not turns: every few hundred turns, 10,000 idle connections would take an
 /// eighth of a busy core. The stats file is written once a second.
 const TOTALS_EACH_TURN: usize = 16;
+
+/// Connections one turn visits at most ([`Node::exchange`]); the rest of the ready list
+/// waits, in order, for the next turn. The port is read once a turn, so a turn that visited
+/// every one of thousands of busy connections (milliseconds each thousand, their state out
+/// of the cache) would leave it unread that long: the peer's frames would queue for
+/// hundreds of milliseconds, and the connections whose frames waited longest would look
+/// silent.
+const VISITS_PER_TURN: usize = 1024;
 const TOTALS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub mod cc;
@@ -577,6 +588,7 @@ impl<P: Port> Node<P> {
             fpdus_tx: self.fpdus_tx,
             stream_bytes_rx: self.stream_rx,
             drops: self.dev.port.dropped(),
+            acks_held: self.dev.acks_held,
             bad_checksums: self.dev.port.bad_checksums() + self.dev.rx_bad_checksum,
             arp_paced: self.dev.arp.dropped,
             conns_lost: self.conns_lost,
@@ -637,13 +649,14 @@ impl<P: Port> Node<P> {
     /// Only connections with data in flight are looked at (see [`Node::exchange`]).
     fn nudge(&mut self, now: smoltcp::time::Instant) -> bool {
         let mut any = false;
+        let host_busy = !self.dev.port.tx_ready();
         let mut k = 0;
         while k < self.flight.len() {
             let c = &self.conns[self.flight[k]];
             let key = c
                 .flow
                 .filter(|_| c.state == ConnState::Rts && !c.socket_gone);
-            if let Some(ack) = key.and_then(|key| self.dev.peers.nudge(key, now)) {
+            if let Some(ack) = key.and_then(|key| self.dev.peers.nudge(key, now, host_busy)) {
                 for _ in 0..3 {
                     self.dev.push_local(ack.clone());
                 }
@@ -725,6 +738,7 @@ impl<P: Port> Node<P> {
     /// Returns whether TCP sent all it would: false when the port stopped taking frames first.
     fn iface_egress(&mut self, now: smoltcp::time::Instant) -> bool {
         self.iface_ingress(now);
+        self.dev.release_held();
         self.sockets.take_due(now);
         // Rounds over the shards with something to do, each shard leaving once it sends
         // nothing more (see `sockets.rs`).
@@ -772,8 +786,9 @@ impl<P: Port> Node<P> {
         busy
     }
 
-    /// The turn's first step: what the port holds into TCP (a few bursts, so that a full
-    /// receive queue does not drop), and the ACKs of a stream's segments out at once. No
+    /// The turn's first step: what the port holds into TCP (up to
+    /// [`crate::device::RX_BURSTS_PER_TURN`] bursts), and the ACKs of a stream's segments
+    /// out at once. No
     /// received byte reaches an engine yet: the host posts the receives applications queued
     /// between this step and [`Node::exchange`], so a message that arrived after its receive
     /// was posted always finds it. Returns whether frames arrived.
@@ -788,7 +803,7 @@ impl<P: Port> Node<P> {
         self.dev.keep_neighbours(now);
         self.advance_live(real_us);
         let mut drained = false;
-        for _ in 0..8 {
+        for _ in 0..crate::device::RX_BURSTS_PER_TURN {
             let n = self.dev.fill();
             self.turn_t.port += self.stage.lap();
             got += n;
@@ -838,7 +853,10 @@ impl<P: Port> Node<P> {
         let mut busy = self.turn_got > 0;
         busy |= self.accept_incoming();
         self.mark_ready(rnic);
-        for _ in 0..self.ready.len() {
+        let visits = self.ready.len().min(VISITS_PER_TURN);
+        // Connections left for the next turn are work: the loop must not sleep on them.
+        busy |= visits < self.ready.len();
+        for _ in 0..visits {
             let Some(i) = self.ready.pop_front() else {
                 break;
             };

@@ -229,7 +229,7 @@ pub struct TcpChecksumOffload {
 
 /// Builds a frame of `len` octets in `scratch` (grown as needed), for a port with no buffer
 /// of its own to build it in: `build`'s result, whether to send, and the frame.
-fn build_in_scratch<R>(
+pub(crate) fn build_in_scratch<R>(
     scratch: &mut Vec<u8>,
     len: usize,
     build: impl FnOnce(&mut [u8]) -> (R, bool),

@@ -59,7 +59,9 @@ pub struct SendCounters {
     /// a resend proven unnecessary (RFC 3708 section 2), whether or not its episode was
     /// undone.
     pub dsacked: u64,
-    /// smoltcp's resends held back: its timer ran before ours, or the peer held the data.
+    /// smoltcp's resends held back: its timer ran before ours, or the peer held the data;
+    /// and timeouts put off while our own port still held frames (see
+    /// [`Sender::host_queue_busy`]).
     pub held: u64,
 }
 
@@ -777,6 +779,20 @@ impl Sender {
         self.counters.ecn_marks += 1;
     }
 
+    /// Our port still holds frames it could not hand on (Linux makes the same check, of a
+    /// segment still in the host's queue, before it resends): what is in flight may not
+    /// have left yet, and a resend would only queue behind it. A timer due now starts again
+    /// from now instead of expiring; once the port drains, a lost segment costs one RTO
+    /// more. With thousands of connections sending into a slow peer, the queue's wait
+    /// otherwise fires every connection's timer at once, and their resends go behind the
+    /// same queue.
+    pub fn host_queue_busy(&mut self, now: Duration) {
+        if self.deadline().is_some_and(|d| now >= d) && self.go_back.is_none() {
+            self.timer_at = now;
+            self.counters.held += 1;
+        }
+    }
+
     /// Whether smoltcp should be made to resend the first unacknowledged segment now, and
     /// whether as a timeout: a partial ACK with a hole at its edge, or our timer expired.
     /// Asking once clears it; the segment that follows is taken as that resend.
@@ -868,6 +884,31 @@ mod tests {
         assert_eq!(s.counters.rtos, 0);
         assert_eq!(s.counters.retransmits, 0);
         send(&mut s, 3000, 1, ms(1));
+    }
+
+    #[test]
+    fn no_timeout_while_our_own_port_still_holds_frames() {
+        // Linux resends nothing still in the host's queue (its TSQ check): the segments in
+        // flight may not have left, and a resend would queue behind them. The timer waits
+        // from the last time the port was found holding frames.
+        let mut s = sender(Algorithm::NewReno);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack(1000), ms(5));
+        let rto = s.rto();
+        for t in [ms(200), ms(400), ms(600)] {
+            s.host_queue_busy(t);
+            assert_eq!(s.wants_nudge(t), None, "put off at {t:?}");
+            assert_eq!(
+                s.on_send(1000, MSS, t),
+                Verdict::Hold,
+                "smoltcp's own timer"
+            );
+        }
+        assert_eq!(s.counters.rtos, 0);
+        assert_eq!(s.wants_nudge(ms(600) + rto / 2), None, "not due yet");
+        assert_eq!(s.wants_nudge(ms(600) + rto), Some(true), "the port drained");
+        assert_eq!(s.on_send(1000, MSS, ms(600) + rto), Verdict::Send);
+        assert_eq!(s.counters.rtos, 1);
     }
 
     #[test]
