@@ -31,7 +31,8 @@ fn baselines(plan: &Plan) -> Result<Vec<Box<dyn Transport>>> {
     let mut v: Vec<Box<dyn Transport>> = Vec::new();
     for b in &plan.baselines {
         match b {
-            BaselineArg::Tcp => v.push(Box::new(TcpTransport)),
+            BaselineArg::Tcp => v.push(Box::new(TcpTransport::threads())),
+            BaselineArg::TcpProc => v.push(Box::new(TcpTransport::process(peer_exe(plan)?))),
             BaselineArg::Shm => v.push(Box::new(ShmTransport::threads())),
             BaselineArg::ShmProc => v.push(Box::new(ShmTransport::processes(peer_exe(plan)?))),
             BaselineArg::None => {}

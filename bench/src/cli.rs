@@ -28,6 +28,10 @@ pub enum OpArg {
 pub enum BaselineArg {
     /// Kernel TCP on loopback, TCP_NODELAY.
     Tcp,
+    /// Kernel TCP on loopback, every connection received by one epoll loop in another
+    /// process: 10,000 connections take 10,000 descriptors on each side, where `tcp` needs
+    /// 20,000 and a thread per connection in one process.
+    TcpProc,
     /// Two pinned threads through shared memory.
     Shm,
     /// Two pinned processes through a shared mapping.
@@ -228,7 +232,8 @@ pub struct Args {
     pub peer_exe: Option<PathBuf>,
 
     /// QP-count sweep: run bandwidth mode once per count (e.g. 1,16,256,1024), each with its
-    /// own endpoints, and print message rate per count against the 16-QP figure.
+    /// own endpoints, and print message rate per count against the 16-QP figure. The kernel
+    /// baseline for as many connections: `--baselines tcp-proc` (to 10,000 and past).
     #[arg(long, value_delimiter = ',')]
     pub qp_sweep: Option<Vec<usize>>,
 
@@ -257,6 +262,10 @@ pub struct Args {
     /// baseline (the port on stdout), holding them until stdin closes.
     #[arg(long, hide = true)]
     pub tcp_accept_peer: Option<usize>,
+
+    /// Internal: serve as the receiving process of the tcp-proc baseline on this region file.
+    #[arg(long, hide = true)]
+    pub tcp_peer: Option<PathBuf>,
 
     /// Internal: serve as the peer process of the shm-proc baseline on this region file.
     #[arg(long, hide = true)]

@@ -17,6 +17,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some(path) = &args.tcp_peer {
+        return match transport::tcp::serve_file(path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("iwarp-bench (tcp peer): {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(path) = &args.shm_peer {
         return match transport::shm::serve_file(path, args.shm_peer_core) {
             Ok(()) => ExitCode::SUCCESS,

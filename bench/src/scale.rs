@@ -49,7 +49,9 @@ pub fn qp_sweep(args: &Args, counts: &[usize], cores: &[usize]) -> Result<String
     let mut rows = Vec::new();
     let mut out = String::new();
     // The baselines and the verbs measurement of a count run apart, so that one failing (the
-    // kernel's sockets need descriptors that 10,000 QPs do not) loses nothing of the other.
+    // kernel's sockets of `tcp` need 20,000 descriptors in this process for 10,000
+    // connections, where `tcp-proc` needs 10,000 here and 10,000 in its receiver) loses
+    // nothing of the other.
     let parts: Vec<_> = [
         ("baselines", vec![OpArg::None], args.baselines.clone()),
         ("verbs", args.ops.clone(), vec![BaselineArg::None]),

@@ -142,6 +142,8 @@ pub enum TransportKind {
     Verbs,
     /// Kernel TCP sockets on loopback with TCP_NODELAY.
     Tcp,
+    /// The same, received by one epoll loop in another process.
+    TcpProc,
     /// Two pinned threads exchanging through shared memory (the floor).
     Shm,
     /// Two processes exchanging through a shared mapping.
@@ -153,6 +155,7 @@ impl TransportKind {
         match self {
             TransportKind::Verbs => "verbs",
             TransportKind::Tcp => "tcp",
+            TransportKind::TcpProc => "tcp-proc",
             TransportKind::Shm => "shm",
             TransportKind::ShmProc => "shm-proc",
         }

@@ -148,6 +148,64 @@ fn many_qps_add_up_and_open_loop_counts_every_scheduled_message() {
     }
 }
 
+/// `tcp-proc` receives every connection in a process of its own (one epoll loop): each
+/// message of each connection arrives and is counted, a ping-pong's are echoed, and the
+/// process and its region file are gone when the run ends.
+#[test]
+fn the_tcp_baseline_received_in_another_process_counts_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("r.json");
+    let before = region_files();
+    ok(&[
+        "--ops",
+        "none",
+        "--baselines",
+        "tcp-proc,tcp",
+        "--mode",
+        "latency,bandwidth",
+        "--qps",
+        "24",
+        "--sizes",
+        "1,4K",
+        "--iterations",
+        "400",
+        "--warmup",
+        "10",
+        "--window",
+        "8",
+        "--json",
+        j.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let v = json(&j);
+    let ms = measurements(&v);
+    assert_eq!(ms.len(), 8, "{ms:#?}");
+    for m in ms.iter().filter(|m| m["transport"] == "tcp-proc") {
+        match m["mode"].as_str().unwrap() {
+            "latency" => assert_eq!(m["count"], 400, "{m}"),
+            _ => {
+                assert_eq!(m["qps"], 24);
+                assert_eq!(m["throughput"]["messages"], 24 * 400, "{m}");
+            }
+        }
+    }
+    assert_eq!(region_files(), before, "a region file was left behind");
+}
+
+/// The benchmark's region files in /dev/shm (or none where it has none).
+fn region_files() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("iwarp-bench-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 #[test]
 fn a_duration_run_measures_something_and_json_can_go_to_stdout() {
     let out = ok(&[

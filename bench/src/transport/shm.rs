@@ -146,7 +146,7 @@ impl Region {
     }
 
     /// The 8-octet word at `off` (a multiple of 8 inside the region) as an atomic.
-    fn word(&self, off: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, off: usize) -> &AtomicU64 {
         assert!(
             off.is_multiple_of(8) && off + 8 <= self.len,
             "word offset {off} out of range"
@@ -422,7 +422,8 @@ impl Drop for Shared {
     }
 }
 
-fn region_file() -> Result<PathBuf> {
+/// A fresh name for a region file (in `/dev/shm` where there is one).
+pub(crate) fn region_file() -> Result<PathBuf> {
     use std::sync::atomic::AtomicU32;
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = Path::new("/dev/shm");

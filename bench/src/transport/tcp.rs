@@ -7,24 +7,189 @@
 //!   thread reads everything and publishes how many whole messages have arrived.
 //!
 //! A byte stream cannot carry a zero-length message, so size 0 is sent as a one-octet token.
+//!
+//! `tcp-proc` moves the receiving side into another process (`iwarp-bench --tcp-peer`): one
+//! epoll loop accepts and reads every connection, echoes a ping-pong's, and publishes each
+//! stream's received octets in a shared region file. The connection's first 8 octets name
+//! its slot there and whether it echoes. A sweep to 10,000 connections then needs 10,000
+//! descriptors in each process, within a hard limit that one process holding both ends
+//! would pass.
 
+use super::shm::{region_file, Region};
 use super::{pin, Backoff, PingPong, Setup, Stream, Transport};
 use crate::error::{BenchError, Result};
 use crate::stages::StageTimes;
 use crate::workload::{Exchange, TransportKind};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Kernel TCP over 127.0.0.1.
-#[derive(Debug, Default)]
-pub struct TcpTransport;
+/// Kernel TCP over 127.0.0.1: the receiving side on threads of this process
+/// ([`TcpTransport::threads`]) or in a process of its own ([`TcpTransport::process`]).
+#[derive(Default)]
+pub struct TcpTransport {
+    /// The executable started as the receiving process; `None`: threads.
+    exe: Option<PathBuf>,
+    /// That process, once the first connection needs it.
+    peer: Mutex<Option<Arc<ProcPeer>>>,
+}
 
 fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::transport("tcp", e)
+}
+
+// The region's words: the magic, the listener's port once ready, stop.
+const MAGIC: usize = 0;
+const PORT: usize = 8;
+const STOP: usize = 16;
+/// Slot `i`'s received octets are the word at `SLOT0 + 8 i`.
+const SLOT0: usize = 4096;
+const SLOTS: usize = 1 << 16;
+const MAGIC_VALUE: u64 = 0x6977_6172_7074_6370; // "iwarptcp"
+/// The hello's mode word: count what arrives, or echo it.
+const COUNT: u32 = 0;
+const ECHO: u32 = 1;
+
+/// The receiving process of `tcp-proc` and the region it publishes in.
+struct ProcPeer {
+    region: Region,
+    port: u16,
+    next_slot: AtomicU64,
+    child: Mutex<Child>,
+}
+
+impl ProcPeer {
+    fn start(exe: &Path) -> Result<ProcPeer> {
+        let path = region_file()?;
+        let region = Region::create_file(&path, SLOT0 + 8 * SLOTS)
+            .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+        // SYNC POINT: Release publishes the zeroed region to the peer's Acquire of MAGIC.
+        region.word(MAGIC).store(MAGIC_VALUE, Ordering::Release);
+        let child = Command::new(exe)
+            .arg("--tcp-peer")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| err(format!("starting {}: {e}", exe.display())));
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // SYNC POINT: Acquire pairs with the peer's Release store of its port.
+        let port = loop {
+            let p = region.word(PORT).load(Ordering::Acquire);
+            if p != 0 {
+                break Ok(p as u16);
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                break Err(format!(
+                    "the receiving process exited before it listened: {st}"
+                ));
+            }
+            if Instant::now() > deadline {
+                break Err("the receiving process did not listen within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        // Mapped by both now (or failed): the name is no longer needed.
+        let _ = std::fs::remove_file(&path);
+        let port = port.map_err(|m| {
+            let _ = child.kill();
+            let _ = child.wait();
+            err(m)
+        })?;
+        Ok(ProcPeer {
+            region,
+            port,
+            next_slot: AtomicU64::new(0),
+            child: Mutex::new(child),
+        })
+    }
+
+    /// A connection to the receiving process on a slot of its own, `mode` said.
+    fn connect(&self, mode: u32) -> Result<(TcpStream, usize)> {
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) as usize;
+        if slot >= SLOTS {
+            return Err(err(format!("more than {SLOTS} connections in one run")));
+        }
+        let mut c = TcpStream::connect(("127.0.0.1", self.port)).map_err(err)?;
+        c.set_nodelay(true).map_err(err)?;
+        let mut hello = [0u8; 8];
+        hello[..4].copy_from_slice(&(slot as u32).to_le_bytes());
+        hello[4..].copy_from_slice(&mode.to_le_bytes());
+        c.write_all(&hello).map_err(err)?;
+        Ok((c, slot))
+    }
+
+    /// Octets the receiving process has read on `slot`.
+    fn received(&self, slot: usize) -> u64 {
+        // SYNC POINT: Acquire pairs with the peer's Release store of the count.
+        self.region.word(SLOT0 + 8 * slot).load(Ordering::Acquire)
+    }
+
+    /// Whether the receiving process ended, and how.
+    fn gone(&self) -> Option<String> {
+        let mut c = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        match c.try_wait() {
+            Ok(None) => None,
+            Ok(Some(st)) => Some(format!("the receiving process exited: {st}")),
+            Err(e) => Some(format!("the receiving process: {e}")),
+        }
+    }
+}
+
+impl Drop for ProcPeer {
+    fn drop(&mut self) {
+        // SYNC POINT: Release; the peer polls STOP with Acquire between its waits.
+        self.region.word(STOP).store(1, Ordering::Release);
+        let mut c = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(c.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = c.wait();
+    }
+}
+
+impl TcpTransport {
+    /// Receiving threads in this process, one per connection.
+    pub fn threads() -> TcpTransport {
+        TcpTransport::default()
+    }
+
+    /// Every connection received by one epoll loop in `exe --tcp-peer`.
+    pub fn process(exe: PathBuf) -> TcpTransport {
+        TcpTransport {
+            exe: Some(exe),
+            peer: Mutex::new(None),
+        }
+    }
+
+    /// The receiving process, started on first use.
+    fn peer(&self, exe: &Path) -> Result<Arc<ProcPeer>> {
+        let mut p = self.peer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peer) = p.as_ref() {
+            return Ok(peer.clone());
+        }
+        let peer = Arc::new(ProcPeer::start(exe)?);
+        *p = Some(peer.clone());
+        Ok(peer)
+    }
 }
 
 /// The octets a message of `size` occupies on the stream.
@@ -50,7 +215,10 @@ fn join(h: JoinHandle<Result<()>>) -> Result<()> {
 
 impl Transport for TcpTransport {
     fn kind(&self) -> TransportKind {
-        TransportKind::Tcp
+        match self.exe {
+            Some(_) => TransportKind::TcpProc,
+            None => TransportKind::Tcp,
+        }
     }
 
     fn supports(&self, exchange: Exchange) -> bool {
@@ -59,6 +227,17 @@ impl Transport for TcpTransport {
 
     fn ping_pong(&self, setup: &Setup) -> Result<Box<dyn PingPong>> {
         let len = wire_len(setup.size);
+        if let Some(exe) = &self.exe {
+            let peer = self.peer(exe)?;
+            let (sock, _) = peer.connect(ECHO)?;
+            return Ok(Box::new(TcpPingPong {
+                sock,
+                buf: vec![0x5a; len],
+                responder: None,
+                stages: setup.stages,
+                times: StageTimes::default(),
+            }));
+        }
         let (client, mut server) = connected_pair()?;
         let core = setup.responder_core;
         let responder = std::thread::Builder::new()
@@ -90,6 +269,19 @@ impl Transport for TcpTransport {
 
     fn stream(&self, setup: &Setup) -> Result<Box<dyn Stream>> {
         let len = wire_len(setup.size);
+        if let Some(exe) = &self.exe {
+            let peer = self.peer(exe)?;
+            let (sock, slot) = peer.connect(COUNT)?;
+            sock.set_nonblocking(true).map_err(err)?;
+            return Ok(Box::new(TcpStreamTx {
+                sock,
+                msg: vec![0x5a; len],
+                pending: 0,
+                delivered: Delivered::Process { peer, slot },
+                reported: 0,
+                receiver: None,
+            }));
+        }
         let (client, mut server) = connected_pair()?;
         client.set_nonblocking(true).map_err(err)?;
         let delivered = Arc::new(AtomicU64::new(0));
@@ -119,7 +311,7 @@ impl Transport for TcpTransport {
             sock: client,
             msg: vec![0x5a; len],
             pending: 0,
-            delivered,
+            delivered: Delivered::Thread(delivered),
             reported: 0,
             receiver: Some(receiver),
         }))
@@ -178,12 +370,20 @@ impl Drop for TcpPingPong {
     }
 }
 
+/// Where a stream's receiver says how much arrived.
+enum Delivered {
+    /// Whole messages, from the receiving thread.
+    Thread(Arc<AtomicU64>),
+    /// Octets, from the receiving process's slot.
+    Process { peer: Arc<ProcPeer>, slot: usize },
+}
+
 struct TcpStreamTx {
     sock: TcpStream,
     msg: Vec<u8>,
     /// Octets of the message being written that the socket has not taken yet.
     pending: usize,
-    delivered: Arc<AtomicU64>,
+    delivered: Delivered,
     reported: u64,
     receiver: Option<JoinHandle<Result<()>>>,
 }
@@ -225,8 +425,11 @@ impl Stream for TcpStreamTx {
 
     fn poll_delivered(&mut self, delivered: &mut dyn FnMut(u64)) -> Result<usize> {
         self.flush()?;
-        // SYNC POINT: Acquire pairs with the receiver thread's Release store.
-        let now = self.delivered.load(Ordering::Acquire);
+        let now = match &self.delivered {
+            // SYNC POINT: Acquire pairs with the receiver thread's Release store.
+            Delivered::Thread(d) => d.load(Ordering::Acquire),
+            Delivered::Process { peer, slot } => peer.received(*slot) / self.msg.len() as u64,
+        };
         let n = now.saturating_sub(self.reported);
         for seq in self.reported..now {
             delivered(seq);
@@ -236,6 +439,11 @@ impl Stream for TcpStreamTx {
             if let Some(h) = &self.receiver {
                 if h.is_finished() {
                     return Err(err("the receiver stopped early"));
+                }
+            }
+            if let Delivered::Process { peer, .. } = &self.delivered {
+                if let Some(m) = peer.gone() {
+                    return Err(err(m));
                 }
             }
         }
@@ -266,5 +474,202 @@ impl Drop for TcpStreamTx {
         if let Some(h) = self.receiver.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// The receiving process of `tcp-proc` (`iwarp-bench --tcp-peer <region file>`): listens on
+/// 127.0.0.1, publishes its port in the region, and reads every connection from one epoll
+/// loop (echoing those that ask) until the region says stop.
+pub fn serve_file(path: &Path) -> Result<()> {
+    let region = Region::open_file(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+    // SYNC POINT: Acquire pairs with the creator's Release store of MAGIC.
+    if region.word(MAGIC).load(Ordering::Acquire) != MAGIC_VALUE {
+        return Err(err(format!("{} is not a tcp-proc region", path.display())));
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    let port = listener.local_addr().map_err(err)?.port();
+    let epoll = Epoll::new().map_err(err)?;
+    epoll.add(&listener, LISTENER).map_err(err)?;
+    // SYNC POINT: Release pairs with the creator's Acquire load of the port.
+    region.word(PORT).store(u64::from(port), Ordering::Release);
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    // SYNC POINT: Acquire pairs with the creator's Release store of STOP.
+    while region.word(STOP).load(Ordering::Acquire) == 0 {
+        let n = epoll.wait(&mut events, 10).map_err(err)?;
+        for e in &events[..n] {
+            let token = e.u64;
+            if token == LISTENER {
+                while let Ok((sock, _)) = listener.accept() {
+                    sock.set_nonblocking(true).map_err(err)?;
+                    sock.set_nodelay(true).map_err(err)?;
+                    let i = free.pop().unwrap_or(conns.len());
+                    epoll.add(&sock, i as u64).map_err(err)?;
+                    let c = Conn {
+                        sock,
+                        hello: [0; 8],
+                        have: 0,
+                        slot: 0,
+                        echo: false,
+                        bytes: 0,
+                    };
+                    match conns.get_mut(i) {
+                        Some(slot) => *slot = Some(c),
+                        None => conns.push(Some(c)),
+                    }
+                }
+                continue;
+            }
+            let i = token as usize;
+            let Some(c) = conns.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.serve(&mut buf, &region).map_err(err)? {
+                let _ = epoll.delete(&c.sock);
+                conns[i] = None;
+                free.push(i);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The epoll token of the listener; a connection's is its index.
+const LISTENER: u64 = u64::MAX;
+
+/// A connection the receiving process reads.
+struct Conn {
+    sock: TcpStream,
+    /// The first 8 octets: the slot, then the mode.
+    hello: [u8; 8],
+    have: usize,
+    slot: usize,
+    echo: bool,
+    bytes: u64,
+}
+
+impl Conn {
+    /// Reads what the connection has, publishing the count or echoing it; true once its
+    /// peer closed.
+    fn serve(&mut self, buf: &mut [u8], region: &Region) -> std::io::Result<bool> {
+        loop {
+            let n = match self.sock.read(buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(true),
+                Err(e) => return Err(e),
+            };
+            let mut data = &buf[..n];
+            if self.have < self.hello.len() {
+                let k = (self.hello.len() - self.have).min(data.len());
+                self.hello[self.have..self.have + k].copy_from_slice(&data[..k]);
+                self.have += k;
+                data = &data[k..];
+                if self.have == self.hello.len() {
+                    let [a, b, c, d, e, f, g, h] = self.hello;
+                    self.slot = u32::from_le_bytes([a, b, c, d]) as usize;
+                    self.echo = u32::from_le_bytes([e, f, g, h]) == ECHO;
+                    if self.slot >= SLOTS {
+                        return Err(std::io::Error::new(
+                            ErrorKind::InvalidData,
+                            format!("slot {} past {SLOTS}", self.slot),
+                        ));
+                    }
+                }
+            }
+            if data.is_empty() {
+                continue;
+            }
+            if self.echo {
+                write_all_nonblocking(&mut self.sock, data)?;
+            } else {
+                self.bytes += data.len() as u64;
+                // SYNC POINT: Release pairs with `ProcPeer::received`'s Acquire load.
+                region
+                    .word(SLOT0 + 8 * self.slot)
+                    .store(self.bytes, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Writes all of `data` to a non-blocking socket, waiting out a full send buffer (a
+/// ping-pong's answer is small, and its client reads it at once).
+fn write_all_nonblocking(sock: &mut TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match sock.write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                std::thread::yield_now()
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// An epoll instance, level-triggered, for the receiving process's loop.
+struct Epoll(std::os::fd::OwnedFd);
+
+impl Epoll {
+    fn new() -> std::io::Result<Epoll> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no pointers; the result is checked before it is owned.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(Epoll(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: &impl std::os::fd::AsRawFd,
+        token: u64,
+    ) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are open for the call; `ev` outlives it.
+        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn add(&self, fd: &impl std::os::fd::AsRawFd, token: u64) -> std::io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token)
+    }
+
+    fn delete(&self, fd: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0)
+    }
+
+    /// Waits up to `timeout_ms` for events; how many `events` holds.
+    fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let max = events.len().min(i32::MAX as usize) as i32;
+        // SAFETY: `events` is writable for `max` entries for the whole call.
+        let n =
+            unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == ErrorKind::Interrupted {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(n as usize)
     }
 }
