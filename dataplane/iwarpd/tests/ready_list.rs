@@ -1,7 +1,8 @@
 //! A turn visits the connections that have work, not every connection: with 128 connected
 //! QPs per node, 127 of them idle, a stream of Writes on one QP visits that QP's connection
 //! alone, and idle turns visit none. TCP's work follows too: smoltcp is handed the sockets of
-//! the active connection's shard, never all 128.
+//! the active connection's shard, never all 128. And a turn visits 1,024 connections at
+//! most: with more at work, the rest go next turn.
 
 mod common;
 
@@ -103,4 +104,64 @@ fn a_turn_visits_only_the_connections_with_work() {
         visits.0 <= turns && visits.1 <= turns,
         "{visits:?} visits in {turns} turns: more than the one active connection a turn"
     );
+}
+
+/// More connections with work than one turn visits (1,024): the turn visits 1,024 and says
+/// it was busy, and the next takes the rest, in order; so a node with thousands of busy
+/// connections still reads its port between them. Every Write completes.
+#[test]
+fn a_turn_visits_at_most_1024_connections_and_the_next_takes_the_rest() {
+    const MANY: usize = 1100;
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0x23, 1], [2, 0, 0, 0, 0x23, 2], 1500);
+    let tcp = TcpSettings {
+        rx_buffer: 16 << 10,
+        tx_buffer: 16 << 10,
+        user_timeout: Duration::from_secs(3600),
+        ..TcpSettings::default()
+    };
+    let mut a = End::with_tcp(pa, A_IP, tcp);
+    let mut b = End::with_tcp(pb, B_IP, tcp);
+    let caps = QpCaps {
+        sq_depth: 4,
+        rq_depth: 4,
+        srq: None,
+    };
+    let conns = common::connect_many(&mut a, &mut b, MANY, caps, 8000, 50000);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut quiet = 0;
+    while quiet < 20 {
+        assert!(Instant::now() < deadline, "settling");
+        let busy = a.node.poll(&mut a.rnic) | b.node.poll(&mut b.rnic);
+        quiet = if busy { 0 } else { quiet + 1 };
+    }
+    let a_mem = a.mem(4096, Access::ALL);
+    let b_mem = b.mem(4096, Access::ALL);
+    for (i, &(_, _, qp)) in conns.iter().enumerate() {
+        let op = SendOp::Write {
+            remote_stag: a_mem.stag,
+            remote_to: a_mem.sge(0, 0).to,
+        };
+        b.rnic
+            .post_send(qp, SendWr::new(i as u64, op, &[b_mem.sge(0, 64)]))
+            .unwrap();
+    }
+    let before = b.node.visits();
+    assert!(b.node.poll(&mut b.rnic), "a turn that left work says so");
+    assert_eq!(b.node.visits() - before, 1024, "the first turn");
+    b.node.poll(&mut b.rnic);
+    assert!(
+        b.node.visits() - before >= MANY as u64,
+        "the next turn takes the rest: {} visits",
+        b.node.visits() - before
+    );
+    let mut done = 0;
+    while done < MANY {
+        assert!(Instant::now() < deadline, "{done} of {MANY} Writes");
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+        for w in b.wcs() {
+            assert_eq!(w.status, Status::Success, "{w:?}");
+            done += 1;
+        }
+    }
 }

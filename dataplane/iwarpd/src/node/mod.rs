@@ -1065,4 +1065,24 @@ mod tests {
         assert!(socket <= slot, "the slot holds the socket");
         assert!(slot + conn <= 4096, "{slot} + {conn}");
     }
+
+    /// A turn's receive step reads up to 128 bursts (4,096 frames), as many as its egress
+    /// may hand the port, so that a node keeps up with its peer's ACKs; the rest wait for
+    /// the next turn.
+    #[test]
+    fn a_turn_reads_as_many_frames_as_its_egress_may_send() {
+        use crate::port::memory::MemoryPort;
+        let (mut peer, ours) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        let most = crate::device::RX_BURSTS_PER_TURN * crate::port::RX_BURST;
+        assert_eq!(most, 4096);
+        // Frames of no protocol smoltcp knows: read, counted, dropped.
+        for _ in 0..most + 100 {
+            peer.tx(&[0xff; 60]).unwrap();
+        }
+        let mut node = Node::new(ours, Ipv4Addr::new(10, 0, 0, 2), 24, TcpSettings::default());
+        assert!(node.receive());
+        assert_eq!(node.counters().rx_frames, most as u64);
+        node.receive();
+        assert_eq!(node.counters().rx_frames, most as u64 + 100);
+    }
 }
