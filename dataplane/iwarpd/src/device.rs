@@ -144,7 +144,7 @@ impl<P: Port> PortDevice<P> {
         self.round_open
     }
 
-    /// Sends the ACKs held while the port was full (see [`HeldAcks`]) while it takes them;
+    /// Sends the ACKs held while the port was full (see `HeldAcks`) while it takes them;
     /// before anything else of TCP's, so that none waits behind a round.
     pub fn release_held(&mut self) {
         if self.held.by_flow.is_empty() {
@@ -163,7 +163,7 @@ impl<P: Port> PortDevice<P> {
         });
     }
 
-    /// ACKs waiting for the port (see [`HeldAcks`]).
+    /// ACKs waiting for the port (see `HeldAcks`).
     pub fn acks_waiting(&self) -> usize {
         self.held.by_flow.len()
     }
