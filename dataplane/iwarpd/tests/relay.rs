@@ -11,7 +11,7 @@ use iwarpd::node::NodeEvent;
 use iwarpd::port::pcap::PcapPort;
 use iwarpd::port::unix::UnixPort;
 use iwarpd::port::Port;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 /// Two nodes, A and B, on the embedded port in `dir`, with the last octets `a` and `b` of
@@ -388,6 +388,50 @@ fn a_refused_connect_ends_as_refused() {
                 }
             )
         )),
+        "{seen:?}"
+    );
+}
+
+/// A connect nobody answers ends as `Timeout` once the setup timeout (10 s) has passed: not
+/// refused, and not left open. Connection 1 goes to an address no host has (its ARP requests
+/// go unanswered); connection 2 to a host that answered ARP before and whose node has since
+/// stopped reading (its SYNs go unanswered).
+#[test]
+fn an_unanswered_connect_ends_as_timeout() {
+    let dir = segment_dir("iwarp-relay-unanswered");
+    let (mut a, mut b) = unix_ends(&dir, 0x3c, 0x3d);
+    // A refused connect first: B learns A's hardware address.
+    b.node
+        .relay_connect(3, SocketAddrV4::new(A_IP, 7206))
+        .unwrap();
+    let mut seen = Vec::new();
+    until(&mut a, &mut b, &mut seen, |s| {
+        s.iter()
+            .any(|e| matches!(e, ('b', NodeEvent::Closed { conn: 3, .. })))
+    });
+    b.node
+        .relay_connect(1, SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 99), 7204))
+        .unwrap();
+    b.node
+        .relay_connect(2, SocketAddrV4::new(A_IP, 7205))
+        .unwrap();
+    // A's node stops here: only B runs.
+    let t = Instant::now();
+    let mut ended = Vec::new();
+    while ended.len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(40), "stuck: {ended:?}");
+        b.node.poll(&mut b.rnic);
+        for e in b.node.take_events() {
+            if let NodeEvent::Closed { conn, reason } = e {
+                ended.push((conn, reason));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ended.sort_by_key(|&(conn, _)| conn);
+    assert_eq!(
+        ended,
+        [(1, CloseReason::Timeout), (2, CloseReason::Timeout)],
         "{seen:?}"
     );
 }
