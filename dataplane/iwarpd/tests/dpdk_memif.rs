@@ -15,7 +15,7 @@ use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::TcpSettings;
 use iwarpd::port::dpdk::TX_HOLD;
 use iwarpd::port::dpdk::{eal_init, DpdkPort};
-use iwarpd::port::Port;
+use iwarpd::port::{Port, STALL};
 use std::time::{Duration, Instant};
 
 /// Held by each test for its whole run: DPDK's control path (configure, start) is not
@@ -31,8 +31,8 @@ fn keep_open<T>(ends: T) {
 }
 
 /// Starts EAL with every test's memif pairs, each on its own socket: 0/1 and 4/5 with
-/// memif's default buffers, 2/3 with a buffer (`bsize`) per 9000-octet frame, 6/7 with
-/// rings of 64 slots (`rsize`, log2), which a slow reader fills at once.
+/// memif's default buffers, 2/3 with a buffer (`bsize`) per 9000-octet frame, 6/7 and 8/9
+/// with rings of 64 slots (`rsize`, log2), which a slow reader fills at once.
 fn eal() {
     let pid = std::process::id();
     let mut args: Vec<String> = ["--no-pci", "--no-telemetry", "--log-level=3"]
@@ -40,7 +40,13 @@ fn eal() {
         .to_vec();
     args.push(format!("--file-prefix=iwarp-memif-{pid}"));
     args.extend(iwarp_testkit::eal_memory_args("dpdk_memif", 512));
-    for (pair, extra) in [(0, ""), (1, ",bsize=9014"), (2, ""), (3, ",rsize=6")] {
+    for (pair, extra) in [
+        (0, ""),
+        (1, ",bsize=9014"),
+        (2, ""),
+        (3, ",rsize=6"),
+        (4, ",rsize=6"),
+    ] {
         let sock = format!("/tmp/iwarp-memif-{pid}-{pair}.sock");
         for (i, role) in [(2 * pair, "server"), (2 * pair + 1, "client")] {
             args.push(format!(
@@ -242,4 +248,44 @@ fn first_frames(
         to.rx_burst(32, |f| got.push(f.to_vec())).unwrap();
     }
     got
+}
+
+/// A peer that stops reading fills the memif ring; what the ring does not take is held, and
+/// the device takes no segments meanwhile (`tx_ready` says no). Once the ring has taken
+/// nothing for `STALL`, the held frames are dropped and counted, and the port takes frames
+/// again: a vanished peer does not hold the queue for ever.
+#[test]
+fn frames_held_for_a_peer_that_reads_nothing_are_dropped_after_the_stall() {
+    if !iwarp_testkit::root_or_skip(
+        "frames_held_for_a_peer_that_reads_nothing_are_dropped_after_the_stall",
+    ) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    eal();
+    let mut pa = DpdkPort::open("net_memif8", 1500).unwrap();
+    let mut pb = DpdkPort::open("net_memif9", 1500).unwrap();
+    first_frames(&mut pa, &mut pb, |p| p.tx(&[0x33; 60]).unwrap());
+    // B reads nothing from here on.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pa.held() == 0 {
+        assert!(Instant::now() < deadline, "the ring never filled");
+        pa.tx(&[0x44; 1514]).unwrap();
+        pa.flush().unwrap();
+    }
+    assert!(!pa.tx_ready());
+    let (held, dropped) = (pa.held(), pa.dropped());
+    std::thread::sleep(STALL / 4);
+    pa.flush().unwrap();
+    assert_eq!(pa.held(), held, "held, not dropped, before the stall");
+    std::thread::sleep(STALL);
+    pa.flush().unwrap();
+    assert_eq!(pa.held(), 0);
+    assert!(pa.tx_ready());
+    assert_eq!(
+        pa.dropped(),
+        dropped + held as u64,
+        "each dropped frame counted"
+    );
+    keep_open((pa, pb));
 }

@@ -13,7 +13,8 @@
 //! than given) stay in the queue, up to [`TX_HOLD`], and go first at the next flush; while
 //! any wait, [`Port::tx_ready`] says no and the device leaves TCP's segments in TCP, unsent
 //! and untimed, instead of the port dropping them for TCP to resend by timeout. Only a frame
-//! beyond that bound (or with no mbuf free) is dropped, counted in [`Port::dropped`].
+//! beyond that bound (or with no mbuf free) is dropped, counted in [`Port::dropped`], and the
+//! held frames once the ring has taken none of them for [`STALL`].
 //!
 //! Jumbo frames: each frame is one mbuf, whose data room the pools size from `port.mtu`
 //! (2048 octets up to an MTU of 2034, the frame beyond it), and the device is given the MTU
@@ -37,7 +38,7 @@
 //! memif takes from its `mac=` devarg).
 
 use super::Port;
-use super::{tcp_checksum, TcpChecksumOffload};
+use super::{tcp_checksum, TcpChecksumOffload, STALL};
 use dpdk_sys as sys;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -238,6 +239,9 @@ pub struct DpdkPort {
     tx_prepared: usize,
     /// The last flush left frames in `tx`: the ring was full.
     holding: bool,
+    /// While holding: when the ring last took a frame (or the holding began). Held frames
+    /// that waited [`STALL`] with none taken are dropped.
+    moved_at: Option<Instant>,
     /// Frames lost on the way out: no mbuf, refused by the device's preparation, or no room
     /// left in `tx` while the ring stayed full.
     pub tx_dropped: u64,
@@ -473,6 +477,7 @@ impl DpdkPort {
                     tx_len: 0,
                     tx_prepared: 0,
                     holding: false,
+                    moved_at: None,
                     tx_dropped: 0,
                     rx_dropped: 0,
                     rx_bad_checksum: 0,
@@ -579,6 +584,7 @@ impl DpdkPort {
         self.tx_len = 0;
         self.tx_prepared = 0;
         self.holding = false;
+        self.moved_at = None;
     }
 
     /// Room in `tx` for one more frame: a flush once a burst is batched (or while frames are
@@ -766,11 +772,20 @@ impl Port for DpdkPort {
             }
             sent += n;
         }
-        // A full TX ring: what it did not take waits, first in line for the next flush.
+        // A full TX ring: what it did not take waits, first in line for the next flush;
+        // a ring that took nothing for `STALL` (a memif peer gone, a link down) has it
+        // dropped, so that the device takes TCP's segments again.
         self.tx.copy_within(sent..self.tx_len, 0);
         self.tx_len -= sent;
         self.tx_prepared -= sent;
         self.holding = self.tx_len > 0;
+        if !self.holding {
+            self.moved_at = None;
+        } else if sent > 0 || self.moved_at.is_none() {
+            self.moved_at = Some(Instant::now());
+        } else if self.moved_at.is_some_and(|t| t.elapsed() >= STALL) {
+            self.discard_tx();
+        }
         Ok(())
     }
     fn tx_ready(&self) -> bool {

@@ -89,6 +89,12 @@ use std::os::fd::RawFd;
 /// for one).
 pub const RX_BURST: usize = 32;
 
+/// A port whose frames waiting to go out (for a peer that reads nothing, or a TX ring that
+/// takes nothing) made no progress for this long drops them, counted in [`Port::dropped`]:
+/// a hung peer must not hold the port's other traffic longer, and TCP resends them if the
+/// peer ever reads again.
+pub const STALL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// An Ethernet port.
 pub trait Port {
     /// The port's MAC address.

@@ -28,7 +28,7 @@
 //! fires for frames that only waited. A peer that reads nothing for [`STALL`] (its daemon
 //! hung) has its queue dropped, so it cannot hold the others' traffic for longer.
 
-use super::{Port, RxBuf, RxPool};
+use super::{Port, RxBuf, RxPool, STALL};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::io;
@@ -57,10 +57,6 @@ const SPARE: usize = 2 * MMSG;
 /// device checks it between rounds over the connections, so a round may go past it by a
 /// frame per sending connection; the queues hold 8,192 frames, room for that.
 pub const PAUSE_AT: usize = 64;
-
-/// A peer whose queue took nothing for this long while frames waited for it has them
-/// dropped (counted in [`Port::dropped`]): TCP resends them if it ever reads again.
-pub const STALL: Duration = Duration::from_secs(1);
 
 /// The send buffer of a connection to a peer: the frames in flight to it before it reads
 /// (a hundred or so full 1500-octet frames with the kernel's overhead per frame; it caps the
