@@ -556,22 +556,8 @@ mod tests {
 
     /// A segment of ours to the peer's `port`, acknowledging `ack`.
     fn ours(port: u16, ack: u32, control: smoltcp::wire::TcpControl, payload: &[u8]) -> Vec<u8> {
-        use smoltcp::wire::{TcpRepr, TcpSeqNumber};
-        let repr = TcpRepr {
-            src_port: 4791,
-            dst_port: port,
-            control,
-            seq_number: TcpSeqNumber(1),
-            ack_number: Some(TcpSeqNumber(ack as i32)),
-            window_len: 1000,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
-        };
-        crate::peer_tcp::test_frame([10, 0, 0, 1], [10, 0, 0, 2], &repr)
+        let hosts = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        crate::peer_tcp::test_segment(hosts, (4791, port), control, 1, Some(ack), payload)
     }
 
     /// smoltcp's answer to a received frame (its receive path's token), as `frame`.

@@ -813,6 +813,34 @@ fn keep_as_pure_ack(keep: &mut Vec<u8>, frame: &[u8], payload: usize) {
     tcp.fill_checksum(&src.into(), &dst.into());
 }
 
+/// A segment with no options and a window of 1,000 octets from `src` port `ports.0` to `dst`
+/// port `ports.1`, framed by [`test_frame`].
+#[cfg(test)]
+pub(crate) fn test_segment(
+    (src, dst): ([u8; 4], [u8; 4]),
+    ports: (u16, u16),
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: ports.0,
+        dst_port: ports.1,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 1000,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    };
+    test_frame(src, dst, &tcp)
+}
+
 /// An Ethernet frame holding `tcp` from `src` to `dst` (each host's MAC ends in its
 /// address's last octet), both checksums right: what the device's tests feed it.
 #[cfg(test)]
@@ -1108,26 +1136,12 @@ mod tests {
         flags: u8,
         field: u8,
     ) -> Vec<u8> {
-        let (src, dst, sp, dp) = if from_peer {
-            (PEER, US, 5000, 7174)
+        let (hosts, ports) = if from_peer {
+            ((PEER, US), (5000, 7174))
         } else {
-            (US, PEER, 7174, 5000)
+            ((US, PEER), (7174, 5000))
         };
-        let tcp = TcpRepr {
-            src_port: sp,
-            dst_port: dp,
-            control,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-            window_len: 1000,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
-        };
-        let mut buf = test_frame(src, dst, &tcp);
+        let mut buf = test_segment(hosts, ports, control, seq, ack, payload);
         let at = Offsets { ip: 14, tcp: 34 };
         ecn::set_tcp_flags(&mut buf, at, flags);
         ecn::set_ecn_field(&mut buf, at, field);
