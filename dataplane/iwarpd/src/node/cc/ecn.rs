@@ -111,30 +111,15 @@ pub fn set_ecn_field(frame: &mut [u8], at: Offsets, codepoint: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{
-        EthernetFrame, IpAddress, Ipv4Packet, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
-    };
+    use smoltcp::wire::{EthernetFrame, IpAddress, Ipv4Packet, TcpControl, TcpPacket};
 
     const A: [u8; 4] = [10, 0, 0, 1];
     const B: [u8; 4] = [10, 0, 0, 2];
     const AT: Offsets = Offsets { ip: 14, tcp: 34 };
 
     fn frame(control: TcpControl, ack: bool, payload: &[u8]) -> Vec<u8> {
-        let tcp = TcpRepr {
-            src_port: 7174,
-            dst_port: 5000,
-            control,
-            seq_number: TcpSeqNumber(77),
-            ack_number: ack.then_some(TcpSeqNumber(1234)),
-            window_len: 5000,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload,
-        };
-        crate::peer_tcp::test_frame(A, B, &tcp)
+        let ack = ack.then_some(1234);
+        crate::peer_tcp::test_segment((A, B), (7174, 5000), control, 77, ack, payload)
     }
 
     /// Both checksums of the frame verify; returns (ECN field, ECE, CWR, SYN, ACK).
