@@ -1,7 +1,8 @@
 //! smoltcp's `phy::Device` over a [`Port`]: frames come in by bursts, queued in the port's own
 //! buffers until smoltcp has read them (then given back to the port: nothing copied, nothing
 //! allocated once warm), and go out through the port, ARP requests paced ([`ArpPacer`]),
-//! and each TCP peer's window and resets read on the way in. TCP checksums the port's device
+//! and each TCP peer's window and resets read on the way in; the ACKs smoltcp makes while
+//! receiving wait here while the port is full (`HeldAcks`). TCP checksums the port's device
 //! does not check are checked here (not by smoltcp), so a wrong one is counted.
 
 use crate::arp::ArpPacer;
@@ -87,7 +88,10 @@ impl HeldAcks {
 /// Bursts a turn's receive step reads at most (`Node::receive`): 4,096 frames, what a
 /// turn's egress may hand the port (half the Unix port's queue, [`Port::tx_full`]). A node
 /// that read fewer a turn than it sends, with thousands of connections at work both ways,
-/// would leave its peer's ACKs queued in the peer's port until every timer ran out.
+/// would leave its peer's ACKs queued in the peer's port until every timer ran out (with
+/// 10,000 QPs streaming, a bound of 1,024 frames lost connections). It has a price: with
+/// 1,024 QPs streaming, the first frames' sockets are out of the cache before the exchange
+/// visits them, about 15 % of the message rate against a bound of 256.
 pub const RX_BURSTS_PER_TURN: usize = 128;
 
 /// Flows noted per turn at most: one a frame of the turn's bursts.
