@@ -441,11 +441,6 @@ impl Stream for TcpStreamTx {
                     return Err(err("the receiver stopped early"));
                 }
             }
-            if let Delivered::Process { peer, .. } = &self.delivered {
-                if let Some(m) = peer.gone() {
-                    return Err(err(m));
-                }
-            }
         }
         Ok(n as usize)
     }
@@ -461,6 +456,12 @@ impl Stream for TcpStreamTx {
             b.snooze();
         }
         let _ = self.sock.shutdown(Shutdown::Write);
+        if let Delivered::Process { peer, .. } = &self.delivered {
+            // The receiving process runs until the transport stops it: gone now, it failed.
+            if let Some(m) = peer.gone() {
+                return Err(err(m));
+            }
+        }
         match self.receiver.take() {
             Some(h) => join(h),
             None => Ok(()),
