@@ -233,6 +233,25 @@ impl Run {
         self.guest_refused_a_connection() && self.ours_said().contains("RDMA_CM_EVENT_UNREACHABLE")
     }
 
+    /// Whether perftest's server (the guest) failed in its closing exchange alone, after
+    /// both sides had printed their results: its last Send completed in error because our
+    /// client, done, had already reset the first connection. Our stack closes an established
+    /// connection its application destroys with a RST; a guest slow to complete that Send
+    /// (QEMU's emulation on a loaded host) sees the reset first. The transfer was whole.
+    pub fn perftest_server_lost_its_close(&self) -> bool {
+        let filter = format!(
+            "ip.dst == {} && tcp.flags.reset == 1 && tcp.flags.ack == 1",
+            self.guest_ip
+        );
+        self.ours.status.success()
+            && self.ours_said().contains("#bytes")
+            && self.guest_said().contains("#bytes")
+            && self
+                .guest
+                .contains("Failed to close connection between server and client")
+            && crate::tshark_analysed(&self.pcap, &filter).is_some_and(|f| !f.is_empty())
+    }
+
     /// Our program's stdout and stderr.
     pub fn ours_said(&self) -> String {
         format!(
