@@ -576,7 +576,7 @@ mod tests {
     /// dropped by a full port: they wait, the latest per connection (an acknowledgement is
     /// cumulative, RFC 9293 section 3.4), and go first once the port has room; a segment
     /// the connection sends meanwhile carries a newer one and replaces it. A RST goes to
-    /// the port as before.
+    /// the port at once.
     #[test]
     fn answers_that_meet_a_full_port_wait_the_latest_per_connection() {
         use smoltcp::wire::TcpControl;
