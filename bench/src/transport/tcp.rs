@@ -9,7 +9,7 @@
 //! A byte stream cannot carry a zero-length message, so size 0 is sent as a one-octet token.
 //!
 //! `tcp-proc` moves the receiving side into another process (`iwarp-bench --tcp-peer`): one
-//! epoll loop accepts and reads every connection, echoes a ping-pong's, and publishes each
+//! poll loop (mio) accepts and reads every connection, echoes a ping-pong's, and publishes each
 //! stream's received octets in a shared region file. The connection's first 8 octets name
 //! its slot there and whether it echoes. A sweep to 10,000 connections then needs 10,000
 //! descriptors in each process, within a hard limit that one process holding both ends
@@ -479,36 +479,42 @@ impl Drop for TcpStreamTx {
 }
 
 /// The receiving process of `tcp-proc` (`iwarp-bench --tcp-peer <region file>`): listens on
-/// 127.0.0.1, publishes its port in the region, and reads every connection from one epoll
+/// 127.0.0.1, publishes its port in the region, and reads every connection from one poll
 /// loop (echoing those that ask) until the region says stop.
 pub fn serve_file(path: &Path) -> Result<()> {
+    use mio::{Events, Interest, Poll, Token};
     let region = Region::open_file(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
     // SYNC POINT: Acquire pairs with the creator's Release store of MAGIC.
     if region.word(MAGIC).load(Ordering::Acquire) != MAGIC_VALUE {
         return Err(err(format!("{} is not a tcp-proc region", path.display())));
     }
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(err)?;
-    listener.set_nonblocking(true).map_err(err)?;
+    let mut listener = mio::net::TcpListener::bind(([127, 0, 0, 1], 0).into()).map_err(err)?;
     let port = listener.local_addr().map_err(err)?.port();
-    let epoll = Epoll::new().map_err(err)?;
-    epoll.add(&listener, LISTENER).map_err(err)?;
+    let mut poll = Poll::new().map_err(err)?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .map_err(err)?;
     // SYNC POINT: Release pairs with the creator's Acquire load of the port.
     region.word(PORT).store(u64::from(port), Ordering::Release);
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    let mut events = Events::with_capacity(256);
     // SYNC POINT: Acquire pairs with the creator's Release store of STOP.
     while region.word(STOP).load(Ordering::Acquire) == 0 {
-        let n = epoll.wait(&mut events, 10).map_err(err)?;
-        for e in &events[..n] {
-            let token = e.u64;
-            if token == LISTENER {
-                while let Ok((sock, _)) = listener.accept() {
-                    sock.set_nonblocking(true).map_err(err)?;
+        match poll.poll(&mut events, Some(Duration::from_millis(10))) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            r => r.map_err(err)?,
+        }
+        for e in &events {
+            if e.token() == LISTENER {
+                // Readiness comes once per change: take every connection waiting.
+                while let Ok((mut sock, _)) = listener.accept() {
                     sock.set_nodelay(true).map_err(err)?;
                     let i = free.pop().unwrap_or(conns.len());
-                    epoll.add(&sock, i as u64).map_err(err)?;
+                    poll.registry()
+                        .register(&mut sock, Token(i), Interest::READABLE)
+                        .map_err(err)?;
                     let c = Conn {
                         sock,
                         hello: [0; 8],
@@ -524,12 +530,12 @@ pub fn serve_file(path: &Path) -> Result<()> {
                 }
                 continue;
             }
-            let i = token as usize;
+            let i = e.token().0;
             let Some(c) = conns.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
             if c.serve(&mut buf, &region).map_err(err)? {
-                let _ = epoll.delete(&c.sock);
+                let _ = poll.registry().deregister(&mut c.sock);
                 conns[i] = None;
                 free.push(i);
             }
@@ -538,12 +544,12 @@ pub fn serve_file(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The epoll token of the listener; a connection's is its index.
-const LISTENER: u64 = u64::MAX;
+/// The poll token of the listener; a connection's is its index.
+const LISTENER: mio::Token = mio::Token(usize::MAX);
 
 /// A connection the receiving process reads.
 struct Conn {
-    sock: TcpStream,
+    sock: mio::net::TcpStream,
     /// The first 8 octets: the slot, then the mode.
     hello: [u8; 8],
     have: usize,
@@ -553,8 +559,8 @@ struct Conn {
 }
 
 impl Conn {
-    /// Reads what the connection has, publishing the count or echoing it; true once its
-    /// peer closed.
+    /// Reads all the connection has (readiness is reported once per change), publishing
+    /// the count or echoing it; true once its peer closed.
     fn serve(&mut self, buf: &mut [u8], region: &Region) -> std::io::Result<bool> {
         loop {
             let n = match self.sock.read(buf) {
@@ -601,7 +607,7 @@ impl Conn {
 
 /// Writes all of `data` to a non-blocking socket, waiting out a full send buffer (a
 /// ping-pong's answer is small, and its client reads it at once).
-fn write_all_nonblocking(sock: &mut TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+fn write_all_nonblocking(sock: &mut impl Write, mut data: &[u8]) -> std::io::Result<()> {
     while !data.is_empty() {
         match sock.write(data) {
             Ok(n) => data = &data[n..],
@@ -612,65 +618,4 @@ fn write_all_nonblocking(sock: &mut TcpStream, mut data: &[u8]) -> std::io::Resu
         }
     }
     Ok(())
-}
-
-/// An epoll instance, level-triggered, for the receiving process's loop.
-struct Epoll(std::os::fd::OwnedFd);
-
-impl Epoll {
-    fn new() -> std::io::Result<Epoll> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: no pointers; the result is checked before it is owned.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(Epoll(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
-    }
-
-    fn ctl(
-        &self,
-        op: libc::c_int,
-        fd: &impl std::os::fd::AsRawFd,
-        token: u64,
-    ) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
-        // SAFETY: both descriptors are open for the call; `ev` outlives it.
-        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    fn add(&self, fd: &impl std::os::fd::AsRawFd, token: u64) -> std::io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, token)
-    }
-
-    fn delete(&self, fd: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0)
-    }
-
-    /// Waits up to `timeout_ms` for events; how many `events` holds.
-    fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> std::io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        let max = events.len().min(i32::MAX as usize) as i32;
-        // SAFETY: `events` is writable for `max` entries for the whole call.
-        let n =
-            unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return if e.kind() == ErrorKind::Interrupted {
-                Ok(0)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(n as usize)
-    }
 }
