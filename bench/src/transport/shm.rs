@@ -347,7 +347,7 @@ impl Shared {
                         return Err(e);
                     }
                 };
-                let ready = wait_ready(&region, &mut child);
+                let ready = wait_for_word(&region, READY, &mut child).map(drop);
                 // Mapped by both now (or failed): the name is no longer needed.
                 let _ = std::fs::remove_file(path);
                 if let Err(m) = ready {
@@ -439,10 +439,17 @@ pub(crate) fn region_file() -> Result<PathBuf> {
     )))
 }
 
-fn wait_ready(r: &Region, child: &mut Child) -> Result<(), String> {
+/// Waits up to 10 s for a peer process to store a non-zero value in the region's word at
+/// `off` (its sign that it mapped the region and is ready), and returns the value; an
+/// error if `child` exits first or the time runs out.
+pub(crate) fn wait_for_word(r: &Region, off: usize, child: &mut Child) -> Result<u64, String> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    // SYNC POINT: Acquire pairs with the peer's Release store of READY.
-    while r.word(READY).load(Ordering::Acquire) == 0 {
+    loop {
+        // SYNC POINT: Acquire pairs with the peer's Release store of the word.
+        let v = r.word(off).load(Ordering::Acquire);
+        if v != 0 {
+            return Ok(v);
+        }
         if let Ok(Some(st)) = child.try_wait() {
             return Err(format!("the peer process exited before it was ready: {st}"));
         }
@@ -451,7 +458,6 @@ fn wait_ready(r: &Region, child: &mut Child) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    Ok(())
 }
 
 /// The shared-memory floor: `ShmTransport::threads()` or `ShmTransport::processes(exe)`.

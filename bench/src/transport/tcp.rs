@@ -15,7 +15,7 @@
 //! descriptors in each process, within a hard limit that one process holding both ends
 //! would pass.
 
-use super::shm::{region_file, Region};
+use super::shm::{region_file, wait_for_word, Region};
 use super::{pin, Backoff, PingPong, Setup, Stream, Transport};
 use crate::error::{BenchError, Result};
 use crate::stages::StageTimes;
@@ -85,23 +85,8 @@ impl ProcPeer {
                 return Err(e);
             }
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        // SYNC POINT: Acquire pairs with the peer's Release store of its port.
-        let port = loop {
-            let p = region.word(PORT).load(Ordering::Acquire);
-            if p != 0 {
-                break Ok(p as u16);
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                break Err(format!(
-                    "the receiving process exited before it listened: {st}"
-                ));
-            }
-            if Instant::now() > deadline {
-                break Err("the receiving process did not listen within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        };
+        // The peer stores its listener's port once it listens.
+        let port = wait_for_word(&region, PORT, &mut child).map(|p| p as u16);
         // Mapped by both now (or failed): the name is no longer needed.
         let _ = std::fs::remove_file(&path);
         let port = port.map_err(|m| {
