@@ -232,16 +232,15 @@ pub struct DpdkPort {
     mtu: usize,
     rx: [*mut sys::rte_mbuf; BURST],
     /// Frames to send, oldest first: those the TX ring did not take at the last flush
-    /// (`holding`), then those batched since.
+    /// (`held_since`), then those batched since.
     tx: Box<[*mut sys::rte_mbuf; TX_HOLD]>,
     tx_len: usize,
     /// The first `tx_prepared` of `tx` went through `rte_eth_tx_prepare` already.
     tx_prepared: usize,
-    /// The last flush left frames in `tx`: the ring was full.
-    holding: bool,
-    /// While holding: when the ring last took a frame (or the holding began). Held frames
-    /// that waited [`STALL`] with none taken are dropped.
-    moved_at: Option<Instant>,
+    /// The last flush left frames in `tx` (the ring was full): since when the ring last
+    /// took one, or since the holding began. Held frames that waited [`STALL`] with none
+    /// taken are dropped.
+    held_since: Option<Instant>,
     /// Frames lost on the way out: no mbuf, refused by the device's preparation, or no room
     /// left in `tx` while the ring stayed full.
     pub tx_dropped: u64,
@@ -476,8 +475,7 @@ impl DpdkPort {
                     tx: Box::new([ptr::null_mut(); TX_HOLD]),
                     tx_len: 0,
                     tx_prepared: 0,
-                    holding: false,
-                    moved_at: None,
+                    held_since: None,
                     tx_dropped: 0,
                     rx_dropped: 0,
                     rx_bad_checksum: 0,
@@ -567,7 +565,7 @@ impl DpdkPort {
     /// Frames the TX ring has not taken yet (the device stops taking segments from TCP
     /// while there are, see [`Port::tx_ready`]).
     pub fn held(&self) -> usize {
-        if self.holding {
+        if self.held_since.is_some() {
             self.tx_len
         } else {
             0
@@ -583,8 +581,7 @@ impl DpdkPort {
         self.tx_dropped += self.tx_len as u64;
         self.tx_len = 0;
         self.tx_prepared = 0;
-        self.holding = false;
-        self.moved_at = None;
+        self.held_since = None;
     }
 
     /// Room in `tx` for one more frame: a flush once a burst is batched (or while frames are
@@ -630,7 +627,7 @@ impl Port for DpdkPort {
     fn rx_burst<F: FnMut(RxMbuf)>(&mut self, max: usize, mut f: F) -> io::Result<usize> {
         // Held frames go first, so the device takes segments again as soon as the ring has
         // room (a turn receives before it sends).
-        if self.holding {
+        if self.held_since.is_some() {
             let _ = self.flush();
         }
         let want = max.min(BURST) as u16;
@@ -778,18 +775,17 @@ impl Port for DpdkPort {
         self.tx.copy_within(sent..self.tx_len, 0);
         self.tx_len -= sent;
         self.tx_prepared -= sent;
-        self.holding = self.tx_len > 0;
-        if !self.holding {
-            self.moved_at = None;
-        } else if sent > 0 || self.moved_at.is_none() {
-            self.moved_at = Some(Instant::now());
-        } else if self.moved_at.is_some_and(|t| t.elapsed() >= STALL) {
+        if self.tx_len == 0 {
+            self.held_since = None;
+        } else if sent > 0 || self.held_since.is_none() {
+            self.held_since = Some(Instant::now());
+        } else if self.held_since.is_some_and(|t| t.elapsed() >= STALL) {
             self.discard_tx();
         }
         Ok(())
     }
     fn tx_ready(&self) -> bool {
-        !self.holding
+        self.held_since.is_none()
     }
     fn tx_full(&self) -> bool {
         // Half the held frames: the rest is room for the ACKs made outside TCP's rounds.
