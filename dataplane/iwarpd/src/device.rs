@@ -167,11 +167,6 @@ impl<P: Port> PortDevice<P> {
         });
     }
 
-    /// ACKs waiting for the port (see `HeldAcks`).
-    pub fn acks_waiting(&self) -> usize {
-        self.held.by_flow.len()
-    }
-
     /// Ends the round [`Self::open_round`] opened.
     pub fn close_round(&mut self) {
         self.round_open = false;
@@ -595,7 +590,7 @@ mod tests {
             answer(&mut dev, f);
         }
         assert_eq!(dev.port.sent, [rst], "only the RST went");
-        assert_eq!((dev.acks_held, dev.acks_waiting()), (3, 2));
+        assert_eq!((dev.acks_held, dev.held.by_flow.len()), (3, 2));
 
         dev.release_held();
         assert_eq!(dev.port.sent.len(), 1, "the port is still full");
@@ -606,18 +601,18 @@ mod tests {
         let mut latest = vec![a200, b50];
         latest.sort();
         assert_eq!(sent, latest, "the latest ACK of each connection");
-        assert_eq!(dev.acks_waiting(), 0);
+        assert_eq!(dev.held.by_flow.len(), 0);
         assert_eq!(dev.tx_frames, 3);
 
         // Held, then replaced by the connection's next segment.
         dev.port.full = true;
         answer(&mut dev, &ours(5000, 300, TcpControl::None, b""));
-        assert_eq!(dev.acks_waiting(), 1);
+        assert_eq!(dev.held.by_flow.len(), 1);
         dev.port.full = false;
         let data = ours(5000, 300, TcpControl::Psh, b"an FPDU");
         let tx = phy::Device::transmit(&mut dev, Instant::from_millis(0)).expect("room");
         phy::TxToken::consume(tx, data.len(), |b| b.copy_from_slice(&data));
-        assert_eq!(dev.acks_waiting(), 0);
+        assert_eq!(dev.held.by_flow.len(), 0);
         dev.release_held();
         assert_eq!(
             dev.port.sent.last(),
