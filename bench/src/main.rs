@@ -5,35 +5,34 @@ use iwarp_bench::cli::{machine_cores, Args, Plan};
 use iwarp_bench::{bench, output, transport};
 use std::process::ExitCode;
 
+/// How a peer process the benchmark started for itself ends: its error, if any, on stderr.
+fn peer_exit<E: std::fmt::Display>(what: &str, result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwarp-bench ({what}): {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     iwarp_bench::limits::raise_fd_limit();
     if let Some(n) = args.tcp_accept_peer {
-        return match iwarp_bench::setup_rate::tcp_accept_peer(n) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("iwarp-bench (tcp accept peer): {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return peer_exit(
+            "tcp accept peer",
+            iwarp_bench::setup_rate::tcp_accept_peer(n),
+        );
     }
     if let Some(path) = &args.tcp_peer {
-        return match transport::tcp::serve_file(path) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("iwarp-bench (tcp peer): {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return peer_exit("tcp peer", transport::tcp::serve_file(path));
     }
     if let Some(path) = &args.shm_peer {
-        return match transport::shm::serve_file(path, args.shm_peer_core) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("iwarp-bench (shm peer): {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return peer_exit(
+            "shm peer",
+            transport::shm::serve_file(path, args.shm_peer_core),
+        );
     }
     if args.app_child {
         iwarp_bench::runner::app_child();
