@@ -149,8 +149,8 @@ fn many_qps_add_up_and_open_loop_counts_every_scheduled_message() {
 }
 
 /// `tcp-proc` receives every connection in a process of its own (one epoll loop): each
-/// message of each connection arrives and is counted, a ping-pong's are echoed, and the
-/// process and its region file are gone when the run ends.
+/// message of each connection arrives and is counted, a ping-pong's are echoed, and no
+/// region file is left behind.
 #[test]
 fn the_tcp_baseline_received_in_another_process_counts_every_message() {
     let dir = tempfile::tempdir().unwrap();
