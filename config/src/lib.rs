@@ -219,6 +219,15 @@ pub struct Tcp {
     /// unacknowledged. smoltcp's maximum RTO is not a key: it
     /// is its fixed 60 s divided by the clock dilation, 60 ms with the default min_rto_us.
     pub max_inflight: usize,
+    /// Unacknowledged bytes all of a worker's connections may have together; 0 (the
+    /// default): four times `max_inflight` (see [`Config::worker_inflight`]). Each connection
+    /// that sent in the last millisecond gets an equal share, never less than four segments
+    /// nor more than `max_inflight`. Every octet in flight is held in the sender's ring and its resend
+    /// copy until acknowledged: fifty connections each holding `max_inflight` kept 25 MiB
+    /// of them, out of the cache, where one connection's fit it (64 KiB Writes on one core,
+    /// docs/performance.md). It bounds what a worker moves per round trip, so it must cover
+    /// the link's bandwidth-delay product.
+    pub worker_inflight: usize,
     /// A connection whose peer sends nothing this long (milliseconds of real time in which
     /// our poll loop ran; keep-alives go every quarter of it) is given up and its QP enters
     /// Error: how a dead peer is detected.
@@ -353,6 +362,7 @@ impl Default for Tcp {
             min_rto_us: 1000,
             mss: 0,
             max_inflight: 0,
+            worker_inflight: 0,
             user_timeout_ms: 2000,
             ack_delay_us: 5,
             congestion: Congestion::Cubic,
@@ -466,6 +476,15 @@ impl Config {
         }
     }
 
+    /// What a worker's connections may have unacknowledged together: `tcp.worker_inflight`,
+    /// or when 0 four times [`Config::max_inflight`] (1 MiB on a 1500-octet link).
+    pub fn worker_inflight(&self) -> usize {
+        match self.tcp.worker_inflight {
+            0 => 4 * self.max_inflight(),
+            n => n,
+        }
+    }
+
     /// Whether connections negotiate ECN: `tcp.ecn`, or when left out, whether the
     /// congestion controller is DCTCP (RFC 8257 section 3 assumes ECN on both ends).
     pub fn ecn(&self) -> bool {
@@ -556,6 +575,16 @@ impl Config {
                     "{inflight} must be between the segment size ({}) and tcp.tx_buffer ({})",
                     self.mss(),
                     self.tcp.tx_buffer
+                ),
+            ));
+        }
+        if self.worker_inflight() < inflight {
+            return Err(err(
+                "tcp.worker_inflight",
+                format!(
+                    "{} is below tcp.max_inflight ({inflight}): a lone connection would not \
+                     get its window",
+                    self.worker_inflight()
                 ),
             ));
         }
@@ -731,6 +760,8 @@ mod tests {
         let set =
             Config::parse("[port]\nmtu = 9000\n[tcp]\nmss = 1460\nmax_inflight = 65536\n").unwrap();
         assert_eq!((set.mss(), set.max_inflight()), (1460, 64 << 10));
+        assert_eq!(c.worker_inflight(), 1 << 20, "four connections' worth");
+        assert_eq!(set.worker_inflight(), 256 << 10);
         assert_eq!(
             Config::parse("[tcp]\nmss = 1461\n").unwrap_err().key,
             "tcp.mss",
@@ -805,6 +836,12 @@ mod tests {
                 .unwrap_err()
                 .key,
             "tcp.max_inflight"
+        );
+        assert_eq!(
+            Config::parse("[tcp]\nworker_inflight = 65536\n")
+                .unwrap_err()
+                .key,
+            "tcp.worker_inflight"
         );
         assert_eq!(
             Config::parse("[tcp]\nuser_timeout_ms = 1\n")

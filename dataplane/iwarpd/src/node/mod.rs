@@ -44,6 +44,9 @@ pub struct TcpSettings {
     /// Bytes queued in TCP and not yet acknowledged, at most: the node's own fixed window.
     /// It bounds what one timeout resends and keeps segments MSS-aligned.
     pub max_inflight: usize,
+    /// Bytes all the node's connections may have unacknowledged together, shared equally
+    /// among those sending (`tcp.worker_inflight`; see `Node::inflight_share`).
+    pub worker_inflight: usize,
     /// A connection whose peer sends nothing this long (real time in which our poll loop
     /// ran; keep-alives go every quarter of it) is given up, and its QP enters Error: how a
     /// dead peer is detected.
@@ -77,6 +80,7 @@ impl TcpSettings {
             min_rto_us: cfg.tcp.min_rto_us,
             mss: cfg.mss(),
             max_inflight: cfg.max_inflight(),
+            worker_inflight: cfg.worker_inflight(),
             user_timeout: std::time::Duration::from_millis(cfg.tcp.user_timeout_ms),
             ack_delay: std::time::Duration::from_micros(cfg.tcp.ack_delay_us),
             congestion: match cfg.tcp.congestion {
@@ -201,6 +205,49 @@ struct Conn {
     /// An FPDU taken from the engine that could not be queued behind an unsent group (the
     /// port was pushing back); it goes first once the group is out.
     held_fpdu: Option<Box<[u8]>>,
+    /// The last [`Senders`] period in which the connection queued data.
+    sent_in: u64,
+}
+
+/// The connections that queued data in the current period of [`Senders::PERIOD`] of the
+/// node's live time, and in the one before. A connection's acknowledgements may all come
+/// back before it queues more, and it leaves the list of those with data in flight for that
+/// moment: counted by that list alone, a round in which every stream drained would begin
+/// with one sender, which would take the whole bound, the second half of it, and so on.
+#[derive(Default)]
+struct Senders {
+    period: u64,
+    now: usize,
+    before: usize,
+}
+
+impl Senders {
+    /// Longer than a round trip on the links the daemon serves.
+    const PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// The period of live time `live`.
+    fn period_of(live: std::time::Duration) -> u64 {
+        (live.as_micros() / Self::PERIOD.as_micros()) as u64
+    }
+
+    /// Connection `c` queued data in `period`.
+    fn sent(&mut self, c: &mut Conn, period: u64) {
+        if period != self.period {
+            // After a quiet gap too: the senders of the last period that had any.
+            self.before = self.now;
+            self.now = 0;
+            self.period = period;
+        }
+        if c.sent_in != period {
+            c.sent_in = period;
+            self.now += 1;
+        }
+    }
+
+    /// Connections that sent lately (`in_flight` have data in flight now).
+    fn count(&self, in_flight: usize) -> usize {
+        in_flight.max(self.now).max(self.before).max(1)
+    }
 }
 
 /// Laps of the monotonic clock, or nothing when timing is off.
@@ -251,6 +298,7 @@ impl Conn {
             in_flight: false,
             open_group: 0,
             held_fpdu: None,
+            sent_in: u64::MAX,
         }
     }
 
@@ -405,6 +453,8 @@ pub struct Node<P: Port> {
     ready: VecDeque<usize>,
     /// Connections with data in flight (`Conn::in_flight`), the ones a resend may be due on.
     flight: Vec<usize>,
+    /// How many connections are sending, for their shares of `TcpSettings::worker_inflight`.
+    senders: Senders,
     /// Connection by its QP and by its peer's flow, rebuilt when connections move.
     by_qp: IdIndex<QpId>,
     by_flow: FxHashMap<FlowKey, usize>,
@@ -509,6 +559,7 @@ impl<P: Port> Node<P> {
             next_liveness: std::time::Duration::ZERO,
             ready: VecDeque::new(),
             flight: Vec::new(),
+            senders: Senders::default(),
             by_qp: IdIndex::new(),
             by_flow: FxHashMap::default(),
             by_id: FxHashMap::default(),

@@ -35,6 +35,7 @@ impl<P: Port> Node<P> {
         };
         let mut busy = false;
         let mut got = 0;
+        let fpdus_before = self.fpdus_tx;
         {
             let s = self.sockets.get_mut::<tcp::Socket>(handle);
             while s.can_recv() {
@@ -85,13 +86,16 @@ impl<P: Port> Node<P> {
                 busy = true;
             }
         }
+        let share = self.inflight_share(i, seg);
         while rnic.wants_transmit(qp) {
             let room = {
                 // The node's bound, or the sender's congestion window where it tracks one
-                // (with the SACKed octets it may send past: `Sender::send_window`).
+                // (with the SACKed octets it may send past: `Sender::send_window`), within
+                // the connection's share of what the node may have in flight.
                 let bound = flow
                     .and_then(|k| self.dev.peers.sender(k))
-                    .map_or(self.tcp.max_inflight, |s| s.send_window());
+                    .map_or(self.tcp.max_inflight, |s| s.send_window())
+                    .min(share);
                 let s = self.sockets.get::<tcp::Socket>(handle);
                 let queued = s.send_queue();
                 let mut room = (s.send_capacity() - queued).min(bound.saturating_sub(queued));
@@ -144,6 +148,10 @@ impl<P: Port> Node<P> {
             open = 0;
         }
         self.conns[i].open_group = open;
+        if self.fpdus_tx != fpdus_before {
+            let period = Senders::period_of(self.live);
+            self.senders.sent(&mut self.conns[i], period);
+        }
         if busy && !self.conns[i].in_flight {
             self.conns[i].in_flight = true;
             self.flight.push(i);
@@ -164,6 +172,15 @@ impl<P: Port> Node<P> {
             busy = true;
         }
         busy
+    }
+
+    /// What connection `i` may have unacknowledged as one of the node's senders: an equal
+    /// part of `TcpSettings::worker_inflight` (see [`Senders`]), at least four segments of
+    /// `seg` octets, so that every connection moves. A part, not a pool: one that took more
+    /// while fewer were sending sends nothing new until its acknowledgements bring it under.
+    pub(super) fn inflight_share(&self, i: usize, seg: usize) -> usize {
+        let in_flight = self.flight.len() + usize::from(!self.conns[i].in_flight);
+        (self.tcp.worker_inflight / self.senders.count(in_flight)).max(4 * seg)
     }
 
     /// Octets queued in connection `i`'s socket that were never sent: the queue less what is

@@ -30,6 +30,8 @@ pub struct Outcome {
     pub dropped: u64,
     /// Segments B's connections sent twice.
     pub resent: u64,
+    /// The most octets B's connections had in flight together, seen after each of B's turns.
+    pub most_in_flight: usize,
     /// Writes done by every stream when the first stream finished all of its.
     pub at_first_finish: Vec<usize>,
 }
@@ -77,10 +79,17 @@ pub fn slow_reader<P: Port, Q: Port>(
     }
     let mut turn = 0usize;
     let mut most_held = 0;
+    let mut most_in_flight = 0;
     while done.iter().any(|&d| d < s.writes) {
         assert!(Instant::now() < deadline, "streaming: {done:?}");
         b.node.poll(&mut b.rnic);
         most_held = most_held.max(held(b.node.port()));
+        let in_flight = conns
+            .iter()
+            .filter_map(|c| b.node.conn_tcp(c.1))
+            .map(|t| t.bytes_in_flight)
+            .sum();
+        most_in_flight = most_in_flight.max(in_flight);
         turn += 1;
         if turn.is_multiple_of(s.slower) {
             a.node.poll(&mut a.rnic);
@@ -107,6 +116,7 @@ pub fn slow_reader<P: Port, Q: Port>(
         most_held,
         dropped: b.node.port().dropped() - dropped_before,
         resent,
+        most_in_flight,
         at_first_finish: at_first_finish.expect("every stream finished"),
     }
 }

@@ -1,0 +1,69 @@
+//! What a node's connections have in flight together stays within `tcp.worker_inflight`,
+//! shared fairly: every octet in flight is held twice (the sending ring, the resend copy)
+//! until acknowledged, and streams that each kept their own full window held more than the
+//! cache, so adding streams lowered the total.
+
+mod common;
+
+use common::streams::{slow_reader, Outcome, Streams};
+use common::{End, A_IP, B_IP};
+use iwarpd::node::TcpSettings;
+use iwarpd::port::memory::MemoryPort;
+
+const STREAMS: usize = 8;
+const WRITES: usize = 24;
+const SEGMENT: usize = 1460;
+
+/// Eight streams of 64 KiB Writes from B to an A that reads every fourth of B's turns, so
+/// that acknowledgements come late and every stream would fill its window.
+fn run(worker_inflight: usize) -> Outcome {
+    let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0x25, 1], [2, 0, 0, 0, 0x25, 2], 1500);
+    let tcp = TcpSettings {
+        worker_inflight,
+        ..common::patient_tcp()
+    };
+    assert_eq!(tcp.max_inflight, 256 << 10);
+    let mut a = End::with_tcp(pa, A_IP, tcp);
+    let mut b = End::with_tcp(pb, B_IP, tcp);
+    let s = Streams {
+        streams: STREAMS,
+        writes: WRITES,
+        write: 64 << 10,
+        depth: 8,
+        slower: 4,
+        port: 7400,
+        local_port: 43000,
+    };
+    slow_reader(&mut a, &mut b, s, |_| 0)
+}
+
+#[test]
+fn streams_share_the_workers_inflight_bound_and_stay_within_it() {
+    // Unbounded (the bound at every stream's own window), the streams reach past a
+    // quarter of their windows together: what the bound is there to stop.
+    let free = run(STREAMS * (256 << 10));
+    println!("bound at 2 MiB: {free:?}");
+    assert!(
+        free.most_in_flight > 512 << 10,
+        "unbounded streams had only {} octets in flight",
+        free.most_in_flight
+    );
+    let bound = 256 << 10;
+    let out = run(bound);
+    println!("bound at 256 KiB: {out:?}");
+    // A connection may take what the others leave, and never less than four segments.
+    assert!(
+        out.most_in_flight <= bound + STREAMS * 4 * SEGMENT,
+        "{} octets in flight",
+        out.most_in_flight
+    );
+    assert_eq!(out.resent, 0, "segments resent");
+    // Shared evenly: when the first stream is through, every other is at least half way.
+    for (i, &d) in out.at_first_finish.iter().enumerate() {
+        assert!(
+            d * 2 >= WRITES,
+            "stream {i} had {d} of {WRITES} Writes done when the first finished: {:?}",
+            out.at_first_finish
+        );
+    }
+}
