@@ -6,6 +6,7 @@
 //!
 //!     cargo run --release -p iwarpd --example node-pair -- latency [--iterations N] [--ack-delay-us US]
 //!     cargo run --release -p iwarpd --example node-pair -- rate [--seconds S] [--op sends|writes]
+//!     cargo run --release -p iwarpd --example node-pair -- streams [--qps N] [--size OCTETS] [--window W]
 //!     cargo run --release -p iwarpd --features dpdk --example node-pair -- latency --link memif --threads 2
 //!     cargo run --release -p iwarpd --features dpdk --example node-pair -- rate --link memif --threads 2
 //!
@@ -23,6 +24,13 @@
 //! it prints the share of each core's time spent in turns that moved something, so the
 //! busier core names the bound, and its rate is what one core does at its end of the path.
 //! Both print the frames and FPDUs the sender sent per message.
+//!
+//! `streams`: every one of `--qps` QP pairs keeps `--window` RDMA Writes of `--size` octets
+//! in flight, each posted again on its QP as it completes, both nodes on one thread: what one
+//! core does running both ends when all QPs are busy at once, against the same with 16 QPs
+//! (the per-connection state outgrows the caches), and what many streams of large Writes
+//! move together (`--worker-inflight` sets `tcp.worker_inflight`). It prints the frames
+//! each side sent per Write. It takes `--link` and `--mtu` (below), not the others.
 //!
 //! Both modes: `--link memif` joins the nodes by DPDK's `net_memif` (a server and a client
 //! in this process, root, hugepages when free) instead of the in-memory link (whose mutex
@@ -50,7 +58,9 @@ use hdrhistogram::Histogram;
 use iwarp_abi::ring::{self, Consumer, Producer};
 use iwarp_abi::segment::{HugePolicy, Segment, SegmentKind};
 use iwarp_abi::wqe::{self, send_flags, Cqe, CqeStatus, RecvWqe, SendOpcode, SendWqe};
-use iwarp_engine::{Access, QpCaps, RecvWr, Rnic, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
+use iwarp_engine::{
+    Access, CqId, PdId, QpCaps, QpId, RecvWr, Rnic, SendOp, SendWr, Sge, VerbsError, WorkCompletion,
+};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::host::fastpath::{HostCq, HostQp};
 use iwarpd::node::{ConnState, Node, TcpSettings};
@@ -100,6 +110,26 @@ enum Mode {
         seconds: f64,
         #[arg(long, value_enum, default_value_t = RateOp::Sends)]
         op: RateOp,
+        #[command(flatten)]
+        place: Placement,
+    },
+    /// Every one of many QP pairs streaming RDMA Writes, one direction, both nodes on this
+    /// thread.
+    Streams {
+        /// QP pairs, every one streaming.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=20000))]
+        qps: u16,
+        /// Writes in flight on each QP, each posted again as it completes.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        window: u16,
+        /// Octets per Write.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+        size: u32,
+        /// Both nodes' `tcp.worker_inflight` (0: the daemon's default).
+        #[arg(long, default_value_t = 0)]
+        worker_inflight: usize,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
         #[command(flatten)]
         place: Placement,
     },
@@ -288,12 +318,7 @@ impl<P: Port> End<P> {
         };
         let qp = rnic.create_qp(pd, cq, cq, caps).expect("QP");
         // Latency: two halves, what this end sends from and what the other end writes into.
-        let mem = Box::leak(vec![0u64; mem_len / 8].into_boxed_slice());
-        let buf = NonNull::new(mem.as_mut_ptr() as *mut u8).expect("non-null");
-        let va = buf.as_ptr() as u64;
-        // SAFETY: leaked, so valid for the whole run.
-        let stag =
-            unsafe { rnic.register_mr(pd, buf, mem_len, Access::ALL, va) }.expect("valid rights");
+        let (stag, buf) = leaked_region(&mut rnic, pd, mem_len);
         let rings = rings.then(|| Rings::new(qp, cq));
         End {
             node,
@@ -500,25 +525,50 @@ fn connect_idle<P: Port>(a: &mut End<P>, b: &mut End<P>, ip_a: Ipv4Addr, n: u16)
         rq_depth: 4,
         srq: None,
     };
+    connect_pairs(a, b, ip_a, usize::from(n), caps, 16);
+}
+
+/// QP pairs set up by [`connect_pairs`]: each side's PD and shared CQ, and the QPs.
+struct Pairs {
+    pd: (PdId, PdId),
+    cq: (CqId, CqId),
+    qps: Vec<(QpId, QpId)>,
+}
+
+/// Connects `n` QP pairs (`caps` each, one CQ of `cq_depth` per side), a listening port each
+/// on `a`, a few hundred handshakes at a time.
+fn connect_pairs<P: Port>(
+    a: &mut End<P>,
+    b: &mut End<P>,
+    ip_a: Ipv4Addr,
+    n: usize,
+    caps: QpCaps,
+    cq_depth: usize,
+) -> Pairs {
     let (pd_a, pd_b) = (a.rnic.alloc_pd(), b.rnic.alloc_pd());
-    let (cq_a, cq_b) = (a.rnic.create_cq(16), b.rnic.create_cq(16));
+    let (cq_a, cq_b) = (a.rnic.create_cq(cq_depth), b.rnic.create_cq(cq_depth));
     let t = Instant::now();
     let mut pending = Vec::new();
+    let mut qps = Vec::with_capacity(n);
     for k in 0..n {
         let qa = a.rnic.create_qp(pd_a, cq_a, cq_a, caps).expect("QP");
         let qb = b.rnic.create_qp(pd_b, cq_b, cq_b, caps).expect("QP");
-        let port = 20000 + k;
+        qps.push((qa, qb));
+        let port = 20000 + k as u16;
         let ca = a
             .node
             .listen(port, qa, Settings::default())
             .expect("listen");
         let cb = b
             .node
-            .connect(ip_a, port, 40001 + k, qb, Settings::default())
+            .connect(ip_a, port, 40001 + k as u16, qb, Settings::default())
             .expect("connect");
         pending.push((ca, cb));
         while pending.len() >= 256 || (k + 1 == n && !pending.is_empty()) {
-            assert!(t.elapsed() < Duration::from_secs(600), "idle connections");
+            assert!(
+                t.elapsed() < Duration::from_secs(600),
+                "QP pairs connecting"
+            );
             a.poll();
             b.poll();
             pending.retain(|&(ca, cb)| {
@@ -529,9 +579,14 @@ fn connect_idle<P: Port>(a: &mut End<P>, b: &mut End<P>, ip_a: Ipv4Addr, n: u16)
     }
     if n > 0 {
         eprintln!(
-            "{n} idle QP pairs connected in {:.1} s",
+            "{n} QP pairs connected in {:.1} s",
             t.elapsed().as_secs_f64()
         );
+    }
+    Pairs {
+        pd: (pd_a, pd_b),
+        cq: (cq_a, cq_b),
+        qps,
     }
 }
 
@@ -575,6 +630,33 @@ fn main() {
             };
             (Job::Rate(run), place)
         }
+        Mode::Streams {
+            qps,
+            window,
+            size,
+            worker_inflight,
+            seconds,
+            place,
+        } => {
+            if place.threads != 1 || place.rings || place.idle != 0 {
+                eprintln!(
+                    "node-pair: streams runs both nodes on one thread, without rings or --idle"
+                );
+                std::process::exit(2);
+            }
+            let run = Streams {
+                qps: usize::from(qps),
+                window: usize::from(window),
+                size: size as usize,
+                seconds,
+                tcp: {
+                    let mut c = place.config();
+                    c.tcp.worker_inflight = worker_inflight;
+                    TcpSettings::from_config(&c)
+                },
+            };
+            (Job::Streams(run), place)
+        }
     };
     let mtu = usize::from(place.mtu);
     let jumbo = if mtu == 1500 {
@@ -617,6 +699,7 @@ fn main() {
 enum Job {
     Latency(Latency),
     Rate(Rate),
+    Streams(Streams),
 }
 
 impl Job {
@@ -624,6 +707,7 @@ impl Job {
         match self {
             Job::Latency(run) => latency(pa, pb, link, run),
             Job::Rate(run) => rate(pa, pb, link, run),
+            Job::Streams(run) => streams(pa, pb, link, run),
         }
     }
 }
@@ -1130,4 +1214,101 @@ fn stream<P: Port + Send + 'static>(
         busy: Some([sender, receiver]),
     };
     (a, moved)
+}
+
+struct Streams {
+    qps: usize,
+    window: usize,
+    size: usize,
+    seconds: f64,
+    tcp: TcpSettings,
+}
+
+/// A zeroed region of `len` octets registered in `pd` at its own address, that lives for the
+/// run: its STag and first octet.
+fn leaked_region(rnic: &mut Rnic, pd: PdId, len: usize) -> (u32, NonNull<u8>) {
+    let mem = Box::leak(vec![0u64; len.div_ceil(8)].into_boxed_slice());
+    let buf = NonNull::new(mem.as_mut_ptr() as *mut u8).expect("non-null");
+    // SAFETY: leaked, so valid for the whole run; only the thread that owns `rnic` places
+    // into it or reads it.
+    let stag = unsafe { rnic.register_mr(pd, buf, len, Access::ALL, buf.as_ptr() as u64) }
+        .expect("valid rights");
+    (stag, buf)
+}
+
+/// `streams`: B writes into A on every one of `qps` QP pairs, `window` Writes of `size`
+/// octets in flight on each, each posted again on its QP as it completes; both nodes polled
+/// in turn on this thread, so the rate is what one core does running both ends, every QP
+/// busy. Prints the Writes per second and the frames each side sent per Write.
+fn streams<P: Port>(pa: P, pb: P, link: &str, run: &Streams) {
+    let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let mut a = End::new(pa, ip_a, run.tcp, LEN, false);
+    let mut b = End::new(pb, ip_b, run.tcp, LEN, false);
+    let caps = QpCaps {
+        sq_depth: run.window,
+        rq_depth: 1,
+        srq: None,
+    };
+    let pairs = connect_pairs(&mut a, &mut b, ip_a, run.qps, caps, run.qps * run.window);
+    // Each QP writes a slot of its own on A, from the same octets on B.
+    let len = run.size;
+    let (dst_stag, dst) = leaked_region(&mut a.rnic, pairs.pd.0, run.qps * len);
+    let (src_stag, src) = leaked_region(&mut b.rnic, pairs.pd.1, len);
+    let (dst_va, src_va) = (dst.as_ptr() as u64, src.as_ptr() as u64);
+    let write = |k: usize| {
+        let op = SendOp::Write {
+            remote_stag: dst_stag,
+            remote_to: dst_va + (k * len) as u64,
+        };
+        let sge = Sge {
+            stag: src_stag,
+            to: src_va,
+            len: len as u32,
+        };
+        SendWr::new(k as u64, op, &[sge])
+    };
+    for (k, &(_, qb)) in pairs.qps.iter().enumerate() {
+        for _ in 0..run.window {
+            b.rnic.post_send(qb, write(k)).expect("post");
+        }
+    }
+    let mut wcs = vec![WorkCompletion::default(); 256];
+    let mut step = |a: &mut End<P>, b: &mut End<P>| -> u64 {
+        a.poll();
+        b.poll();
+        let n = b.rnic.poll_cq(pairs.cq.1, &mut wcs).expect("poll CQ");
+        for wc in &wcs[..n] {
+            assert_eq!(wc.status, iwarp_engine::Status::Success, "{wc:?}");
+            let k = wc.wr_id as usize;
+            b.rnic.post_send(pairs.qps[k].1, write(k)).expect("post");
+        }
+        n as u64
+    };
+    let warmup = Instant::now();
+    while warmup.elapsed().as_secs_f64() < run.seconds / 4.0 {
+        step(&mut a, &mut b);
+    }
+    let (frames_b, fpdus_b) = (b.node.counters().tx_frames, b.node.counters().fpdus_tx);
+    let frames_a = a.node.counters().tx_frames;
+    let t = Instant::now();
+    let mut writes = 0u64;
+    while t.elapsed().as_secs_f64() < run.seconds {
+        writes += step(&mut a, &mut b);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let (cb, ca) = (b.node.counters(), a.node.counters());
+    let per = |n: u64| n as f64 / writes.max(1) as f64;
+    println!(
+        "{} QP pairs streaming {} B RDMA Writes, {} in flight on each, one thread, {link}: \
+         {:.3} M writes/s, {:.2} Gbit/s; per Write {:.3} frames and {:.3} FPDUs sent, \
+         {:.3} frames back",
+        run.qps,
+        len,
+        run.window,
+        writes as f64 / secs / 1e6,
+        (writes * len as u64 * 8) as f64 / secs / 1e9,
+        per(cb.tx_frames - frames_b),
+        per(cb.fpdus_tx - fpdus_b),
+        per(ca.tx_frames - frames_a),
+    );
 }

@@ -131,6 +131,33 @@ fn node_pair_measures_the_rate_of_each_operation() {
     }
 }
 
+#[test]
+fn node_pair_measures_many_qps_all_streaming() {
+    // 64 QP pairs, every one keeping four 64 B Writes in flight, both nodes on one thread:
+    // a rate is printed, the small Writes went several to a segment, and each data
+    // segment was acknowledged at most once. No time is asserted.
+    let text = node_pair(&["streams", "--qps", "64", "--seconds", "0.3"]);
+    assert!(number_before(&text, " M writes/s") > 0.0, "{text}");
+    let sent = number_before(&text, " frames and");
+    assert!(sent > 0.0 && sent < 0.5, "64 B Writes not packed: {text}");
+    let fpdus = number_before(&text, " FPDUs");
+    assert!((fpdus - 1.0).abs() < 0.01, "an FPDU per 64 B Write: {text}");
+    assert!(number_before(&text, " frames back") <= sent, "{text}");
+    // 64 KiB Writes on 8 pairs, the bandwidth printed.
+    let text = node_pair(&[
+        "streams",
+        "--qps",
+        "8",
+        "--size",
+        "65536",
+        "--window",
+        "8",
+        "--seconds",
+        "0.3",
+    ]);
+    assert!(number_before(&text, " Gbit/s") > 0.0, "{text}");
+}
+
 #[cfg(feature = "dpdk")]
 #[test]
 fn node_pair_runs_over_dpdk_memif_on_two_pinned_threads() {
