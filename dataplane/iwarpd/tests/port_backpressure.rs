@@ -45,14 +45,7 @@ fn many_streams_to_a_slow_reader_drop_nothing_resend_nothing_and_share_the_port(
     );
     assert_eq!(out.dropped, 0, "frames dropped by the port");
     assert_eq!(out.resent, 0, "segments resent");
-    // Even sharing: when the first stream is through, every other is at least half way.
-    for (i, &d) in out.at_first_finish.iter().enumerate() {
-        assert!(
-            d * 2 >= WRITES,
-            "stream {i} had {d} of {WRITES} Writes done when the first finished: {:?}",
-            out.at_first_finish
-        );
-    }
+    out.assert_shared_evenly(WRITES);
 }
 
 /// A Unix port whose queue counts as full ([`Port::tx_full`]) a few frames past its pause
@@ -126,12 +119,5 @@ fn a_round_over_more_streams_than_the_port_has_room_for_ends_where_it_is_full() 
     assert_eq!(out.dropped, 0, "frames dropped by the port");
     // Cut short where the queue is full, the next round starts with the streams this one
     // did not reach: none waits while others are served round after round.
-    for (i, &d) in out.at_first_finish.iter().enumerate() {
-        assert!(
-            d * 2 >= s.writes,
-            "stream {i} had {d} of {} Writes done when the first finished: {:?}",
-            s.writes,
-            out.at_first_finish
-        );
-    }
+    out.assert_shared_evenly(s.writes);
 }

@@ -58,12 +58,5 @@ fn streams_share_the_workers_inflight_bound_and_stay_within_it() {
         out.most_in_flight
     );
     assert_eq!(out.resent, 0, "segments resent");
-    // Shared evenly: when the first stream is through, every other is at least half way.
-    for (i, &d) in out.at_first_finish.iter().enumerate() {
-        assert!(
-            d * 2 >= WRITES,
-            "stream {i} had {d} of {WRITES} Writes done when the first finished: {:?}",
-            out.at_first_finish
-        );
-    }
+    out.assert_shared_evenly(WRITES);
 }

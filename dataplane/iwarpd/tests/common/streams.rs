@@ -36,6 +36,20 @@ pub struct Outcome {
     pub at_first_finish: Vec<usize>,
 }
 
+impl Outcome {
+    /// Even sharing: when the first stream was through its `writes`, every other was at
+    /// least half way.
+    pub fn assert_shared_evenly(&self, writes: usize) {
+        for (i, &d) in self.at_first_finish.iter().enumerate() {
+            assert!(
+                d * 2 >= writes,
+                "stream {i} had {d} of {writes} Writes done when the first finished: {:?}",
+                self.at_first_finish
+            );
+        }
+    }
+}
+
 /// Runs `s` from B to A, checking every completion and, at the end, every byte; `held`
 /// reads how many frames B's port holds.
 pub fn slow_reader<P: Port, Q: Port>(
