@@ -230,16 +230,16 @@ impl Senders {
         (live.as_micros() / Self::PERIOD.as_micros()) as u64
     }
 
-    /// Connection `c` queued data in `period`.
-    fn sent(&mut self, c: &mut Conn, period: u64) {
+    /// A connection queued data in `period`; `sent_in` is its `Conn::sent_in`.
+    fn sent(&mut self, sent_in: &mut u64, period: u64) {
         if period != self.period {
             // After a quiet gap too: the senders of the last period that had any.
             self.before = self.now;
             self.now = 0;
             self.period = period;
         }
-        if c.sent_in != period {
-            c.sent_in = period;
+        if *sent_in != period {
+            *sent_in = period;
             self.now += 1;
         }
     }
@@ -1114,6 +1114,29 @@ mod tests {
         println!("per connection: smoltcp socket {socket} B, Conn {conn} B, set slot {slot} B");
         assert!(socket <= slot, "the slot holds the socket");
         assert!(slot + conn <= 4096, "{slot} + {conn}");
+    }
+
+    /// Senders are counted once per period however often they send, and a period's count
+    /// lasts through the next: a round in which every stream drained and began again one
+    /// by one still shares among all of them.
+    #[test]
+    fn senders_are_those_of_this_period_or_the_last_with_any() {
+        let mut s = Senders::default();
+        let mut sent_in = [u64::MAX; 3];
+        for _ in 0..2 {
+            for c in &mut sent_in {
+                s.sent(c, 5);
+            }
+        }
+        assert_eq!(s.count(0), 3, "three connections, each counted once");
+        // A quiet gap, then the first of the three again: still three.
+        s.sent(&mut sent_in[0], 9);
+        assert_eq!(s.count(1), 3);
+        // A whole period with one sender: one.
+        s.sent(&mut sent_in[0], 10);
+        assert_eq!(s.count(1), 1);
+        // Those with data in flight now count whatever the periods say.
+        assert_eq!(s.count(7), 7);
     }
 
     /// A turn's receive step reads up to 128 bursts (4,096 frames), as many as its egress

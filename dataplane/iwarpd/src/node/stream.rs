@@ -150,7 +150,7 @@ impl<P: Port> Node<P> {
         self.conns[i].open_group = open;
         if self.fpdus_tx != fpdus_before {
             let period = Senders::period_of(self.live);
-            self.senders.sent(&mut self.conns[i], period);
+            self.senders.sent(&mut self.conns[i].sent_in, period);
         }
         if busy && !self.conns[i].in_flight {
             self.conns[i].in_flight = true;
