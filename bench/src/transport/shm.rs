@@ -334,27 +334,8 @@ impl Shared {
                 if let Some(c) = core {
                     cmd.arg("--shm-peer-core").arg(c.to_string());
                 }
-                let child = cmd
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::inherit())
-                    .spawn()
-                    .map_err(|e| err(kind, format!("starting {}: {e}", exe.display())));
-                let mut child = match child {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = std::fs::remove_file(path);
-                        return Err(e);
-                    }
-                };
-                let ready = wait_for_word(&region, READY, &mut child).map(drop);
-                // Mapped by both now (or failed): the name is no longer needed.
-                let _ = std::fs::remove_file(path);
-                if let Err(m) = ready {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(err(kind, m));
-                }
+                let (child, _) =
+                    start_peer(&mut cmd, path, &region, READY).map_err(|m| err(kind, m))?;
                 Peer::Process(child)
             }
             _ => {
@@ -439,10 +420,46 @@ pub(crate) fn region_file() -> Result<PathBuf> {
     )))
 }
 
+/// Starts `cmd`, a peer process handed the region file `path`, and waits for it to store
+/// its sign of readiness in the region's word at `off` (see [`wait_for_word`]). The file is
+/// removed either way: both have mapped it, or the start failed. A peer that did not get
+/// ready is killed. Returns the process and the word's value.
+pub(crate) fn start_peer(
+    cmd: &mut Command,
+    path: &Path,
+    region: &Region,
+    off: usize,
+) -> Result<(Child, u64), String> {
+    let spawned = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", Path::new(cmd.get_program()).display()));
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    };
+    let ready = wait_for_word(region, off, &mut child);
+    // Mapped by both now (or failed): the name is no longer needed.
+    let _ = std::fs::remove_file(path);
+    match ready {
+        Ok(v) => Ok((child, v)),
+        Err(m) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(m)
+        }
+    }
+}
+
 /// Waits up to 10 s for a peer process to store a non-zero value in the region's word at
 /// `off` (its sign that it mapped the region and is ready), and returns the value; an
 /// error if `child` exits first or the time runs out.
-pub(crate) fn wait_for_word(r: &Region, off: usize, child: &mut Child) -> Result<u64, String> {
+fn wait_for_word(r: &Region, off: usize, child: &mut Child) -> Result<u64, String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         // SYNC POINT: Acquire pairs with the peer's Release store of the word.

@@ -15,7 +15,7 @@
 //! descriptors in each process, within a hard limit that one process holding both ends
 //! would pass.
 
-use super::shm::{region_file, wait_for_word, Region};
+use super::shm::{region_file, start_peer, Region};
 use super::{pin, Backoff, PingPong, Setup, Stream, Transport};
 use crate::error::{BenchError, Result};
 use crate::stages::StageTimes;
@@ -23,7 +23,7 @@ use crate::workload::{Exchange, TransportKind};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -70,33 +70,13 @@ impl ProcPeer {
             .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
         // SYNC POINT: Release publishes the zeroed region to the peer's Acquire of MAGIC.
         region.word(MAGIC).store(MAGIC_VALUE, Ordering::Release);
-        let child = Command::new(exe)
-            .arg("--tcp-peer")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| err(format!("starting {}: {e}", exe.display())));
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                return Err(e);
-            }
-        };
         // The peer stores its listener's port once it listens.
-        let port = wait_for_word(&region, PORT, &mut child).map(|p| p as u16);
-        // Mapped by both now (or failed): the name is no longer needed.
-        let _ = std::fs::remove_file(&path);
-        let port = port.map_err(|m| {
-            let _ = child.kill();
-            let _ = child.wait();
-            err(m)
-        })?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("--tcp-peer").arg(&path);
+        let (child, port) = start_peer(&mut cmd, &path, &region, PORT).map_err(err)?;
         Ok(ProcPeer {
             region,
-            port,
+            port: port as u16,
             next_slot: AtomicU64::new(0),
             child: Mutex::new(child),
         })
