@@ -12,6 +12,17 @@ use iwarpd::node::TcpSettings;
 use iwarpd::port::memory::MemoryPort;
 use std::time::{Duration, Instant};
 
+/// Polls both nodes until they settle: 20 turns in a row in which neither received anything
+/// (the last delayed ACKs of the setup are in).
+fn settle(a: &mut End<MemoryPort>, b: &mut End<MemoryPort>, deadline: Instant) {
+    let mut quiet = 0;
+    while quiet < 20 {
+        assert!(Instant::now() < deadline, "settling");
+        let busy = a.node.poll(&mut a.rnic) | b.node.poll(&mut b.rnic);
+        quiet = if busy { 0 } else { quiet + 1 };
+    }
+}
+
 const QPS: usize = 128;
 const WRITES: u64 = 50;
 
@@ -35,14 +46,7 @@ fn a_turn_visits_only_the_connections_with_work() {
     };
     let conns = common::connect_many(&mut a, &mut b, QPS, caps, 7000, 41000);
     let deadline = Instant::now() + Duration::from_secs(60);
-    // Settled: 20 turns in a row in which neither node received anything (the last
-    // delayed ACKs of the setup are in).
-    let mut quiet = 0;
-    while quiet < 20 {
-        assert!(Instant::now() < deadline, "settling");
-        let busy = a.node.poll(&mut a.rnic) | b.node.poll(&mut b.rnic);
-        quiet = if busy { 0 } else { quiet + 1 };
-    }
+    settle(&mut a, &mut b, deadline);
 
     // Idle turns visit nothing.
     let before = (a.node.visits(), b.node.visits());
@@ -128,12 +132,7 @@ fn a_turn_visits_at_most_1024_connections_and_the_next_takes_the_rest() {
     };
     let conns = common::connect_many(&mut a, &mut b, MANY, caps, 8000, 50000);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut quiet = 0;
-    while quiet < 20 {
-        assert!(Instant::now() < deadline, "settling");
-        let busy = a.node.poll(&mut a.rnic) | b.node.poll(&mut b.rnic);
-        quiet = if busy { 0 } else { quiet + 1 };
-    }
+    settle(&mut a, &mut b, deadline);
     let a_mem = a.mem(4096, Access::ALL);
     let b_mem = b.mem(4096, Access::ALL);
     for (i, &(_, _, qp)) in conns.iter().enumerate() {
