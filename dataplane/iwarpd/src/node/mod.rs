@@ -839,9 +839,9 @@ impl<P: Port> Node<P> {
 
     /// The turn's first step: what the port holds into TCP (up to
     /// [`crate::device::RX_BURSTS_PER_TURN`] bursts), and the ACKs of a stream's segments out
-    /// at once. No received byte reaches an engine yet: the host posts the receives applications queued
-    /// between this step and [`Node::exchange`], so a message that arrived after its receive
-    /// was posted always finds it. Returns whether frames arrived.
+    /// at once. No received byte reaches an engine yet: the host posts the receives
+    /// applications queued between this step and [`Node::exchange`], so a message that
+    /// arrived after its receive was posted always finds it. Returns whether frames arrived.
     pub fn receive(&mut self) -> bool {
         self.stage = StageClock::new(self.stage_timing);
         self.turn_t = StageNs::default();
