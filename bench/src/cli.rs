@@ -164,6 +164,11 @@ pub struct Args {
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     pub tcp_user_timeout: Option<u64>,
 
+    /// The spawned daemons' `tcp.worker_inflight` (their default otherwise): the octets a
+    /// worker's connections may hold unacknowledged together, shared among its senders.
+    #[arg(long, value_name = "OCTETS")]
+    pub tcp_worker_inflight: Option<u64>,
+
     /// Poll-mode cores of the daemons: the first endpoint's, then the second's (one per
     /// worker each).
     #[arg(long, value_delimiter = ',')]
@@ -318,6 +323,9 @@ pub struct EndpointPlan {
     /// Spawned daemons' `tcp.user_timeout_ms`, when not their default.
     #[serde(default)]
     pub tcp_user_timeout_ms: Option<u64>,
+    /// Spawned daemons' `tcp.worker_inflight`, when not their default.
+    #[serde(default)]
+    pub tcp_worker_inflight: Option<u64>,
     /// Connections the run opens: spawned daemons' QP, CQ and PD limits are raised to hold
     /// them where the defaults would not.
     #[serde(default)]
@@ -550,6 +558,14 @@ impl Plan {
                  configuration: with --daemons running or --daemon-config, it is theirs",
             ));
         }
+        if args.tcp_worker_inflight.is_some()
+            && (args.daemons == DaemonsArg::Running || args.daemon_config.is_some())
+        {
+            return Err(BenchError::usage(
+                "--tcp-worker-inflight sets the daemons this run starts from its own \
+                 configuration: with --daemons running or --daemon-config, it is theirs",
+            ));
+        }
 
         Ok(Plan {
             modes,
@@ -580,6 +596,7 @@ impl Plan {
                 stage_timing: args.stages,
                 mtu: args.mtu,
                 tcp_user_timeout_ms: args.tcp_user_timeout,
+                tcp_worker_inflight: args.tcp_worker_inflight,
                 cm_port: args.cm_port,
                 qps: args.qps,
             },

@@ -230,9 +230,14 @@ fn config_text(plan: &EndpointPlan, base: &Path, idx: usize, name: &str) -> Stri
     if plan.stage_timing {
         let _ = writeln!(t, "stage_timing = true");
     }
-    if let Some(ms) = plan.tcp_user_timeout_ms {
+    if plan.tcp_user_timeout_ms.is_some() || plan.tcp_worker_inflight.is_some() {
         let _ = writeln!(t, "\n[tcp]");
+    }
+    if let Some(ms) = plan.tcp_user_timeout_ms {
         let _ = writeln!(t, "user_timeout_ms = {ms}");
+    }
+    if let Some(octets) = plan.tcp_worker_inflight {
+        let _ = writeln!(t, "worker_inflight = {octets}");
     }
     let _ = writeln!(t, "\n[shm]");
     let huge = match plan.hugepages {
@@ -494,6 +499,7 @@ mod tests {
             cm_port: 18515,
             qps: 1,
             tcp_user_timeout_ms: None,
+            tcp_worker_inflight: None,
         }
     }
 
@@ -531,6 +537,28 @@ mod tests {
         };
         let c = iwarp_config::Config::parse(&config_text(&p, base, 1, "eb")).unwrap();
         assert_eq!(c.tcp.user_timeout_ms, default * 5);
+    }
+
+    #[test]
+    fn a_worker_bound_reaches_the_spawned_daemons_only_when_asked() {
+        let base = Path::new("/tmp/x");
+        let p = EndpointPlan {
+            daemon_cores: vec![],
+            ..plan(PortArg::Unix)
+        };
+        let c = iwarp_config::Config::parse(&config_text(&p, base, 0, "ea")).unwrap();
+        assert_eq!(
+            c.tcp.worker_inflight,
+            iwarp_config::Config::default().tcp.worker_inflight
+        );
+        let p = EndpointPlan {
+            tcp_worker_inflight: Some(1 << 30),
+            tcp_user_timeout_ms: Some(60_000),
+            ..p
+        };
+        let c = iwarp_config::Config::parse(&config_text(&p, base, 1, "eb")).unwrap();
+        assert_eq!(c.tcp.worker_inflight, 1 << 30);
+        assert_eq!(c.tcp.user_timeout_ms, 60_000);
     }
 
     #[test]

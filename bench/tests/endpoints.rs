@@ -34,6 +34,7 @@ fn plan(dir: &Path, iwarpd: PathBuf, control: PathBuf) -> EndpointPlan {
         cm_port: 18515,
         qps: 1,
         tcp_user_timeout_ms: None,
+        tcp_worker_inflight: None,
     }
 }
 
