@@ -24,8 +24,12 @@ use smoltcp::socket::{AnySocket, Socket};
 use smoltcp::time::Instant;
 
 /// Sockets per routed shard: small, since an egress of a touched shard asks each of its
-/// sockets, and one busy connection makes its whole shard touched every turn.
-const SHARD: usize = 16;
+/// sockets, once for every segment any of them sends, and one busy connection makes its
+/// whole shard touched every turn. Not one: a shard's timer is found by walking the shards
+/// (`Sockets::take_due`), and ten thousand idle shards of one made a busy turn about 4 %
+/// slower. `node-pair streams` on C, 16 QPs, all busy: 2.34 M writes/s in a shard of 16,
+/// 2.85 in shards of 4, 2.91 in shards of one.
+const SHARD: usize = 4;
 
 /// The shard that holds sockets of no known flow: listeners and their handshakes.
 const UNROUTED: u32 = 0;
