@@ -1,8 +1,8 @@
 //! The daemon's smoltcp places a segment that arrives at an empty receive ring at the ring's
 //! front (the one change in `vendor/smoltcp`, see `vendor/README.md`). The node drains each
-//! ring on every visit, so a stream keeps to the first pages of its 1 MiB ring instead of
-//! cycling through all of it: fifty streams touched 50 MiB, and every copy into a ring then
-//! missed the caches.
+//! ring on every visit, so a stream keeps to the first pages of its 1 MiB ring. Were it to
+//! cycle through all of it, fifty streams would walk 50 MiB of rings and every copy into a
+//! ring would miss the caches.
 
 use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{Loopback, Medium};

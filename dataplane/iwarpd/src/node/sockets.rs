@@ -26,9 +26,9 @@ use smoltcp::time::Instant;
 /// Sockets per routed shard: small, since an egress of a touched shard asks each of its
 /// sockets, once for every segment any of them sends, and one busy connection makes its
 /// whole shard touched every turn. Not one: a shard's timer is found by walking the shards
-/// (`Sockets::take_due`), and ten thousand idle shards of one made a busy turn about 4 %
-/// slower. `node-pair streams` on C, 16 QPs, all busy: 2.34 M writes/s in a shard of 16,
-/// 2.85 in shards of 4, 2.91 in shards of one.
+/// (`Sockets::take_due`), and a walk of ten thousand idle shards of one costs a busy turn
+/// about 4 %. `node-pair streams` on C, 16 QPs, all busy: 2.34 M writes/s in a shard of 16,
+/// 2.85 in shards of 4, 2.91 in shards of one (`docs/performance.md`).
 const SHARD: usize = 4;
 
 /// The shard that holds sockets of no known flow: listeners and their handshakes.
