@@ -343,3 +343,52 @@ impl Port for TapPort {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixDatagram;
+
+    /// A port whose descriptor refuses every write with EAGAIN, as a TAP's does when the
+    /// kernel has no room for a frame: one end of a datagram socket pair whose other end's
+    /// queue is full. The other end is returned, to keep it open.
+    fn port_that_refuses_writes() -> (TapPort, UnixDatagram) {
+        let (ours, theirs) = UnixDatagram::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let frame = [0u8; 1514];
+        let mut queued = 0;
+        while ours.send(&frame).is_ok() {
+            queued += 1;
+            assert!(queued < 100_000, "the peer's queue never filled");
+        }
+        let port = TapPort {
+            file: File::from(OwnedFd::from(ours)),
+            name: "pair".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            mtu: 1500,
+            rx: RxPool::new(1514),
+            tx_dropped: 0,
+            kernel_drops: None,
+            bursts_to_drops: DROPS_EVERY,
+        };
+        (port, theirs)
+    }
+
+    #[test]
+    fn a_frame_the_kernel_has_no_room_for_is_counted_as_dropped_not_returned_as_an_error() {
+        let (mut port, theirs) = port_that_refuses_writes();
+        let frame = [0xab_u8; 1514];
+        for n in 1..=3 {
+            port.tx(&frame)
+                .expect("a refused frame is lost, as on a congested wire, and TCP resends it");
+            assert_eq!(port.tx_dropped, n);
+            assert_eq!(port.dropped(), n, "the port's drop count includes it");
+        }
+        // Room again: the next frame goes.
+        let mut buf = [0u8; 2048];
+        theirs.recv(&mut buf).expect("a queued frame");
+        port.tx(&frame).expect("sent");
+        assert_eq!(port.dropped(), 3);
+    }
+}
