@@ -210,9 +210,9 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
     // - our client against a guest too slow to listen again in time
     //   (`Run::perftest_beat_the_relisten`), which a loaded host makes likely run after run;
     // - siw's own race ([`siws_race`]);
-    // - perftest's server still completing its last Send when our client, done, reset the
-    //   first connection (`Run::perftest_server_lost_its_close`): both sides printed their
-    //   results.
+    // - siw's perftest still completing its last Send when our side, done and exited, reset
+    //   the connection (`Run::perftest_guest_lost_its_close`): ours exited 0 and the guest
+    //   printed its results.
     let r = testkit::siw::rerun_for(testkit::siw::OUTSIDE_RACE_RUNS, run, |r| {
         let calibration = r
             .guest
@@ -220,8 +220,8 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
             .then_some("siw's perftest could not calibrate its cycle counter");
         let relisten = (!ours_serves && failed(r) && r.perftest_beat_the_relisten())
             .then_some("perftest's client connected before its server listened again");
-        let close = (!ours_serves && failed(r) && r.perftest_server_lost_its_close())
-            .then_some("perftest's server was still closing when our client reset the connection");
+        let close = (failed(r) && r.perftest_guest_lost_its_close())
+            .then_some("siw's perftest was still closing when our side reset the connection");
         calibration.or(relisten).or(close).or_else(|| siws_race(r))
     });
     let said = r.ours_said();
