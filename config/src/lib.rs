@@ -223,10 +223,10 @@ pub struct Tcp {
     /// default): four times `max_inflight` (see [`Config::worker_inflight`]). Each connection
     /// that sent in the last millisecond gets an equal share, never less than four segments
     /// nor more than `max_inflight`. Every octet in flight is held in the sender's ring and
-    /// its resend copy until acknowledged: fifty connections each holding `max_inflight` kept
-    /// 25 MiB of them, out of the cache, where one connection's fit it (64 KiB Writes on one
-    /// core, docs/performance.md). It bounds what a worker moves per round trip, so it must
-    /// cover the link's bandwidth-delay product.
+    /// its resend copy until acknowledged: fifty connections each holding `max_inflight` would
+    /// hold 25 MiB of them, out of the cache, where one connection's fits it (64 KiB Writes
+    /// on one core, docs/performance.md). It bounds what a worker moves per round trip, so it
+    /// must cover the link's bandwidth-delay product.
     pub worker_inflight: usize,
     /// A connection whose peer sends nothing this long (milliseconds of real time in which
     /// our poll loop ran; keep-alives go every quarter of it) is given up and its QP enters
