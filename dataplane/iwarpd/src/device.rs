@@ -300,12 +300,17 @@ impl<P: Port> phy::TxToken for TxToken<'_, P> {
                     held.hold(key, frame);
                     *count += 1;
                 }
-                // A RST, or no TCP: to the port, which drops it if it must.
-                _ if send && self.port.tx(frame).is_ok() => {
-                    *self.frames += 1;
-                    *self.bytes += len as u64;
+                // A RST, or no TCP: to the port, which drops it if it must. A RST ends its
+                // connection, and a held ACK sent after it would only draw the peer's RST.
+                flow => {
+                    if let Some((key, false)) = flow {
+                        held.superseded(key);
+                    }
+                    if send && self.port.tx(frame).is_ok() {
+                        *self.frames += 1;
+                        *self.bytes += len as u64;
+                    }
                 }
-                _ => {}
             }
             return r;
         }
@@ -571,7 +576,7 @@ mod tests {
     /// dropped by a full port: they wait, the latest per connection (an acknowledgement is
     /// cumulative, RFC 9293 section 3.4), and go first once the port has room; a segment
     /// the connection sends meanwhile carries a newer one and replaces it. A RST goes to
-    /// the port at once.
+    /// the port at once, and its connection's held ACK no more.
     #[test]
     fn answers_that_meet_a_full_port_wait_the_latest_per_connection() {
         use smoltcp::wire::TcpControl;
@@ -620,5 +625,18 @@ mod tests {
             "nothing after the segment"
         );
         assert_eq!(dev.port.sent.len(), 4);
+
+        // Held, then the connection reset while the port is still full: the RST goes and
+        // the ACK before it does not follow it.
+        dev.port.full = true;
+        answer(&mut dev, &ours(5001, 60, TcpControl::None, b""));
+        assert_eq!(dev.held.by_flow.len(), 1);
+        let reset = ours(5001, 60, TcpControl::Rst, b"");
+        answer(&mut dev, &reset);
+        assert_eq!(dev.held.by_flow.len(), 0, "the RST took the held ACK's place");
+        dev.port.full = false;
+        dev.release_held();
+        assert_eq!(dev.port.sent.last(), Some(&reset), "nothing after the RST");
+        assert_eq!(dev.port.sent.len(), 5);
     }
 }
