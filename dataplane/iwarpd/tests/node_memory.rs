@@ -206,3 +206,36 @@ fn an_idle_connection_gives_its_rings_back_and_its_stream_goes_on() {
     assert!(heard.0 >= 2 && heard.1 >= 2, "keep-alives heard: {heard:?}");
     assert_eq!((a.node.ring_trims(), b.node.ring_trims()), trims);
 }
+
+/// A connection that keeps moving data keeps its rings, though they are empty between its
+/// Writes, as they often are when the node looks: given back then, every busy connection
+/// would fault its pages in again at its next segment, each second.
+#[test]
+fn a_busy_connection_keeps_its_rings_between_writes() {
+    let dir = segment_dir("iwarp-nodebusy");
+    let (mut a, mut b) = pair_tcp(
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0a], 1500).unwrap(),
+        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0b], 1500).unwrap(),
+        Settings::default(),
+        TcpSettings::default(),
+    );
+    let trims = (a.node.ring_trims(), b.node.ring_trims());
+    // A Write every 100 ms for three of the nodes' looks, each Write complete and both
+    // rings empty long before the next.
+    let end = Instant::now() + Duration::from_millis(3200);
+    let mut seed = 0u8;
+    while Instant::now() < end {
+        write_b_to_a(&mut a, &mut b, 4096, seed);
+        seed = seed.wrapping_add(1);
+        let pause = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < pause {
+            a.node.poll(&mut a.rnic);
+            b.node.poll(&mut b.rnic);
+        }
+    }
+    assert_eq!((a.node.ring_trims(), b.node.ring_trims()), trims);
+    // Then idle: given back within two looks.
+    until(&mut a, &mut b, 20, |a, b| {
+        a.node.ring_trims() > trims.0 && b.node.ring_trims() > trims.1
+    });
+}

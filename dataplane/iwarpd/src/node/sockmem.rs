@@ -88,11 +88,13 @@ fn page_size() -> usize {
     usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
 }
 
-/// A socket's two rings, and the flow's data moves when they were last given back.
+/// A socket's two rings, with the flow's count of data moves when they were last given back
+/// and at the last look.
 struct Rings {
     rx: Ring,
     tx: Ring,
     trimmed_at: Option<u64>,
+    seen_at: Option<u64>,
 }
 
 /// The rings of every socket of a node that has mapped ones.
@@ -164,6 +166,7 @@ impl<P: Port> Node<P> {
                     rx,
                     tx,
                     trimmed_at: None,
+                    seen_at: None,
                 },
             );
         }
@@ -189,12 +192,15 @@ impl<P: Port> Node<P> {
         moved
     }
 
-    /// Every [`TRIM_EVERY`] of live time: the rings of each connection that is idle (both
-    /// rings empty, every octet the peer sent received in order, so none waits out of
-    /// order in the receive ring) and has moved data since its rings were last given back
-    /// ([`PeerTcp::moved`](crate::peer_tcp::PeerTcp::moved)), give their pages back to the
-    /// kernel. Keep-alives move no data: an idle connection costs one `madvise` pair when
-    /// it goes idle, not one a second.
+    /// Every [`TRIM_EVERY`] of live time: the rings of each connection that is idle give
+    /// their pages back to the kernel. Idle is: no data moved since the last look
+    /// ([`PeerTcp::moved`](crate::peer_tcp::PeerTcp::moved)), but some since its rings were
+    /// last given back, both rings empty, and every octet the peer sent received in order,
+    /// so none waits out of order in the receive ring. A streaming connection's rings are
+    /// empty between its segments, often when the look comes; given back then, they would
+    /// fault in again at its next segment, a `madvise` and page faults per ring each second
+    /// for every busy connection. Keep-alives move no data: an idle connection costs one
+    /// `madvise` pair when it goes idle, not one a second.
     pub(super) fn trim_idle(&mut self) {
         if self.live < self.mem.next_trim {
             return;
@@ -211,7 +217,8 @@ impl<P: Port> Node<P> {
             // out of order in its receive ring: only its send ring is given back, each time
             // it is idle.
             let moved = c.flow.and_then(|k| self.dev.peers.moved(k));
-            if moved.is_some() && rings.trimmed_at == moved {
+            let busy = std::mem::replace(&mut rings.seen_at, moved) != moved;
+            if moved.is_some() && (busy || rings.trimmed_at == moved) {
                 continue;
             }
             let in_order = c.flow.is_some_and(|k| self.dev.peers.received_in_order(k));
