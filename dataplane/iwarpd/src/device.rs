@@ -633,7 +633,11 @@ mod tests {
         assert_eq!(dev.held.by_flow.len(), 1);
         let reset = ours(5001, 60, TcpControl::Rst, b"");
         answer(&mut dev, &reset);
-        assert_eq!(dev.held.by_flow.len(), 0, "the RST took the held ACK's place");
+        assert_eq!(
+            dev.held.by_flow.len(),
+            0,
+            "the RST took the held ACK's place"
+        );
         dev.port.full = false;
         dev.release_held();
         assert_eq!(dev.port.sent.last(), Some(&reset), "nothing after the RST");
