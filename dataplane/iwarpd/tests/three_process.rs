@@ -48,8 +48,14 @@ fn start_control(rt: &Path) -> (Proc, UnixStream) {
 }
 
 fn start(dir: &Path, name: &str, n: u8) -> Endpoint {
+    start_with(dir, name, n, &[])
+}
+
+/// [`start`] with more arguments for `iwarpd`.
+fn start_with(dir: &Path, name: &str, n: u8, extra: &[&str]) -> Endpoint {
     let rt = dir.join(name);
-    let daemon = testkit::start_daemon(dir, name, n, 99, &["--stage-timing"]);
+    let args = [&["--stage-timing"], extra].concat();
+    let daemon = testkit::start_daemon(dir, name, n, 99, &args);
     let (control, sock) = start_control(&rt);
     Endpoint {
         runtime: rt,
@@ -1149,6 +1155,98 @@ fn peer_to_peer_rtr_then_a_graceful_disconnect_delivers_what_was_sent_before_it(
             state: QpState::Error
         }
     ));
+}
+
+/// `kill -SIG pid`: stops or continues one of our daemons.
+fn signal(p: &Proc, sig: &str) {
+    let pid = p.0.id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[test]
+fn a_graceful_disconnect_holds_the_qp_in_closing_until_the_peer_ends_its_half() {
+    // Verbs section 6.2.5: a graceful disconnect moves the QP to Closing, which it leaves
+    // for Idle only once the LLP stream has closed at both ends. B's daemon is stopped
+    // (SIGSTOP) before A disconnects, so nothing answers A's FIN: A's QP must stay in
+    // Closing, neither Idle (the close is not done) nor Error (nothing failed), for as long
+    // as B is away. The daemons' TCP user timeout is raised to 30 s so that A's
+    // unanswered FIN does not end the connection while the test looks.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("patient.toml");
+    std::fs::write(&cfg, "[tcp]\nuser_timeout_ms = 30000\n").unwrap();
+    let extra = ["--config", cfg.to_str().unwrap()];
+    let mut a = start_with(dir.path(), "a", 1, &extra);
+    let mut b = start_with(dir.path(), "b", 2, &extra);
+    let sa = resources(&mut a, "a");
+    let sb = resources(&mut b, "b");
+    let (ea, _) = connect(
+        &mut a,
+        &mut b,
+        &sa,
+        &sb,
+        7014,
+        ConnSettings::default(),
+        ConnSettings::default(),
+    );
+    let Event::Established(Established { conn, .. }) = ea else {
+        unreachable!()
+    };
+    recv(&sb.qp, 1, &sb.mr, 0);
+    post(&sa.qp, 2, WrOpcode::Send, &sa.mr, 0, 8);
+    ok(&sa.cq, 2);
+    ok(&sb.cq, 1);
+
+    signal(&b._daemon, "STOP");
+    assert!(matches!(
+        a.call(&Request::Disconnect { conn, abort: false }),
+        Reply::Done
+    ));
+    let query = Request::QueryQp {
+        qp: QpId(sa.qp_num),
+    };
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_millis(500) {
+        let r = a.call(&query);
+        assert!(
+            matches!(
+                r,
+                Reply::Qp {
+                    state: QpState::Closing
+                }
+            ),
+            "A's QP left Closing with its peer stopped: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&b._daemon, "CONT");
+
+    // B's daemon reads the FIN, B's application hears a graceful disconnect, and A's QP
+    // moves on to Idle once B's end of the stream arrives.
+    match b.event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. })) {
+        Event::Disconnected { reason, .. } => assert_eq!(reason, "Graceful"),
+        _ => unreachable!(),
+    }
+    let t = Instant::now();
+    loop {
+        match a.call(&query) {
+            Reply::Qp {
+                state: QpState::Idle,
+            } => break,
+            Reply::Qp {
+                state: QpState::Closing,
+            } => {}
+            r => panic!("A's QP left Closing for {r:?}, not Idle"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "A's QP never left Closing"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
