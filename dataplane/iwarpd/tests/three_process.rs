@@ -277,9 +277,14 @@ struct Pair {
 }
 
 fn pair(port: u16, set_a: ConnSettings, set_b: ConnSettings) -> Pair {
+    pair_with(port, set_a, set_b, &[])
+}
+
+/// [`pair`] with more arguments for both `iwarpd`s.
+fn pair_with(port: u16, set_a: ConnSettings, set_b: ConnSettings, extra: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
-    let mut a = start(dir.path(), "a", 1);
-    let mut b = start(dir.path(), "b", 2);
+    let mut a = start_with(dir.path(), "a", 1, extra);
+    let mut b = start_with(dir.path(), "b", 2, extra);
     let sa = resources(&mut a, "a");
     let sb = resources(&mut b, "b");
     let (ea, eb) = connect(&mut a, &mut b, &sa, &sb, port, set_a, set_b);
@@ -1175,42 +1180,30 @@ fn a_graceful_disconnect_holds_the_qp_in_closing_until_the_peer_ends_its_half() 
     // Closing, neither Idle (the close is not done) nor Error (nothing failed), for as long
     // as B is away. The daemons' TCP user timeout is raised to 30 s so that A's
     // unanswered FIN does not end the connection while the test looks.
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("patient.toml");
-    std::fs::write(&cfg, "[tcp]\nuser_timeout_ms = 30000\n").unwrap();
-    let extra = ["--config", cfg.to_str().unwrap()];
-    let mut a = start_with(dir.path(), "a", 1, &extra);
-    let mut b = start_with(dir.path(), "b", 2, &extra);
-    let sa = resources(&mut a, "a");
-    let sb = resources(&mut b, "b");
-    let (ea, _) = connect(
-        &mut a,
-        &mut b,
-        &sa,
-        &sb,
-        7014,
-        ConnSettings::default(),
-        ConnSettings::default(),
-    );
-    let Event::Established(Established { conn, .. }) = ea else {
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "[tcp]\nuser_timeout_ms = 30000\n").unwrap();
+    let extra = ["--config", cfg.path().to_str().unwrap()];
+    let d = ConnSettings::default;
+    let mut p = pair_with(7014, d(), d(), &extra);
+    let Event::Established(Established { conn, .. }) = p.ea else {
         unreachable!()
     };
-    recv(&sb.qp, 1, &sb.mr, 0);
-    post(&sa.qp, 2, WrOpcode::Send, &sa.mr, 0, 8);
-    ok(&sa.cq, 2);
-    ok(&sb.cq, 1);
+    recv(&p.sb.qp, 1, &p.sb.mr, 0);
+    post(&p.sa.qp, 2, WrOpcode::Send, &p.sa.mr, 0, 8);
+    ok(&p.sa.cq, 2);
+    ok(&p.sb.cq, 1);
 
-    signal(&b._daemon, "STOP");
+    signal(&p.b._daemon, "STOP");
     assert!(matches!(
-        a.call(&Request::Disconnect { conn, abort: false }),
+        p.a.call(&Request::Disconnect { conn, abort: false }),
         Reply::Done
     ));
     let query = Request::QueryQp {
-        qp: QpId(sa.qp_num),
+        qp: QpId(p.sa.qp_num),
     };
     let held = Instant::now();
     while held.elapsed() < Duration::from_millis(500) {
-        let r = a.call(&query);
+        let r = p.a.call(&query);
         assert!(
             matches!(
                 r,
@@ -1222,17 +1215,20 @@ fn a_graceful_disconnect_holds_the_qp_in_closing_until_the_peer_ends_its_half() 
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    signal(&b._daemon, "CONT");
+    signal(&p.b._daemon, "CONT");
 
     // B's daemon reads the FIN, B's application hears a graceful disconnect, and A's QP
     // moves on to Idle once B's end of the stream arrives.
-    match b.event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. })) {
+    match p
+        .b
+        .event_matching("disconnect", |e| matches!(e, Event::Disconnected { .. }))
+    {
         Event::Disconnected { reason, .. } => assert_eq!(reason, "Graceful"),
         _ => unreachable!(),
     }
     let t = Instant::now();
     loop {
-        match a.call(&query) {
+        match p.a.call(&query) {
             Reply::Qp {
                 state: QpState::Idle,
             } => break,
