@@ -51,7 +51,8 @@ pub struct SendCounters {
     pub fast_retransmits: u64,
     /// Retransmission timeouts that resent something.
     pub rtos: u64,
-    /// ACKs that carried ECN-Echo, and received segments marked CE.
+    /// ACKs that carried ECN-Echo while data of ours was in flight, and received segments
+    /// marked CE.
     pub ecn_marks: u64,
     /// Recovery episodes found spurious by DSACK and undone.
     pub spurious: u64,
@@ -524,7 +525,13 @@ impl Sender {
         if !self.started {
             return;
         }
-        if a.ece {
+        // An ECN-Echo speaks of our data in flight (RFC 3168 section 6.1.2; RFC 8257 section
+        // 3.3 counts the octets it acknowledges). With none in flight it repeats a mark
+        // already answered: a DCTCP peer echoes its CE state on every segment it sends
+        // until our next data segment arrives unmarked, so a connection whose last data
+        // segment was marked and that now only receives sees the echo on every segment.
+        let echo = a.ece && self.in_flight() > 0;
+        if echo {
             self.counters.ecn_marks += 1;
         }
         let dsack = self.dsack(a);
@@ -557,7 +564,7 @@ impl Sender {
         if let Some((start, end)) = dsack {
             self.on_dsack(start, end);
         }
-        if a.ece && self.ecn_until.is_none_or(|u| before_eq(u, a.ack)) {
+        if echo && self.ecn_until.is_none_or(|u| before_eq(u, a.ack)) {
             self.cc.on_ecn(self.in_flight(), now);
             self.ecn_until = Some(self.nxt);
             self.cwr_due = true;
@@ -1374,6 +1381,39 @@ mod tests {
         s.on_ack(&ece(2000), ms(1));
         assert_eq!(s.cwnd(), after, "same window of data");
         assert_eq!(s.counters.ecn_marks, 2);
+    }
+
+    #[test]
+    fn an_ecn_echo_with_nothing_in_flight_is_not_a_mark() {
+        // RFC 3168 section 6.1.2, RFC 8257 section 3.3: an echo answers for data in flight.
+        // A DCTCP peer whose last segment from us was marked CE echoes it on everything it
+        // sends until our next data arrives; with all our data acknowledged, those echoes
+        // neither count nor cut the window, again and again.
+        let mut s = sender(Algorithm::Dctcp);
+        send(&mut s, 0, 2, ms(0));
+        s.on_ack(&ack((2 * MSS) as Seq), ms(1));
+        assert_eq!(s.in_flight(), 0);
+        let (cwnd, marks) = (s.cwnd(), s.counters.ecn_marks);
+        let ece = AckInfo {
+            ece: true,
+            ..ack((2 * MSS) as Seq)
+        };
+        for t in 2..50 {
+            s.on_ack(&ece, ms(t));
+        }
+        assert_eq!((s.cwnd(), s.counters.ecn_marks), (cwnd, marks));
+        assert!(!s.take_cwr(), "no reduction to signal");
+        // Data in flight again: its echo counts and is answered.
+        send(&mut s, (2 * MSS) as Seq, 4, ms(50));
+        s.on_ack(
+            &AckInfo {
+                ece: true,
+                ..ack((3 * MSS) as Seq)
+            },
+            ms(51),
+        );
+        assert_eq!(s.counters.ecn_marks, marks + 1);
+        assert!(s.take_cwr(), "the reduction is signalled");
     }
 
     #[test]
