@@ -12,7 +12,7 @@ use crate::resources::AppId;
 use iwarp_abi::app::{ConnSettings, ConnectFailure, ConnectRequest, Established, Event};
 use iwarp_abi::command::{Chunk, Command, Upcall};
 use iwarp_abi::id::QpId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 /// What the driver must do.
@@ -75,6 +75,50 @@ pub const LIMIT_REJECT: &[u8] = b"connection limit reached at the peer (limits.m
 /// flood costs no more than this many sockets.
 const MAX_REFUSING: usize = 64;
 
+/// Every connection's earliest deadline (its MPA setup's wait, or its RTS hold), in time
+/// order: the control loop asks for what is due every 200 µs, and a connection storm
+/// changes deadlines on every input, so neither may walk every connection. Each input
+/// notes the connection it touched; the notes are filed again before the next look.
+#[derive(Debug, Default)]
+struct Deadlines {
+    by_time: BTreeSet<(u64, u32)>,
+    /// The deadline each connection is filed under.
+    filed: BTreeMap<u32, u64>,
+    /// Connections whose deadline may have changed (or that are gone) since last filed.
+    touched: Vec<u32>,
+}
+
+impl Deadlines {
+    fn touch(&mut self, conn: u32) {
+        self.touched.push(conn);
+    }
+
+    /// Files every touched connection under its deadline now, or under none.
+    fn refile(&mut self, conns: &BTreeMap<u32, Conn>) {
+        for conn in self.touched.drain(..) {
+            if let Some(t) = self.filed.remove(&conn) {
+                self.by_time.remove(&(t, conn));
+            }
+            if let Some(t) = conns.get(&conn).and_then(Conn::next_timeout) {
+                self.by_time.insert((t, conn));
+                self.filed.insert(conn, t);
+            }
+        }
+    }
+
+    fn earliest(&self) -> Option<u64> {
+        self.by_time.first().map(|&(t, _)| t)
+    }
+
+    /// The connections due at `now`, earliest first.
+    fn due(&self, now: u64) -> Vec<u32> {
+        self.by_time
+            .range(..=(now, u32::MAX))
+            .map(|&(_, conn)| conn)
+            .collect()
+    }
+}
+
 /// All connections of one RNIC.
 #[derive(Debug)]
 pub struct ConnManager {
@@ -92,12 +136,7 @@ pub struct ConnManager {
     closing: BTreeMap<u32, u32>,
     /// Connections (in setup or established) at most; past it new ones are refused.
     max_conns: usize,
-    /// The earliest deadline of any connection as last computed (`None`: none has one), and
-    /// whether it still holds. Every input but time may change a deadline, so each clears
-    /// it; time alone then costs nothing while nothing is due. The control loop asks every
-    /// 200 µs, and a walk over every connection each time would grow with them.
-    earliest: Option<u64>,
-    earliest_known: bool,
+    deadlines: Deadlines,
 }
 
 impl ConnManager {
@@ -116,8 +155,7 @@ impl ConnManager {
             now: 0,
             closing: BTreeMap::new(),
             max_conns: usize::MAX,
-            earliest: None,
-            earliest_known: false,
+            deadlines: Deadlines::default(),
         }
     }
 
@@ -165,7 +203,6 @@ impl ConnManager {
 
     /// Forgets the listener on `port` (the daemon could not listen there).
     pub fn unlisten(&mut self, port: u16) {
-        self.earliest_known = false;
         self.listeners.remove(&port);
     }
 
@@ -173,7 +210,6 @@ impl ConnManager {
     /// are refused and the port can be listened on again. Requests that already arrived
     /// stay the application's to accept or reject.
     pub fn stop_listening(&mut self, app: AppId, port: u16) -> Result<Vec<Action>, CmError> {
-        self.earliest_known = false;
         match self.listeners.get(&port) {
             Some((owner, _)) if *owner == app => {}
             _ => return Err(CmError::NotListening),
@@ -191,9 +227,9 @@ impl ConnManager {
         s: ConnSettings,
         now: u64,
     ) -> (u32, Vec<Action>) {
-        self.earliest_known = false;
         let conn = self.next_conn;
         self.next_conn += 1;
+        self.deadlines.touch(conn);
         if self.at_limit() {
             let event = Event::ConnectFailed {
                 conn,
@@ -243,7 +279,7 @@ impl ConnManager {
         qp: u32,
         s: ConnSettings,
     ) -> Result<Vec<Action>, CmError> {
-        self.earliest_known = false;
+        self.deadlines.touch(conn);
         let c = self.owned(app, conn)?;
         c.qp = Some(qp);
         c.cm.accept(s);
@@ -259,7 +295,7 @@ impl ConnManager {
         conn: u32,
         private_data: &[u8],
     ) -> Result<Vec<Action>, CmError> {
-        self.earliest_known = false;
+        self.deadlines.touch(conn);
         let c = self.owned(app, conn)?;
         c.cm.reject(private_data);
         let mut out = Vec::new();
@@ -278,7 +314,6 @@ impl ConnManager {
     /// The QP of a connection closed gracefully, once its stream ended (`u` is the daemon's
     /// `TcpClosed` for it); each such QP is given once.
     pub fn closed_qp(&mut self, u: &Upcall) -> Option<u32> {
-        self.earliest_known = false;
         match *u {
             Upcall::TcpClosed { conn, .. } => self.closing.remove(&conn),
             _ => None,
@@ -292,7 +327,7 @@ impl ConnManager {
         conn: u32,
         abort: bool,
     ) -> Result<Vec<Action>, CmError> {
-        self.earliest_known = false;
+        self.deadlines.touch(conn);
         self.owned(app, conn)?;
         let qp = self.conns.remove(&conn).and_then(|c| c.qp);
         if let (Some(qp), false) = (qp, abort) {
@@ -308,7 +343,6 @@ impl ConnManager {
     /// The application went away: abort its connections (its peers see them end) and stop
     /// its listens.
     pub fn app_gone(&mut self, app: AppId) -> Vec<Action> {
-        self.earliest_known = false;
         let mut out = Vec::new();
         let mine: Vec<u32> = self
             .conns
@@ -318,6 +352,7 @@ impl ConnManager {
             .collect();
         for conn in mine {
             self.conns.remove(&conn);
+            self.deadlines.touch(conn);
             out.push(Action::Daemon(Command::TcpAbort { conn }));
         }
         let ports: Vec<u16> = self
@@ -334,9 +369,15 @@ impl ConnManager {
     }
 
     pub fn handle_upcall(&mut self, u: &Upcall, now: u64) -> Vec<Action> {
-        self.earliest_known = false;
         self.now = now;
         let mut out = Vec::new();
+        if let Upcall::TcpIncoming { conn, .. }
+        | Upcall::TcpEstablished { conn }
+        | Upcall::TcpBytes { conn, .. }
+        | Upcall::TcpClosed { conn, .. } = *u
+        {
+            self.deadlines.touch(conn);
+        }
         match *u {
             Upcall::TcpIncoming {
                 conn,
@@ -411,17 +452,13 @@ impl ConnManager {
 
     pub fn handle_timeout(&mut self, now: u64) -> Vec<Action> {
         self.now = now;
-        if self.earliest_known && self.earliest.is_none_or(|t| now < t) {
+        self.deadlines.refile(&self.conns);
+        if self.deadlines.earliest().is_none_or(|t| now < t) {
             return Vec::new();
         }
         let mut out = Vec::new();
-        let due: Vec<u32> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.next_timeout().is_some_and(|t| t <= now))
-            .map(|(k, _)| *k)
-            .collect();
-        for conn in due {
+        for conn in self.deadlines.due(now) {
+            self.deadlines.touch(conn);
             if let Some(c) = self.conns.get_mut(&conn) {
                 // A held connection's only deadline is its hold (`Conn::next_timeout`).
                 if let Some((_, actions)) = c.held.take() {
@@ -433,14 +470,14 @@ impl ConnManager {
             }
             self.drain(conn, &mut out);
         }
-        self.earliest = self.next_timeout();
-        self.earliest_known = true;
+        self.deadlines.refile(&self.conns);
         out
     }
 
     /// The earliest deadline of any connection in setup.
-    pub fn next_timeout(&self) -> Option<u64> {
-        self.conns.values().filter_map(Conn::next_timeout).min()
+    pub fn next_timeout(&mut self) -> Option<u64> {
+        self.deadlines.refile(&self.conns);
+        self.deadlines.earliest()
     }
 
     fn pending_peer(&mut self, conn: u32, port: u16, peer: SocketAddr) {
@@ -1045,5 +1082,39 @@ mod tests {
                 reason: "Reset".into()
             }
         )));
+    }
+
+    /// Deadlines come due in time order, a connection's deadline is the one its latest
+    /// input left (a disconnected one has none), and a look with nothing due costs no walk.
+    #[test]
+    fn deadlines_follow_each_connection_and_fire_in_order() {
+        const A: AppId = 1;
+        let mut cm = ConnManager::new(100, 1460);
+        let conns: Vec<u32> = [0, 10, 20, 30]
+            .iter()
+            .map(|&at| cm.connect(A, 7, remote(), ConnSettings::default(), at).0)
+            .collect();
+        assert_eq!(cm.next_timeout(), Some(100));
+        // The first goes away before its wait ends: the second's deadline is next.
+        cm.disconnect(A, conns[0], true).unwrap();
+        assert_eq!(cm.next_timeout(), Some(110));
+        assert!(cm.handle_timeout(109).is_empty(), "nothing due yet");
+        let failed = |acts: &[Action]| -> Vec<u32> {
+            acts.iter()
+                .filter_map(|a| match a {
+                    Action::App {
+                        event: Event::ConnectFailed { conn, .. },
+                        ..
+                    } => Some(*conn),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(failed(&cm.handle_timeout(110)), [conns[1]]);
+        assert_eq!(cm.next_timeout(), Some(120));
+        // Two due at one look, earliest first; none fires twice.
+        assert_eq!(failed(&cm.handle_timeout(135)), [conns[2], conns[3]]);
+        assert!(failed(&cm.handle_timeout(500)).is_empty());
+        assert_eq!(cm.next_timeout(), None);
     }
 }
