@@ -11,6 +11,7 @@ use iwarpd::node::{ConnState, TcpSettings};
 use iwarpd::port::unix::UnixPort;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 thread_local! {
@@ -147,11 +148,7 @@ fn an_idle_connection_costs_the_node_under_16_kib_of_heap_with_1_mib_rings() {
         .ok()
         .and_then(|v| v.parse().ok())
     {
-        let end = Instant::now() + Duration::from_secs(hold);
-        while Instant::now() < end {
-            a.node.poll(&mut a.rnic);
-            b.node.poll(&mut b.rnic);
-        }
+        poll_for(&mut a, &mut b, Duration::from_secs(hold));
         let up = conns
             .iter()
             .filter(|&&(ca, cb)| {
@@ -171,15 +168,30 @@ fn an_idle_connection_costs_the_node_under_16_kib_of_heap_with_1_mib_rings() {
     assert!(b.node.mapped_sockets() >= WAVE + n);
 }
 
+/// Polls both nodes for `d`.
+fn poll_for(a: &mut End<UnixPort>, b: &mut End<UnixPort>, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+}
+
+/// Two nodes on Unix ports in `dir` (MACs `02:00:00:00:<net>:0a`/`0b`), one connection
+/// between them with the daemon's default TCP settings.
+fn default_pair(dir: &Path, net: u8) -> (End<UnixPort>, End<UnixPort>) {
+    pair_tcp(
+        UnixPort::open(dir, [2, 0, 0, 0, net, 0x0a], 1500).unwrap(),
+        UnixPort::open(dir, [2, 0, 0, 0, net, 0x0b], 1500).unwrap(),
+        Settings::default(),
+        TcpSettings::default(),
+    )
+}
+
 #[test]
 fn an_idle_connection_gives_its_rings_back_and_its_stream_goes_on() {
     let dir = segment_dir("iwarp-nodetrim");
-    let (mut a, mut b) = pair_tcp(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 7, 0x0a], 1500).unwrap(),
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 7, 0x0b], 1500).unwrap(),
-        Settings::default(),
-        TcpSettings::default(),
-    );
+    let (mut a, mut b) = default_pair(dir.path(), 7);
     for round in 0..3u8 {
         // Enough to wrap both rings several times.
         write_b_to_a(&mut a, &mut b, 3 << 20, round);
@@ -194,11 +206,7 @@ fn an_idle_connection_gives_its_rings_back_and_its_stream_goes_on() {
     // which cost every idle connection a system call per ring each second.
     let trims = (a.node.ring_trims(), b.node.ring_trims());
     let frames = (a.node.counters().rx_frames, b.node.counters().rx_frames);
-    let end = Instant::now() + Duration::from_millis(2600);
-    while Instant::now() < end {
-        a.node.poll(&mut a.rnic);
-        b.node.poll(&mut b.rnic);
-    }
+    poll_for(&mut a, &mut b, Duration::from_millis(2600));
     let heard = (
         a.node.counters().rx_frames - frames.0,
         b.node.counters().rx_frames - frames.1,
@@ -213,12 +221,7 @@ fn an_idle_connection_gives_its_rings_back_and_its_stream_goes_on() {
 #[test]
 fn a_busy_connection_keeps_its_rings_between_writes() {
     let dir = segment_dir("iwarp-nodebusy");
-    let (mut a, mut b) = pair_tcp(
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0a], 1500).unwrap(),
-        UnixPort::open(dir.path(), [2, 0, 0, 0, 8, 0x0b], 1500).unwrap(),
-        Settings::default(),
-        TcpSettings::default(),
-    );
+    let (mut a, mut b) = default_pair(dir.path(), 8);
     let trims = (a.node.ring_trims(), b.node.ring_trims());
     // A Write every 100 ms for three of the nodes' looks, each Write complete and both
     // rings empty long before the next.
@@ -227,11 +230,7 @@ fn a_busy_connection_keeps_its_rings_between_writes() {
     while Instant::now() < end {
         write_b_to_a(&mut a, &mut b, 4096, seed);
         seed = seed.wrapping_add(1);
-        let pause = Instant::now() + Duration::from_millis(100);
-        while Instant::now() < pause {
-            a.node.poll(&mut a.rnic);
-            b.node.poll(&mut b.rnic);
-        }
+        poll_for(&mut a, &mut b, Duration::from_millis(100));
     }
     assert_eq!((a.node.ring_trims(), b.node.ring_trims()), trims);
     // Then idle: given back within two looks.

@@ -262,7 +262,12 @@ impl TapPort {
                  ip link set {name} txqueuelen {TAP_QUEUE}"
             );
         }
-        Ok(TapPort {
+        Ok(TapPort::on_file(file, name, mac, mtu))
+    }
+
+    /// The port over `file`, an open queue of interface `name`, with nothing counted yet.
+    fn on_file(file: File, name: &str, mac: [u8; 6], mtu: usize) -> TapPort {
+        TapPort {
             file,
             name: name.to_string(),
             mac,
@@ -271,7 +276,7 @@ impl TapPort {
             tx_dropped: 0,
             kernel_drops: None,
             bursts_to_drops: DROPS_EVERY,
-        })
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -362,17 +367,11 @@ mod tests {
             queued += 1;
             assert!(queued < 100_000, "the peer's queue never filled");
         }
-        let port = TapPort {
-            file: File::from(OwnedFd::from(ours)),
-            name: "pair".into(),
-            mac: [2, 0, 0, 0, 0, 1],
-            mtu: 1500,
-            rx: RxPool::new(1514),
-            tx_dropped: 0,
-            kernel_drops: None,
-            bursts_to_drops: DROPS_EVERY,
-        };
-        (port, theirs)
+        let file = File::from(OwnedFd::from(ours));
+        (
+            TapPort::on_file(file, "pair", [2, 0, 0, 0, 0, 1], 1500),
+            theirs,
+        )
     }
 
     #[test]
