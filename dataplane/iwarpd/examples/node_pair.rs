@@ -30,7 +30,8 @@
 //! core does running both ends when all QPs are busy at once, against the same with 16 QPs
 //! (the per-connection state outgrows the caches), and what many streams of large Writes
 //! move together (`--worker-inflight` sets `tcp.worker_inflight`). It prints the frames
-//! each side sent per Write. It takes `--link` and `--mtu` (below), not the others.
+//! each side sent per Write, and the slowest QP's Writes against the fastest's. It takes
+//! `--link` and `--mtu` (below), not the others.
 //!
 //! Both modes: `--link memif` joins the nodes by DPDK's `net_memif` (a server and a client
 //! in this process, root, hugepages when free) instead of the in-memory link (whose mutex
@@ -1239,7 +1240,8 @@ fn leaked_region(rnic: &mut Rnic, pd: PdId, len: usize) -> (u32, NonNull<u8>) {
 /// `streams`: B writes into A on every one of `qps` QP pairs, `window` Writes of `size`
 /// octets in flight on each, each posted again on its QP as it completes; both nodes polled
 /// in turn on this thread, so the rate is what one core does running both ends, every QP
-/// busy. Prints the Writes per second and the frames each side sent per Write.
+/// busy. Prints the Writes per second, the frames each side sent per Write, and the
+/// slowest QP's Writes against the fastest's.
 fn streams<P: Port>(pa: P, pb: P, link: &str, run: &Streams) {
     let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let mut a = End::new(pa, ip_a, run.tcp, LEN, false);
@@ -1273,35 +1275,43 @@ fn streams<P: Port>(pa: P, pb: P, link: &str, run: &Streams) {
         }
     }
     let mut wcs = vec![WorkCompletion::default(); 256];
-    let mut step = |a: &mut End<P>, b: &mut End<P>| -> u64 {
+    // Writes completed on each QP, to tell whether every stream moves.
+    let mut per_qp = vec![0u64; run.qps];
+    let mut step = |a: &mut End<P>, b: &mut End<P>, per_qp: &mut [u64]| -> u64 {
         a.poll();
         b.poll();
         let n = b.rnic.poll_cq(pairs.cq.1, &mut wcs).expect("poll CQ");
         for wc in &wcs[..n] {
             assert_eq!(wc.status, iwarp_engine::Status::Success, "{wc:?}");
             let k = wc.wr_id as usize;
+            per_qp[k] += 1;
             b.rnic.post_send(pairs.qps[k].1, write(k)).expect("post");
         }
         n as u64
     };
     let warmup = Instant::now();
     while warmup.elapsed().as_secs_f64() < run.seconds / 4.0 {
-        step(&mut a, &mut b);
+        step(&mut a, &mut b, &mut per_qp);
     }
     let (frames_b, fpdus_b) = (b.node.counters().tx_frames, b.node.counters().fpdus_tx);
     let frames_a = a.node.counters().tx_frames;
     let t = Instant::now();
     let mut writes = 0u64;
+    per_qp.fill(0);
     while t.elapsed().as_secs_f64() < run.seconds {
-        writes += step(&mut a, &mut b);
+        writes += step(&mut a, &mut b, &mut per_qp);
     }
     let secs = t.elapsed().as_secs_f64();
     let (cb, ca) = (b.node.counters(), a.node.counters());
     let per = |n: u64| n as f64 / writes.max(1) as f64;
+    let (slowest, fastest) = (
+        per_qp.iter().copied().min().unwrap_or(0),
+        per_qp.iter().copied().max().unwrap_or(0),
+    );
     println!(
         "{} QP pairs streaming {} B RDMA Writes, {} in flight on each, one thread, {link}: \
          {:.3} M writes/s, {:.2} Gbit/s; per Write {:.3} frames and {:.3} FPDUs sent, \
-         {:.3} frames back",
+         {:.3} frames back; the slowest QP at {:.2} of the fastest",
         run.qps,
         len,
         run.window,
@@ -1310,5 +1320,6 @@ fn streams<P: Port>(pa: P, pb: P, link: &str, run: &Streams) {
         per(cb.tx_frames - frames_b),
         per(cb.fpdus_tx - fpdus_b),
         per(ca.tx_frames - frames_a),
+        slowest as f64 / fastest.max(1) as f64,
     );
 }
