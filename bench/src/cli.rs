@@ -252,9 +252,9 @@ pub struct Args {
 
     /// Measure connection setup instead: open this many connections from one endpoint to
     /// the other through the connection manager (QPs created beforehand) and report
-    /// connections per second, with the kernel's TCP doing as many connects on loopback;
-    /// --daemon-workers spreads them over the workers. The other measurement flags are
-    /// ignored.
+    /// connections per second, with the kernel's TCP doing as many connects on loopback,
+    /// and the rates at which the QPs were created and destroyed; --daemon-workers spreads
+    /// them over the workers. The other measurement flags are ignored.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub setup_rate: Option<u32>,
 

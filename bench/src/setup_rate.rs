@@ -2,7 +2,8 @@
 //! opens `N` connections to the other (connect, the request at the listener, accept, both
 //! sides Established) with every QP created beforehand, and the kernel's TCP baseline does
 //! `N` connects on loopback in the same run. With `--daemon-workers 2` the connections are
-//! spread over a context on each worker of each endpoint.
+//! spread over a context on each worker of each endpoint. The QPs' creation beforehand and
+//! their destruction afterwards (one at a time, each resetting its connection) are timed too.
 
 use crate::cli::Plan;
 use crate::daemons::Endpoints;
@@ -35,6 +36,8 @@ pub struct SetupRate {
     pub seconds: f64,
     /// Seconds creating the QPs of both sides, before.
     pub qp_seconds: f64,
+    /// Seconds destroying the QPs of both sides (their connections with them), after.
+    pub destroy_seconds: f64,
     /// Seconds for the kernel's `N` connects and accepts on loopback.
     pub tcp_seconds: f64,
     /// CPU seconds both iwarpd, both iwarp-control and this process spent while the
@@ -131,6 +134,7 @@ impl SetupRate {
             "setup rate, {} connections, {} worker(s) per daemon\n  \
              iwarp connection manager: {:>9.0} connections/s ({:.3} s)\n  \
              QPs created beforehand:   {:>9.0} QPs/s, both sides ({:.3} s)\n  \
+             QPs destroyed afterwards: {:>9.0} QPs/s, both sides ({:.3} s)\n  \
              kernel TCP on loopback:   {:>9.0} connections/s ({:.3} s)\n",
             self.connections,
             self.workers,
@@ -138,6 +142,8 @@ impl SetupRate {
             self.seconds,
             2.0 * n / self.qp_seconds,
             self.qp_seconds,
+            2.0 * n / self.destroy_seconds,
+            self.destroy_seconds,
             n / self.tcp_seconds,
             self.tcp_seconds,
         ) + &format!(
@@ -243,13 +249,14 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
     let endpoints = Endpoints::start(&ep)?;
     let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds, cpu, held, app_rss_kib, retried) = result?;
+    let (seconds, qp_seconds, destroy_seconds, cpu, held, app_rss_kib, retried) = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
         workers,
         seconds,
         qp_seconds,
+        destroy_seconds,
         tcp_seconds,
         cpu,
         held,
@@ -300,6 +307,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 type Measured = (
+    f64,
     f64,
     f64,
     Option<[f64; 3]>,
@@ -469,10 +477,13 @@ fn measure(
         .zip(cpu_now(endpoints))
         .map(|(x, y)| [y[0] - x[0], y[1] - x[1], y[2] - x[2]]);
     let held = hold.map(|d| hold_all(endpoints, &a, &b, d, rss_qps, losses));
+    let t = Instant::now();
     drop((a, b));
+    let destroy_seconds = t.elapsed().as_secs_f64();
     Ok((
         seconds,
         qp_seconds,
+        destroy_seconds,
         cpu,
         held,
         (app_before, app_qps),

@@ -10,7 +10,9 @@
 //! - [`service`]: the command-ring consumer: control's commands run on the node (resources,
 //!   memory registrations under control's STags, connections relayed until `QpRts`), and
 //!   once per poll-loop turn the fast path of every QP.
+//! - [`owners`]: the processes owning QPs, watched for their exit.
 
 pub mod convert;
 pub mod fastpath;
+pub mod owners;
 pub mod service;

@@ -20,6 +20,7 @@
 
 use super::convert;
 use super::fastpath::{register_segment, HostCq, HostMr, HostQp, HostSrq, Registration};
+use super::owners::Owners;
 use crate::node::{Node, NodeEvent};
 use crate::port::Port;
 use crate::worker::Service;
@@ -37,7 +38,6 @@ use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
 use iwarp_wire::mpa::MpaParams;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -88,40 +88,6 @@ struct AppBell {
 /// How often the owners of QPs are checked for having exited.
 const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// A descriptor that becomes readable when process `pid` exits (pidfd_open(2)); unlike the
-/// pid, it cannot come to name another process.
-fn pidfd(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    // SAFETY: a non-negative result is a fresh descriptor we own.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// The pids among `fds` whose processes have exited.
-fn exited(fds: &HashMap<u32, OwnedFd>) -> Vec<u32> {
-    let (pids, mut polled): (Vec<u32>, Vec<libc::pollfd>) = fds
-        .iter()
-        .map(|(pid, fd)| {
-            let p = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            (*pid, p)
-        })
-        .unzip();
-    // SAFETY: `polled` is an array of polled.len() pollfds; a zero timeout never blocks.
-    let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 0) };
-    if n <= 0 {
-        return Vec::new();
-    }
-    pids.into_iter()
-        .zip(polled)
-        .filter(|(_, p)| p.revents != 0)
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
 /// Everything the applications created on this node, by control's ids, and the daemon's
 /// end of the command ring.
 pub struct Host {
@@ -156,8 +122,8 @@ pub struct Host {
     /// besides QPs, ended when another control attaches.
     listening: HashSet<u16>,
     relay_conns: HashSet<u32>,
-    /// A pidfd per process owning QPs, and when they were last looked at.
-    owners: HashMap<u32, OwnedFd>,
+    /// The processes owning QPs, and when they were last looked at.
+    owners: Owners,
     owners_checked: Instant,
     max_fpdu: usize,
     /// The control process served (its generation word); a new one starts from nothing.
@@ -192,7 +158,7 @@ impl Host {
             backlog: VecDeque::new(),
             listening: HashSet::new(),
             relay_conns: HashSet::new(),
-            owners: HashMap::new(),
+            owners: Owners::default(),
             owners_checked: Instant::now(),
             max_fpdu,
             control_generation: 0,
@@ -329,9 +295,8 @@ impl Host {
     /// no control plane runs to clean up after the application; control's cleanup, when it
     /// comes, finds them ended.
     fn owners_gone<P: Port>(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
-        let gone = exited(&self.owners);
+        let gone = self.owners.exited();
         for pid in &gone {
-            self.owners.remove(pid);
             for (&qp, _) in self.qps.iter().filter(|(_, q)| q.owner == *pid) {
                 if let Some(conn) = node.conn_of_qp(qp) {
                     tracing::info!("{qp}: its application (pid {pid}) exited; connection ended");
@@ -757,16 +722,8 @@ impl Host {
                 };
                 rnic.create_qp_at(qp, pd, send_cq, recv_cq, caps)
                     .map_err(|_| st::INVALID)?;
-                if let std::collections::hash_map::Entry::Vacant(e) = self.owners.entry(owner) {
-                    match pidfd(owner) {
-                        Some(fd) => {
-                            e.insert(fd);
-                        }
-                        None => tracing::warn!(
-                            "{qp}: cannot watch its application (pid {owner}): {}",
-                            std::io::Error::last_os_error()
-                        ),
-                    }
+                if let Err(e) = self.owners.add(owner) {
+                    tracing::warn!("{qp}: cannot watch its application (pid {owner}): {e}");
                 }
                 let ring_len = ring::ring_bytes::<SendWqe>(sq_ring.capacity());
                 let bell = self.attach_bell(&sq_seg, ring_len, owner, Rung::Qp(qp));
@@ -801,9 +758,7 @@ impl Host {
                 rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 self.detach_bell(q.bell, Rung::Qp(qp));
-                if !self.qps.values().any(|o| o.owner == q.owner) {
-                    self.owners.remove(&q.owner);
-                }
+                self.owners.remove(q.owner);
             }
             Command::ModifyQp { qp, state } => {
                 let qp = self.qp(qp)?;
