@@ -225,6 +225,7 @@ impl<P: Port> Node<P> {
         if done || since.elapsed() >= RECLAIM_AFTER {
             let handle = c.handle;
             self.remove_socket(handle);
+            self.set_wants_tx(i, false);
             let c = &mut self.conns[i];
             c.socket_gone = true;
             if self.by_id.get(&c.id) == Some(&i) {

@@ -207,6 +207,8 @@ struct Conn {
     held_fpdu: Option<Box<[u8]>>,
     /// The last [`Senders`] period in which the connection queued data.
     sent_in: u64,
+    /// Its QP had FPDUs to send when last looked at (counted in `Node::wanting`).
+    wants_tx: bool,
 }
 
 /// The connections that queued data in the current period of [`Senders::PERIOD`] of the
@@ -299,6 +301,7 @@ impl Conn {
             open_group: 0,
             held_fpdu: None,
             sent_in: u64::MAX,
+            wants_tx: false,
         }
     }
 
@@ -473,6 +476,11 @@ pub struct Node<P: Port> {
     stage: StageClock,
     turn_t: StageNs,
     turn_got: usize,
+    /// Octets of new FPDUs this turn may still queue in TCP (see [`Node::exchange`]).
+    turn_budget: usize,
+    /// Connections whose QP had FPDUs to send when last looked at: those that share the
+    /// node's in-flight bound (see `Node::inflight_share`).
+    wanting: usize,
     turn_drained: bool,
     turn_busy: bool,
 }
@@ -570,6 +578,8 @@ impl<P: Port> Node<P> {
             stage: StageClock::new(false),
             turn_t: StageNs::default(),
             turn_got: 0,
+            turn_budget: 0,
+            wanting: 0,
             turn_drained: false,
             turn_busy: false,
         }
@@ -877,6 +887,7 @@ impl<P: Port> Node<P> {
         }
         got += usize::from(self.nudge(now));
         self.turn_got = got;
+        self.turn_budget = self.tcp.max_inflight;
         self.turn_drained = drained;
         got > 0
     }
@@ -885,8 +896,14 @@ impl<P: Port> Node<P> {
     /// accepted, and each connection with work visited: its TCP state acted on, its received
     /// bytes into its QP, the QP's FPDUs into TCP. Visited are the connections marked since
     /// the last turn (their peer's segments, their QP's work) and those not yet settled in
-    /// RTS; every connection once per liveness period, for what only time changes. Returns
-    /// whether anything happened.
+    /// RTS; every connection once per liveness period, for what only time changes.
+    ///
+    /// A turn queues new FPDUs of at most `tcp.max_inflight` octets over all its
+    /// connections, what one connection may have in flight: the frames a turn sends, and the
+    /// stretches of rings and memory they pass through, are then no more with fifty streams
+    /// than with one, and stay in the caches (unbounded, fifty streams moved four times
+    /// one stream's octets a turn). The connections the turn did not reach go first next
+    /// turn. Returns whether anything happened.
     pub fn exchange(&mut self, rnic: &mut Rnic) -> bool {
         // What ran since the receive step (the host's rings) is timed by its owner.
         self.stage.lap();
@@ -907,17 +924,22 @@ impl<P: Port> Node<P> {
         // Connections left for the next turn are work: the loop must not sleep on them.
         busy |= visits < self.ready.len();
         for _ in 0..visits {
+            if self.turn_budget < self.tcp.mss {
+                // The turn queued its budget: the rest of the ready list goes first next
+                // turn, in order.
+                busy = true;
+                break;
+            }
             let Some(i) = self.ready.pop_front() else {
                 break;
             };
             self.conns[i].queued = false;
             self.visits += 1;
             busy |= self.service(rnic, i);
+            let wants = self.conns[i].qp.is_some_and(|qp| rnic.wants_transmit(qp));
+            self.set_wants_tx(i, wants);
             let c = &self.conns[i];
-            if !c.is_steady()
-                || c.held_fpdu.is_some()
-                || c.qp.is_some_and(|qp| rnic.wants_transmit(qp))
-            {
+            if !c.is_steady() || c.held_fpdu.is_some() || wants {
                 self.mark(i);
             }
         }
@@ -958,6 +980,19 @@ impl<P: Port> Node<P> {
         self.sockets.offered
     }
 
+    /// Notes whether connection `i`'s QP has FPDUs to send, counted in `wanting`.
+    fn set_wants_tx(&mut self, i: usize, wants: bool) {
+        let c = &mut self.conns[i];
+        if c.wants_tx != wants {
+            c.wants_tx = wants;
+            if wants {
+                self.wanting += 1;
+            } else {
+                self.wanting -= 1;
+            }
+        }
+    }
+
     /// Puts connection `i` in the ready list, once.
     fn mark(&mut self, i: usize) {
         if let Some(c) = self.conns.get_mut(i) {
@@ -986,6 +1021,7 @@ impl<P: Port> Node<P> {
         self.indexed = n;
         while let Some(qp) = rnic.next_tx_ready() {
             if let Some(i) = self.by_qp.get(qp) {
+                self.set_wants_tx(i as usize, true);
                 self.mark(i as usize);
             }
         }
@@ -1012,13 +1048,16 @@ impl<P: Port> Node<P> {
         self.by_id.clear();
         self.ready.clear();
         self.flight.clear();
+        self.wanting = 0;
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];
             c.queued = false;
             c.in_flight = false;
             if c.socket_gone {
+                c.wants_tx = false;
                 continue;
             }
+            self.wanting += usize::from(c.wants_tx);
             if c.settings.is_none() {
                 self.by_id.insert(c.id, i);
             }

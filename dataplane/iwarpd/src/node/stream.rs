@@ -109,6 +109,8 @@ impl<P: Port> Node<P> {
                 }
                 room
             };
+            // And within what the turn may still queue (see `Node::exchange`).
+            let room = room.min(self.turn_budget);
             if room < seg {
                 break;
             }
@@ -140,6 +142,7 @@ impl<P: Port> Node<P> {
                 }
             };
             open = (open + n) % seg;
+            self.turn_budget = self.turn_budget.saturating_sub(n);
             self.fpdus_tx += 1;
             busy = true;
         }
@@ -178,9 +181,13 @@ impl<P: Port> Node<P> {
     /// part of `TcpSettings::worker_inflight` (see [`Senders`]), at least four segments of
     /// `seg` octets, so that every connection moves. A part, not a pool: one that took more
     /// while fewer were sending sends nothing new until its acknowledgements bring it under.
+    /// The senders are at least those with data in flight and those whose QP has FPDUs
+    /// waiting: a turn's budget reaches only some of many streams, and counted by who sent
+    /// lately each would take a larger part, and so a larger burst, than its equal one.
     pub(super) fn inflight_share(&self, i: usize, seg: usize) -> usize {
         let in_flight = self.flight.len() + usize::from(!self.conns[i].in_flight);
-        (self.tcp.worker_inflight / self.senders.count(in_flight)).max(4 * seg)
+        let senders = self.senders.count(in_flight.max(self.wanting));
+        (self.tcp.worker_inflight / senders).max(4 * seg)
     }
 
     /// Octets queued in connection `i`'s socket that were never sent: the queue less what is

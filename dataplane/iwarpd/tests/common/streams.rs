@@ -32,6 +32,11 @@ pub struct Outcome {
     pub resent: u64,
     /// The most octets B's connections had in flight together, seen after each of B's turns.
     pub most_in_flight: usize,
+    /// The most octets one of B's connections had in flight, seen after each of B's turns
+    /// while every stream had Writes left (fewer streams may each take more).
+    pub most_in_flight_one: usize,
+    /// The most octets B's port sent in one of B's turns.
+    pub most_sent_a_turn: u64,
     /// Writes done by every stream when the first stream finished all of its.
     pub at_first_finish: Vec<usize>,
 }
@@ -94,16 +99,23 @@ pub fn slow_reader<P: Port, Q: Port>(
     let mut turn = 0usize;
     let mut most_held = 0;
     let mut most_in_flight = 0;
+    let mut most_in_flight_one = 0;
+    let mut most_sent_a_turn = 0;
     while done.iter().any(|&d| d < s.writes) {
         assert!(Instant::now() < deadline, "streaming: {done:?}");
+        let sent_before = b.node.counters().tx_bytes;
         b.node.poll(&mut b.rnic);
+        most_sent_a_turn = most_sent_a_turn.max(b.node.counters().tx_bytes - sent_before);
         most_held = most_held.max(held(b.node.port()));
-        let in_flight = conns
+        let in_flight: Vec<usize> = conns
             .iter()
             .filter_map(|c| b.node.conn_tcp(c.1))
             .map(|t| t.bytes_in_flight)
-            .sum();
-        most_in_flight = most_in_flight.max(in_flight);
+            .collect();
+        most_in_flight = most_in_flight.max(in_flight.iter().sum());
+        if at_first_finish.is_none() {
+            most_in_flight_one = most_in_flight_one.max(in_flight.into_iter().max().unwrap_or(0));
+        }
         turn += 1;
         if turn.is_multiple_of(s.slower) {
             a.node.poll(&mut a.rnic);
@@ -131,6 +143,8 @@ pub fn slow_reader<P: Port, Q: Port>(
         dropped: b.node.port().dropped() - dropped_before,
         resent,
         most_in_flight,
+        most_in_flight_one,
+        most_sent_a_turn,
         at_first_finish: at_first_finish.expect("every stream finished"),
     }
 }
