@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{pair_tcp, segment_dir, until, write_b_to_a, End, A_IP, B_IP};
+use common::{pair_tcp, poll_for, segment_dir, until, write_b_to_a, End, A_IP, B_IP};
 use iwarp_engine::QpCaps;
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, TcpSettings};
@@ -166,15 +166,6 @@ fn an_idle_connection_costs_the_node_under_16_kib_of_heap_with_1_mib_rings() {
     // Each connection's socket (and each listener's) has its rings mapped.
     assert!(a.node.mapped_sockets() >= WAVE + n);
     assert!(b.node.mapped_sockets() >= WAVE + n);
-}
-
-/// Polls both nodes for `d`.
-fn poll_for(a: &mut End<UnixPort>, b: &mut End<UnixPort>, d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        a.node.poll(&mut a.rnic);
-        b.node.poll(&mut b.rnic);
-    }
 }
 
 /// Two nodes on Unix ports in `dir` (MACs `02:00:00:00:<net>:0a`/`0b`), one connection

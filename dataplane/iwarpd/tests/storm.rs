@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{segment_dir, End, A_IP, B_IP};
+use common::{poll_for, segment_dir, End, A_IP, B_IP};
 use iwarp_engine::{QpCaps, QpState};
 use iwarp_wire::mpa::negotiation::Settings;
 use iwarpd::node::{ConnState, TcpSettings};
@@ -88,15 +88,6 @@ fn wait_rts(a: &mut End<UnixPort>, b: &mut End<UnixPort>, conns: &[Pair]) {
             );
         }
         assert!(Instant::now() < deadline, "setups did not finish");
-        a.node.poll(&mut a.rnic);
-        b.node.poll(&mut b.rnic);
-    }
-}
-
-/// Polls both nodes for `d` of real time.
-fn poll_for(a: &mut End<UnixPort>, b: &mut End<UnixPort>, d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
         a.node.poll(&mut a.rnic);
         b.node.poll(&mut b.rnic);
     }

@@ -230,6 +230,15 @@ pub fn until<P: Port, Q: Port>(
     }
 }
 
+/// Polls both nodes for `d` of real time.
+pub fn poll_for<P: Port, Q: Port>(a: &mut End<P>, b: &mut End<Q>, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        a.node.poll(&mut a.rnic);
+        b.node.poll(&mut b.rnic);
+    }
+}
+
 /// B RDMA-Writes `len` octets (a pattern from `seed`) into A's memory, waits for its
 /// completion and for the last octets to be placed, and checks every octet.
 pub fn write_b_to_a<P: Port, Q: Port>(a: &mut End<P>, b: &mut End<Q>, len: usize, seed: u8) {
