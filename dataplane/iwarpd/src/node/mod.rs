@@ -980,9 +980,12 @@ impl<P: Port> Node<P> {
         self.sockets.offered
     }
 
-    /// Notes whether connection `i`'s QP has FPDUs to send, counted in `wanting`.
+    /// Notes whether connection `i`'s QP has FPDUs to send, counted in `wanting`; a
+    /// connection whose socket is gone never counts (the engine may still list its QP
+    /// before the maps are rebuilt).
     fn set_wants_tx(&mut self, i: usize, wants: bool) {
         let c = &mut self.conns[i];
+        let wants = wants && !c.socket_gone;
         if c.wants_tx != wants {
             c.wants_tx = wants;
             if wants {
@@ -1054,7 +1057,6 @@ impl<P: Port> Node<P> {
             c.queued = false;
             c.in_flight = false;
             if c.socket_gone {
-                c.wants_tx = false;
                 continue;
             }
             self.wanting += usize::from(c.wants_tx);
