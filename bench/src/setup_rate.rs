@@ -249,19 +249,19 @@ pub fn run(plan: &Plan, connections: usize, hold: Option<Duration>) -> Result<Se
     let endpoints = Endpoints::start(&ep)?;
     let result = measure(&endpoints, connections, workers, hold);
     endpoints.stop()?;
-    let (seconds, qp_seconds, destroy_seconds, cpu, held, app_rss_kib, retried) = result?;
+    let m = result?;
     let tcp_seconds = kernel_tcp(connections)?;
     Ok(SetupRate {
         connections,
         workers,
-        seconds,
-        qp_seconds,
-        destroy_seconds,
+        seconds: m.seconds,
+        qp_seconds: m.qp_seconds,
+        destroy_seconds: m.destroy_seconds,
         tcp_seconds,
-        cpu,
-        held,
-        app_rss_kib,
-        retried,
+        cpu: m.cpu,
+        held: m.held,
+        app_rss_kib: m.app_rss_kib,
+        retried: m.retried,
     })
 }
 
@@ -306,15 +306,16 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Measured = (
-    f64,
-    f64,
-    f64,
-    Option<[f64; 3]>,
-    Option<Held>,
-    (u64, u64),
-    Retried,
-);
+/// What [`measure`] found through the endpoints (see the fields of [`SetupRate`]).
+struct Measured {
+    seconds: f64,
+    qp_seconds: f64,
+    destroy_seconds: f64,
+    cpu: Option<[f64; 3]>,
+    held: Option<Held>,
+    app_rss_kib: (u64, u64),
+    retried: Retried,
+}
 
 fn measure(
     endpoints: &Endpoints,
@@ -480,15 +481,15 @@ fn measure(
     let t = Instant::now();
     drop((a, b));
     let destroy_seconds = t.elapsed().as_secs_f64();
-    Ok((
+    Ok(Measured {
         seconds,
         qp_seconds,
         destroy_seconds,
         cpu,
         held,
-        (app_before, app_qps),
+        app_rss_kib: (app_before, app_qps),
         retried,
-    ))
+    })
 }
 
 /// Keeps every connection open for `d`, counting those either side hears end or fail, on
