@@ -147,6 +147,12 @@ fn the_kernel_behind_a_veth_reaches_a_node_on_dpdk_af_packet() {
     assert!(!connected && err.contains("refused"), "not refused: {err}");
     let (connected, err) = kernel_connects(&mut node, &mut rnic, &veth.ns, LISTEN);
     assert!(connected, "the kernel could not connect: {err}");
+    // The node ends the setup once it has read the kernel's line, which on a loaded machine
+    // may take longer than `kernel_connects` polls after the kernel is done.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(node.state(conn), Some(ConnState::Failed(_))) && Instant::now() < deadline {
+        node.poll(&mut rnic);
+    }
     assert!(
         matches!(node.state(conn), Some(ConnState::Failed(why)) if why.contains("MPA")),
         "{:?}",
