@@ -15,7 +15,7 @@
 
 use iwarp_abi::app::{ConnSettings, Event, Request};
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall};
-use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
+use iwarp_abi::daemon_shm::{ControlBell, ControlSide, DaemonShm};
 use iwarp_abi::id::{CqId, QpId, SrqId};
 use iwarp_abi::qp::QpState;
 use iwarp_abi::segment::{Segment, SegmentKind};
@@ -543,16 +543,56 @@ fn serve_one(core: &mut Core, daemon: &mut Daemon, app: &mut App, req: Request) 
 /// Reads of one application's socket per turn of the loop (4 KiB each).
 const READS_PER_TURN: usize = 16;
 
-/// The longest an idle loop waits before it looks at the daemon's upcalls again.
-const IDLE_WAIT: Duration = Duration::from_micros(200);
+/// The longest a quiet loop sleeps: a worker rings the bell when it queues an upcall, so
+/// this bounds only how late a dead iwarpd or a stalled heartbeat is noticed.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
 
-/// Waits up to `timeout` for a new application, a request, or room in the socket of an
-/// application with replies queued.
-fn wait_readable(listener: &UnixListener, apps: &[App], timeout: Duration) {
+/// The longest an idle loop naps before it is quiet (and always without a bell): no worker
+/// rings for an upcall then, so it looks at the upcall rings this often.
+const NAP: Duration = Duration::from_micros(200);
+
+/// How long after its last work the loop naps before it sleeps on the bell. While
+/// connections are being set up upcalls come every few microseconds, and a ring for each
+/// would cost the worker a system call and control a wake-up: napping takes them in batches.
+const QUIET_AFTER: Duration = Duration::from_millis(10);
+
+/// What one look at the sockets found: whether an application waits on the listener, and
+/// which applications' sockets have something to read (a request, or their end closed), in
+/// the order of the `apps` looked at.
+struct Ready {
+    listener: bool,
+    apps: Vec<bool>,
+}
+
+impl Ready {
+    /// Whether application `i` is to be read. One accepted after the look was not looked at:
+    /// it may have written already.
+    fn app(&self, i: usize) -> bool {
+        self.apps.get(i).copied().unwrap_or(true)
+    }
+}
+
+/// Waits up to `timeout` (zero: only looks) for a new application, a request, room in the
+/// socket of an application with replies queued, or the bell (`bell`: an upcall), and says
+/// what is ready. One `ppoll` over every socket costs less than a read of each: an `accept`
+/// that finds no application still allocates a socket and frees it.
+fn wait_ready(
+    listener: &UnixListener,
+    bell: Option<&ControlBell>,
+    apps: &[App],
+    timeout: Duration,
+) -> Ready {
     use std::os::fd::AsRawFd;
-    let mut fds = Vec::with_capacity(apps.len() + 1);
+    let mut fds = Vec::with_capacity(apps.len() + 2);
     fds.push(libc::pollfd {
         fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    // The bell has no entry of its own in what is ready: the upcall rings are looked at
+    // every turn. A missing bell is polled as fd -1, which ppoll skips.
+    fds.push(libc::pollfd {
+        fd: bell.map_or(-1, ControlBell::fd),
         events: libc::POLLIN,
         revents: 0,
     });
@@ -572,9 +612,8 @@ fn wait_readable(listener: &UnixListener, apps: &[App], timeout: Duration) {
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the duration of the
-    // call, `ts` a valid timespec, and a null signal mask leaves the mask as it is. The
-    // result only shortens the wait, so an error (EINTR on SIGTERM) is as good as a wake.
-    unsafe {
+    // call, `ts` a valid timespec, and a null signal mask leaves the mask as it is.
+    let n = unsafe {
         libc::ppoll(
             fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
@@ -582,7 +621,28 @@ fn wait_readable(listener: &UnixListener, apps: &[App], timeout: Duration) {
             std::ptr::null(),
         )
     };
+    if n < 0 {
+        // EINTR (SIGTERM) or a failed look: every socket is looked at, as if all were ready;
+        // each read or accept that finds nothing says so at once.
+        return Ready {
+            listener: true,
+            apps: vec![true; apps.len()],
+        };
+    }
+    // Any event counts for an application: POLLHUP and POLLERR are its end closing, which a
+    // read reports. POLLOUT alone is not a request, but its replies are flushed every turn.
+    Ready {
+        listener: fds[0].revents != 0,
+        apps: fds[2..]
+            .iter()
+            .map(|p| p.revents & !libc::POLLOUT != 0)
+            .collect(),
+    }
 }
+
+/// How often the loop checks that iwarpd still lives (a signal and a `stat` of its
+/// segment): an exit is noticed within this, and a busy loop does not pay for it each turn.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 /// Logs to stderr at the configured level (`daemon.log_level`, as iwarpd does).
 fn main() -> ExitCode {
@@ -664,6 +724,16 @@ fn main() -> ExitCode {
             )
         })
         .collect();
+    // What an idle loop sleeps on besides the sockets: the workers ring it for an upcall.
+    let bell = ControlBell::create(&dir)
+        .map_err(|e| {
+            tracing::warn!(
+                "no bell in {} ({e}): an idle loop looks at iwarpd's upcalls every {} µs",
+                dir.display(),
+                NAP.as_micros()
+            )
+        })
+        .ok();
     let sock = dir.join("control.sock");
     // Before control.sock appears: whoever sees it may stop us at once, and SIGTERM must
     // then end the loop below, not the process.
@@ -699,7 +769,27 @@ fn main() -> ExitCode {
     let mut apps: Vec<App> = Vec::new();
     let mut next_app = 1u32;
     let mut last_busy = Instant::now();
+    let mut last_liveness: Option<Instant> = None;
+    // The next look's wait: none while work may be waiting, a nap once the loop is idle, up
+    // to IDLE_WAIT on the bell (`ring_me`) once it is quiet.
+    let mut wait = Duration::ZERO;
+    let mut ring_me = false;
     loop {
+        if ring_me {
+            // Asleep from here: a worker that queues an upcall rings. One more look at the
+            // rings, since one may have come before the word was stored.
+            daemon.side.sleeping();
+            if daemon.side.upcalls_waiting() {
+                wait = Duration::ZERO;
+            }
+        }
+        let ready = wait_ready(&listener, bell.as_ref(), &apps, wait);
+        if ring_me {
+            daemon.side.awake();
+            if let Some(b) = &bell {
+                b.drain();
+            }
+        }
         if STOP.load(std::sync::atomic::Ordering::Relaxed) {
             // Ctrl-C / SIGTERM: tear every application's resources down in the daemon and
             // leave nothing behind (the socket file; applications see EOF).
@@ -710,31 +800,44 @@ fn main() -> ExitCode {
             tracing::info!("stopped");
             return ExitCode::SUCCESS;
         }
-        if !daemon.side.daemon_alive() || daemon.side.daemon_replaced() {
+        let liveness_due = last_liveness.is_none_or(|t| t.elapsed() >= LIVENESS_EVERY);
+        if liveness_due {
+            last_liveness = Some(Instant::now());
+        }
+        if liveness_due && (!daemon.side.daemon_alive() || daemon.side.daemon_replaced()) {
             // Every QP, region and connection lived in that daemon: tell applications by
             // closing their sockets, and leave (a supervisor restarts us with the new one).
             tracing::error!("iwarpd died or was restarted; closing all applications");
             let _ = std::fs::remove_file(&sock);
             return ExitCode::from(3);
         }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if stream.set_nonblocking(true).is_ok() {
-                    let pid = peer_pid(&stream);
-                    daemon.router.place(next_app);
-                    apps.push(App {
-                        id: next_app,
-                        stream,
-                        pid,
-                        buf: Vec::new(),
-                        out: Outbox::default(),
-                        unwritable: None,
-                    });
-                    next_app += 1;
+        // Every application waiting, once the look saw one.
+        if ready.listener {
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if stream.set_nonblocking(true).is_ok() {
+                            let pid = peer_pid(&stream);
+                            daemon.router.place(next_app);
+                            apps.push(App {
+                                id: next_app,
+                                stream,
+                                pid,
+                                buf: Vec::new(),
+                                out: Outbox::default(),
+                                unwritable: None,
+                            });
+                            next_app += 1;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        break;
+                    }
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => tracing::warn!("accept: {e}"),
         }
         let now = start.elapsed().as_millis() as u64;
         for (w, (watch, stalled)) in watches.iter_mut().enumerate() {
@@ -766,7 +869,8 @@ fn main() -> ExitCode {
             // application cannot hold up the others: an application that pipelines its
             // requests has them all answered in one turn.
             let mut tmp = [0u8; 4096];
-            for _ in 0..READS_PER_TURN {
+            let reads = if ready.app(i) { READS_PER_TURN } else { 0 };
+            for _ in 0..reads {
                 match app.stream.read(&mut tmp) {
                     Ok(0) => {
                         gone.push(i);
@@ -834,6 +938,8 @@ fn main() -> ExitCode {
         if pump(&mut core, &mut daemon, &mut cm, &mut apps, &mut outbox, now) {
             idle = false;
         }
+        wait = Duration::ZERO;
+        ring_me = false;
         if !idle {
             last_busy = Instant::now();
         } else {
@@ -842,9 +948,18 @@ fn main() -> ExitCode {
                 // Replies are due within a turn of the workers' loops.
                 std::thread::yield_now();
             } else {
-                // The daemon's upcalls have no descriptor to wait on; an application's
-                // request or a new application ends the wait at once.
-                wait_readable(&listener, &apps, IDLE_WAIT);
+                // Until an application's request, a new application, the connection
+                // manager's next deadline, or (once quiet) the bell.
+                ring_me = bell.is_some() && last_busy.elapsed() >= QUIET_AFTER;
+                let longest = if ring_me { IDLE_WAIT } else { NAP };
+                // Deadlines are in milliseconds since `start`: wait until that instant itself,
+                // not a whole number of milliseconds from a truncated now.
+                wait = match cm.next_timeout() {
+                    Some(at) => (start + Duration::from_millis(at))
+                        .saturating_duration_since(Instant::now())
+                        .min(longest),
+                    None => longest,
+                };
             }
         }
     }

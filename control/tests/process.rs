@@ -341,3 +341,89 @@ fn sigterm_cleans_up_and_leaves_no_socket_behind() {
     daemon.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Voluntary context switches of process `pid` so far: each is a sleep it began.
+fn sleeps_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// An idle control sleeps on its bell instead of looking at the upcall rings thousands of
+/// times a second, and an upcall the daemon queues then wakes it: a connection to a port
+/// nobody listens on is aborted.
+#[test]
+fn an_idle_control_sleeps_until_an_upcall_rings_it() {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-test4-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("iwarp-ctl-test4-{}.daemon", std::process::id());
+    let mut d = DaemonShm::create(
+        &name,
+        Some(&dir.join("daemon.shm")),
+        64,
+        64,
+        HugePolicy::Off,
+    )
+    .unwrap();
+    let mut ctl = Kill(
+        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
+            .arg("--runtime-dir")
+            .arg(&dir)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !d.control_asleep() {
+        assert!(Instant::now() < deadline, "control never slept on its bell");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(dir.join("control.bell").exists());
+    // Waking every 200 µs, as a loop that polls the rings does, would be 5,000 sleeps a
+    // second; asleep on the bell it wakes to check on the daemon every 100 ms.
+    let before = sleeps_of(ctl.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let slept = sleeps_of(ctl.0.id()) - before;
+    assert!(
+        slept < 100,
+        "an idle control slept {slept} times in a second"
+    );
+
+    d.send_upcall(&Upcall::TcpIncoming {
+        conn: 7,
+        local_port: 4791,
+        peer: std::net::SocketAddr::from(([10, 0, 0, 9], 40000)),
+    })
+    .unwrap();
+    let aborted = loop {
+        if let Some(c) = d.recv_command() {
+            break c.unwrap().1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "control never answered the upcall"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(aborted, Command::TcpAbort { conn: 7 });
+
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(ctl.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    while ctl.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "control did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !dir.join("control.bell").exists(),
+        "the bell was left behind"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

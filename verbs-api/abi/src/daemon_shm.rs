@@ -8,7 +8,8 @@
 //! ```text
 //! 0    DaemonHeader line 0: magic, generation, daemon pid, worker 0's ring offsets and
 //!      lengths, the number of workers
-//! 64   line 1: reserved (the heartbeat of ABI 2)
+//! 64   line 1: control asleep (1 while control sleeps on its bell, `control.bell` beside
+//!      the link: a worker that queues an upcall then rings it)
 //! 128  line 2: control generation (written by control when it attaches, so the daemon
 //!      can tell a restarted control)
 //! 256  worker 0: heartbeat line (bumped by its poll loop, Release), command ring, upcall
@@ -21,12 +22,22 @@
 //! says whether the creator pid still exists, and [`ControlSide::daemon_replaced`] says
 //! whether the path now names another segment (a restarted daemon made a new one; its
 //! generation differs).
+//!
+//! Waking an idle control is the doorbell protocol of [`crate::wake`] turned around: control
+//! stores 1 in its word, fences and looks at every upcall ring once more before it sleeps;
+//! a worker publishes its upcall, fences and loads the word, writing one octet to the bell
+//! only when it reads 1.
 
 use crate::command::{Command, Msg, Upcall};
 use crate::error::Error;
 use crate::ring::{self, Consumer, Full, Producer};
 use crate::segment::{HugePolicy, Segment, SegmentKind};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
+use std::fs::File;
+use std::io::Write;
+#[cfg(not(loom))]
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -39,6 +50,8 @@ pub const DEFAULT_UPCALL_SLOTS: usize = 1024;
 const RINGS_AT: usize = 256;
 /// The most workers one daemon segment serves.
 pub const MAX_WORKERS: usize = 64;
+/// The named pipe control sleeps on, in the directory of the segment's link.
+pub const CONTROL_BELL: &str = "control.bell";
 
 #[repr(C, align(64))]
 struct Line<T>(T);
@@ -49,7 +62,8 @@ struct DaemonHeader {
     /// upcall ring offset, its length, number of workers (each worker's lines follow the
     /// previous one's at a stride of heartbeat line + both rings).
     meta: Line<[u64; 8]>,
-    _reserved: Line<u64>,
+    /// 1 while control sleeps on its bell.
+    control_asleep: Line<AtomicU64>,
     control_generation: Line<AtomicU64>,
 }
 const _: () = assert!(core::mem::size_of::<DaemonHeader>() <= RINGS_AT);
@@ -104,6 +118,10 @@ pub struct DaemonSide {
     shared: Shared,
     /// Worker 0's side removes the link when dropped.
     link: Option<PathBuf>,
+    /// Where control's bell is (beside the link; none without one) and this worker's
+    /// writer, opened at the first ring.
+    bell: Option<PathBuf>,
+    bell_pipe: Option<File>,
 }
 
 /// One worker's rings as control sees them.
@@ -185,7 +203,7 @@ impl DaemonShm {
                         up_len as u64,
                         workers as u64,
                     ]),
-                    _reserved: Line(0),
+                    control_asleep: Line(AtomicU64::new(0)),
                     control_generation: Line(AtomicU64::new(0)),
                 },
             );
@@ -199,6 +217,10 @@ impl DaemonShm {
             }
             None => None,
         };
+        let bell = link
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|d| d.join(CONTROL_BELL));
         let mut sides = Vec::with_capacity(workers);
         for w in 0..workers {
             let (beat_at, cmd_at, up_at) = worker_at(w, cmd_len, up_len);
@@ -215,6 +237,8 @@ impl DaemonShm {
                     pid,
                 },
                 link: None,
+                bell: bell.clone(),
+                bell_pipe: None,
             });
         }
         sides[0].link = link;
@@ -316,10 +340,59 @@ impl DaemonSide {
         self.commands.pop().map(|m| Command::decode(&m))
     }
 
-    /// Queues a reply or event; `Err(Full)` when control is not draining (back-pressure:
-    /// retry later, never drop).
+    /// Queues a reply or event, ringing control's bell if it sleeps; `Err(Full)` when
+    /// control is not draining (back-pressure: retry later, never drop).
     pub fn send_upcall(&mut self, u: &Upcall) -> Result<(), Full> {
-        self.upcalls.push(u.encode())
+        self.upcalls.push(u.encode())?;
+        // SYNC POINT: the push published the producer index; this fence pairs with the one
+        // in `ControlSide::sleeping`, so either control's last look sees the upcall or this
+        // load sees control asleep.
+        fence(Ordering::SeqCst);
+        if self
+            .shared
+            .header()
+            .control_asleep
+            .0
+            .load(Ordering::Relaxed)
+            != 0
+        {
+            self.ring_control();
+        }
+        Ok(())
+    }
+
+    /// Whether control sleeps on its bell (the next upcall rings it).
+    pub fn control_asleep(&self) -> bool {
+        self.shared
+            .header()
+            .control_asleep
+            .0
+            .load(Ordering::Relaxed)
+            != 0
+    }
+
+    /// One octet to control's bell. A control that is not there (or not yet) is not rung:
+    /// it looks at the rings when it starts, and while it runs it sleeps a bounded time.
+    fn ring_control(&mut self) {
+        if self.bell_pipe.is_none() {
+            // Write-only and non-blocking: fails (ENXIO) while no control holds the pipe.
+            self.bell_pipe = self.bell.as_ref().and_then(|p| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(p)
+                    .ok()
+            });
+        }
+        if let Some(pipe) = &mut self.bell_pipe {
+            match pipe.write(&[1]) {
+                // A full pipe holds rings enough to wake it.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                // No reader (EPIPE): that control exited, and a new one makes a new pipe.
+                Err(_) => self.bell_pipe = None,
+            }
+        }
     }
 
     /// Bumps this worker's heartbeat (once per poll-loop round or per timer tick).
@@ -383,6 +456,32 @@ impl ControlSide {
             .map(|m| Upcall::decode(&m))
     }
 
+    /// About to sleep on the bell: from now on the workers ring it. Look at every upcall
+    /// ring once more after this ([`ControlSide::upcalls_waiting`]).
+    pub fn sleeping(&self) {
+        self.shared
+            .header()
+            .control_asleep
+            .0
+            .store(1, Ordering::SeqCst);
+        // SYNC POINT: pairs with the fence in `DaemonSide::send_upcall`.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Awake again: the workers stop ringing.
+    pub fn awake(&self) {
+        self.shared
+            .header()
+            .control_asleep
+            .0
+            .store(0, Ordering::Relaxed);
+    }
+
+    /// Whether any worker's upcall ring holds something.
+    pub fn upcalls_waiting(&mut self) -> bool {
+        self.workers.iter_mut().any(|w| !w.upcalls.is_empty())
+    }
+
     /// `worker`'s heartbeat counter; if it stops moving the worker is stuck or dead.
     pub fn heartbeat(&self, worker: usize) -> u64 {
         // SYNC POINT: pairs with the daemon's Release store in `DaemonSide::beat`.
@@ -415,6 +514,41 @@ impl ControlSide {
             Ok(m) => (m.dev(), m.ino()) != self.file_id,
             Err(_) => true,
         }
+    }
+}
+
+/// Control's end of its bell: the named pipe it sleeps on, removed when dropped.
+#[cfg(not(loom))]
+pub struct ControlBell {
+    pipe: File,
+    path: PathBuf,
+}
+
+#[cfg(not(loom))]
+impl ControlBell {
+    /// Makes the bell in `dir` (the directory of the daemon segment's link), replacing a
+    /// stale one.
+    pub fn create(dir: &Path) -> Result<ControlBell, Error> {
+        let path = dir.join(CONTROL_BELL);
+        let pipe = crate::wake::make_pipe(&path)?;
+        Ok(ControlBell { pipe, path })
+    }
+
+    /// The descriptor to wait on: readable once a worker rang.
+    pub fn fd(&self) -> RawFd {
+        self.pipe.as_raw_fd()
+    }
+
+    /// Takes what was rung, so that the bell waits again.
+    pub fn drain(&self) {
+        crate::wake::drain_pipe(&self.pipe);
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for ControlBell {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -545,5 +679,102 @@ mod tests {
             DaemonShm::create_workers(&name, None, MAX_WORKERS + 1, 4, 4, HugePolicy::Auto)
                 .is_err()
         );
+    }
+
+    fn rung(bell: &ControlBell, timeout_ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd: bell.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call.
+        unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+    }
+
+    /// A worker rings control's bell for an upcall only while control sleeps, and a
+    /// drained bell waits again.
+    #[test]
+    fn an_upcall_rings_a_sleeping_control_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("iwarp-test-daemon-bell-{}", std::process::id());
+        let link = dir.path().join("daemon.shm");
+        let mut d = DaemonShm::create(&name, Some(&link), 4, 4, HugePolicy::Off).unwrap();
+        let mut c = DaemonShm::open(&link, 3).unwrap();
+        let bell = ControlBell::create(dir.path()).unwrap();
+        let up = Upcall::TcpEstablished { conn: 1 };
+
+        d.send_upcall(&up).unwrap();
+        assert!(!rung(&bell, 0), "rung while control is awake");
+        assert!(c.upcalls_waiting());
+        c.recv_upcall(0).unwrap().unwrap();
+        assert!(!c.upcalls_waiting());
+
+        c.sleeping();
+        d.send_upcall(&up).unwrap();
+        assert!(rung(&bell, 0), "not rung while control sleeps");
+        c.awake();
+        bell.drain();
+        assert!(!rung(&bell, 0), "a drained bell still reads as rung");
+        assert_eq!(c.recv_upcall(0).unwrap().unwrap(), up);
+
+        // A new control makes a new bell; the worker's writer to the old one is dropped
+        // and the new one is rung.
+        drop(bell);
+        let bell = ControlBell::create(dir.path()).unwrap();
+        c.sleeping();
+        d.send_upcall(&up).unwrap();
+        d.send_upcall(&up).unwrap();
+        assert!(rung(&bell, 0), "the new bell was not rung");
+        drop(bell);
+        assert!(!dir.path().join(CONTROL_BELL).exists(), "bell left behind");
+    }
+
+    /// A worker thread queues 20 000 upcalls; control sleeps on its bell whenever it has
+    /// taken everything, with no timeout short enough to hide a lost ring (a lost one leaves
+    /// it asleep for 5 s, and the test fails).
+    #[test]
+    fn no_upcall_is_left_asleep() {
+        const N: u64 = 20_000;
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("iwarp-test-daemon-asleep-{}", std::process::id());
+        let link = dir.path().join("daemon.shm");
+        let mut d = DaemonShm::create(&name, Some(&link), 4, 8, HugePolicy::Off).unwrap();
+        let mut c = DaemonShm::open(&link, 3).unwrap();
+        let bell = ControlBell::create(dir.path()).unwrap();
+        let worker = std::thread::spawn(move || {
+            for i in 0..N {
+                let u = Upcall::Reply {
+                    req_id: i,
+                    status: reply_status::OK,
+                    value: 0,
+                };
+                while d.send_upcall(&u).is_err() {
+                    std::thread::yield_now();
+                }
+            }
+            d
+        });
+        let (mut seen, mut sleeps) = (0, 0);
+        while seen < N {
+            if let Some(u) = c.recv_upcall(0) {
+                assert!(matches!(u.unwrap(), Upcall::Reply { req_id, .. } if req_id == seen));
+                seen += 1;
+                continue;
+            }
+            c.sleeping();
+            if !c.upcalls_waiting() {
+                let started = std::time::Instant::now();
+                rung(&bell, 5000);
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(5),
+                    "asleep with {seen} of {N} taken: a ring was lost"
+                );
+                sleeps += 1;
+            }
+            c.awake();
+            bell.drain();
+        }
+        drop(worker.join().unwrap());
+        assert!(sleeps > 0, "control never slept: the test tested nothing");
     }
 }

@@ -58,4 +58,4 @@ pub use error::Error;
 /// The version of everything in this crate that crosses a process boundary. Bump it on any
 /// change of a `#[repr(C)]` layout, a tag or an enum value, or of the order of a message's
 /// variants or fields (the codec writes them in order, without names).
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;

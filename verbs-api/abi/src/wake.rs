@@ -48,6 +48,29 @@ fn word_of(seg: &Segment, w: usize) -> Result<*const AtomicU32, Error> {
     Ok(unsafe { seg.data().as_ptr().add((w + 1) * 64) } as *const AtomicU32)
 }
 
+/// Makes the named pipe `path` (replacing a stale one) and opens it to wait on. Read and
+/// write: the sleeper holds a writer itself, so the pipe never reports end of file when the
+/// last ringer closes its end, and opening never blocks.
+pub(crate) fn make_pipe(path: &Path) -> Result<File, Error> {
+    let _ = std::fs::remove_file(path);
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)?;
+    // SAFETY: mkfifo reads a NUL-terminated path that lives for the call.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o666) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?)
+}
+
+/// Takes every octet rung into `pipe` (non-blocking), so that it waits again.
+pub(crate) fn drain_pipe(mut pipe: &File) {
+    let mut buf = [0u8; 256];
+    while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
+}
+
 /// One worker's end: the word it sets before sleeping and the pipe it waits on.
 pub struct DaemonWake {
     word: *const AtomicU32,
@@ -97,20 +120,7 @@ impl DaemonWake {
         let mut ends = Vec::with_capacity(workers);
         for w in 0..workers {
             let fifo = doorbell(runtime, w);
-            let _ = std::fs::remove_file(&fifo);
-            let c = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| Error::InvalidName)?;
-            // SAFETY: mkfifo reads a NUL-terminated path that lives for the call.
-            if unsafe { libc::mkfifo(c.as_ptr(), 0o666) } != 0 {
-                return Err(io::Error::last_os_error().into());
-            }
-            // Read and write: the daemon holds a writer itself, so the pipe never reports
-            // end of file when the last application closes its end, and opening never
-            // blocks.
-            let pipe = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&fifo)?;
+            let pipe = make_pipe(&fifo)?;
             ends.push(DaemonWake {
                 word: word_of(&seg, w)?,
                 _seg: Arc::clone(&seg),
@@ -141,8 +151,7 @@ impl DaemonWake {
     /// Awake again: producers stop ringing; what they rang is drained.
     pub fn awake(&mut self) {
         self.word().store(0, Ordering::Relaxed);
-        let mut buf = [0u8; 256];
-        while matches!(self.pipe.read(&mut buf), Ok(n) if n > 0) {}
+        drain_pipe(&self.pipe);
     }
 }
 
