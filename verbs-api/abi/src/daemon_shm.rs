@@ -294,6 +294,8 @@ impl DaemonShm {
             generation: meta[1],
             pid: meta[2] as u32,
         };
+        // A control that died asleep left its word set: this one is awake.
+        shared.header().control_asleep.0.store(0, Ordering::Relaxed);
         shared
             .header()
             .control_generation
@@ -348,14 +350,7 @@ impl DaemonSide {
         // in `ControlSide::sleeping`, so either control's last look sees the upcall or this
         // load sees control asleep.
         fence(Ordering::SeqCst);
-        if self
-            .shared
-            .header()
-            .control_asleep
-            .0
-            .load(Ordering::Relaxed)
-            != 0
-        {
+        if self.control_asleep() {
             self.ring_control();
         }
         Ok(())
@@ -727,6 +722,11 @@ mod tests {
         assert!(rung(&bell, 0), "the new bell was not rung");
         drop(bell);
         assert!(!dir.path().join(CONTROL_BELL).exists(), "bell left behind");
+        // A control that died asleep leaves its word set; the next one to attach is awake.
+        assert!(d.control_asleep());
+        drop(c);
+        let _c = DaemonShm::open(&link, 4).unwrap();
+        assert!(!d.control_asleep(), "a new control starts asleep");
     }
 
     /// A worker thread queues 20 000 upcalls; control sleeps on its bell whenever it has
