@@ -72,12 +72,13 @@ fn id(r: Reply) -> u32 {
     }
 }
 
-#[test]
-fn an_application_is_served_and_cleaned_up_after_eof() {
-    let dir = std::env::temp_dir().join(format!("iwarp-control-test-{}", std::process::id()));
+/// A fresh runtime directory for test `tag` with the daemon segment linked into it, as
+/// iwarpd makes them.
+fn runtime(tag: &str) -> (std::path::PathBuf, DaemonSide) {
+    let dir = std::env::temp_dir().join(format!("iwarp-control-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("iwarp-ctl-test-{}.daemon", std::process::id());
+    let name = format!("iwarp-ctl-{tag}-{}.daemon", std::process::id());
     let d = DaemonShm::create(
         &name,
         Some(&dir.join("daemon.shm")),
@@ -86,26 +87,40 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
         HugePolicy::Off,
     )
     .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let (stop_tx, stop_rx) = mpsc::channel();
-    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+    (dir, d)
+}
 
-    let _ctl = Kill(
+/// iwarp-control serving `dir`, killed when dropped.
+fn spawn_control(dir: &Path) -> Kill {
+    Kill(
         Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
             .arg("--runtime-dir")
-            .arg(&dir)
+            .arg(dir)
             .spawn()
             .unwrap(),
-    );
-    let sock = dir.join("control.sock");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        match UnixStream::connect(&sock) {
+    )
+}
+
+/// An application's connection to control.sock, once control listens (before `deadline`).
+fn connect(dir: &Path, deadline: Instant) -> UnixStream {
+    loop {
+        match UnixStream::connect(dir.join("control.sock")) {
             Ok(s) => break s,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => panic!("control never listened: {e}"),
         }
-    };
+    }
+}
+
+#[test]
+fn an_application_is_served_and_cleaned_up_after_eof() {
+    let (dir, d) = runtime("test");
+    let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
+
+    let _ctl = spawn_control(&dir);
+    let mut s = connect(&dir, Instant::now() + Duration::from_secs(20));
 
     let Reply::Rnic(limits) = call(&mut s, &Request::QueryRnic) else {
         panic!("no Query RNIC answer")
@@ -237,33 +252,10 @@ fn an_application_is_served_and_cleaned_up_after_eof() {
 
 #[test]
 fn a_vanished_daemon_is_detected_and_applications_see_eof() {
-    let dir = std::env::temp_dir().join(format!("iwarp-control-test2-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("iwarp-ctl-test2-{}.daemon", std::process::id());
-    let d = DaemonShm::create(
-        &name,
-        Some(&dir.join("daemon.shm")),
-        64,
-        64,
-        HugePolicy::Off,
-    )
-    .unwrap();
-    let mut ctl = Kill(
-        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
-            .arg("--runtime-dir")
-            .arg(&dir)
-            .spawn()
-            .unwrap(),
-    );
+    let (dir, d) = runtime("test2");
+    let mut ctl = spawn_control(&dir);
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        match UnixStream::connect(dir.join("control.sock")) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("control never listened: {e}"),
-        }
-    };
+    let mut s = connect(&dir, deadline);
     // The daemon goes away (its segment and link are removed).
     drop(d);
     let status = loop {
@@ -286,36 +278,13 @@ fn a_vanished_daemon_is_detected_and_applications_see_eof() {
 
 #[test]
 fn sigterm_cleans_up_and_leaves_no_socket_behind() {
-    let dir = std::env::temp_dir().join(format!("iwarp-control-test3-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("iwarp-ctl-test3-{}.daemon", std::process::id());
-    let d = DaemonShm::create(
-        &name,
-        Some(&dir.join("daemon.shm")),
-        64,
-        64,
-        HugePolicy::Off,
-    )
-    .unwrap();
+    let (dir, d) = runtime("test3");
     let (tx, rx) = mpsc::channel();
     let (stop_tx, stop_rx) = mpsc::channel();
     let daemon = std::thread::spawn(move || fake_daemon(d, tx, stop_rx));
-    let mut ctl = Kill(
-        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
-            .arg("--runtime-dir")
-            .arg(&dir)
-            .spawn()
-            .unwrap(),
-    );
+    let mut ctl = spawn_control(&dir);
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        match UnixStream::connect(dir.join("control.sock")) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("control never listened: {e}"),
-        }
-    };
+    let mut s = connect(&dir, deadline);
     let pd = PdId(id(call(&mut s, &Request::AllocPd)));
     assert_eq!(rx.recv().unwrap(), Command::AllocPd { pd });
     // SAFETY: signalling our own child.
@@ -359,25 +328,8 @@ fn sleeps_of(pid: u32) -> u64 {
 /// nobody listens on is aborted.
 #[test]
 fn an_idle_control_sleeps_until_an_upcall_rings_it() {
-    let dir = std::env::temp_dir().join(format!("iwarp-control-test4-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let name = format!("iwarp-ctl-test4-{}.daemon", std::process::id());
-    let mut d = DaemonShm::create(
-        &name,
-        Some(&dir.join("daemon.shm")),
-        64,
-        64,
-        HugePolicy::Off,
-    )
-    .unwrap();
-    let mut ctl = Kill(
-        Proc::new(env!("CARGO_BIN_EXE_iwarp-control"))
-            .arg("--runtime-dir")
-            .arg(&dir)
-            .spawn()
-            .unwrap(),
-    );
+    let (dir, mut d) = runtime("test4");
+    let mut ctl = spawn_control(&dir);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !d.control_asleep() {
         assert!(Instant::now() < deadline, "control never slept on its bell");
