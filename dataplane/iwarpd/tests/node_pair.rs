@@ -31,9 +31,12 @@ fn example() -> &'static PathBuf {
 fn node_pair(args: &[&str]) -> String {
     let out = Command::new(example()).args(args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The status names a signal too: a run that printed its whole measurement and then
+    // died at exit says so.
     assert!(
         out.status.success(),
-        "{text}{}",
+        "node-pair {args:?}: {}\n{text}{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     text
