@@ -556,87 +556,80 @@ const NAP: Duration = Duration::from_micros(200);
 /// would cost the worker a system call and control a wake-up: napping takes them in batches.
 const QUIET_AFTER: Duration = Duration::from_millis(10);
 
-/// What one look at the sockets found: whether an application waits on the listener, and
-/// which applications' sockets have something to read (a request, or their end closed), in
-/// the order of the `apps` looked at.
-struct Ready {
-    listener: bool,
-    apps: Vec<bool>,
+/// One look at control's sockets each turn: the listener, the bell and every application's
+/// socket, in one `ppoll`, which costs less than a read of each (an `accept` that finds no
+/// application still allocates a socket and frees it). The descriptors are kept from turn
+/// to turn, and what the look found is read off their `revents`.
+#[derive(Default)]
+struct Looks {
+    fds: Vec<libc::pollfd>,
 }
 
-impl Ready {
-    /// Whether application `i` is to be read. One accepted after the look was not looked at:
-    /// it may have written already.
-    fn app(&self, i: usize) -> bool {
-        self.apps.get(i).copied().unwrap_or(true)
-    }
-}
-
-/// Waits up to `timeout` (zero: only looks) for a new application, a request, room in the
-/// socket of an application with replies queued, or the bell (`bell`: an upcall), and says
-/// what is ready. One `ppoll` over every socket costs less than a read of each: an `accept`
-/// that finds no application still allocates a socket and frees it.
-fn wait_ready(
-    listener: &UnixListener,
-    bell: Option<&ControlBell>,
-    apps: &[App],
-    timeout: Duration,
-) -> Ready {
-    use std::os::fd::AsRawFd;
-    let mut fds = Vec::with_capacity(apps.len() + 2);
-    fds.push(libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    });
-    // The bell has no entry of its own in what is ready: the upcall rings are looked at
-    // every turn. A missing bell is polled as fd -1, which ppoll skips.
-    fds.push(libc::pollfd {
-        fd: bell.map_or(-1, ControlBell::fd),
-        events: libc::POLLIN,
-        revents: 0,
-    });
-    for a in apps {
-        let mut events = libc::POLLIN;
-        if a.out.queued() > 0 {
-            events |= libc::POLLOUT;
-        }
-        fds.push(libc::pollfd {
-            fd: a.stream.as_raw_fd(),
+impl Looks {
+    /// Waits up to `timeout` (zero: only looks) for a new application, a request, room in
+    /// the socket of an application with replies queued, or the bell (an upcall).
+    fn wait(
+        &mut self,
+        listener: &UnixListener,
+        bell: Option<&ControlBell>,
+        apps: &[App],
+        timeout: Duration,
+    ) {
+        use std::os::fd::AsRawFd;
+        let watch = |fd, events| libc::pollfd {
+            fd,
             events,
             revents: 0,
-        });
-    }
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the duration of the
-    // call, `ts` a valid timespec, and a null signal mask leaves the mask as it is.
-    let n = unsafe {
-        libc::ppoll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    };
-    if n < 0 {
-        // EINTR (SIGTERM) or a failed look: every socket is looked at, as if all were ready;
-        // each read or accept that finds nothing says so at once.
-        return Ready {
-            listener: true,
-            apps: vec![true; apps.len()],
         };
+        self.fds.clear();
+        self.fds.push(watch(listener.as_raw_fd(), libc::POLLIN));
+        // The bell has no entry of its own in what was found: the upcall rings are looked
+        // at every turn. A missing bell is polled as fd -1, which ppoll skips.
+        self.fds
+            .push(watch(bell.map_or(-1, ControlBell::fd), libc::POLLIN));
+        for a in apps {
+            let mut events = libc::POLLIN;
+            if a.out.queued() > 0 {
+                events |= libc::POLLOUT;
+            }
+            self.fds.push(watch(a.stream.as_raw_fd(), events));
+        }
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the duration of
+        // the call, `ts` a valid timespec, and a null signal mask leaves the mask as it is.
+        let n = unsafe {
+            libc::ppoll(
+                self.fds.as_mut_ptr(),
+                self.fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if n < 0 {
+            // EINTR (SIGTERM) or a failed look: every socket is looked at, as if all were
+            // ready; each read or accept that finds nothing says so at once.
+            for p in &mut self.fds {
+                p.revents = libc::POLLIN;
+            }
+        }
     }
-    // Any event counts for an application: POLLHUP and POLLERR are its end closing, which a
-    // read reports. POLLOUT alone is not a request, but its replies are flushed every turn.
-    Ready {
-        listener: fds[0].revents != 0,
-        apps: fds[2..]
-            .iter()
-            .map(|p| p.revents & !libc::POLLOUT != 0)
-            .collect(),
+
+    /// Whether an application waits on the listener.
+    fn listener(&self) -> bool {
+        self.fds.first().is_some_and(|p| p.revents != 0)
+    }
+
+    /// Whether application `i` (in the order of the `apps` looked at) is to be read: any
+    /// event but POLLOUT (POLLHUP and POLLERR are its end closing, which a read reports;
+    /// replies are flushed every turn). One accepted after the look was not looked at: it
+    /// may have written already.
+    fn app(&self, i: usize) -> bool {
+        self.fds
+            .get(i + 2)
+            .is_none_or(|p| p.revents & !libc::POLLOUT != 0)
     }
 }
 
@@ -774,6 +767,7 @@ fn main() -> ExitCode {
     // to IDLE_WAIT on the bell (`ring_me`) once it is quiet.
     let mut wait = Duration::ZERO;
     let mut ring_me = false;
+    let mut looks = Looks::default();
     loop {
         if ring_me {
             // Asleep from here: a worker that queues an upcall rings. One more look at the
@@ -783,7 +777,7 @@ fn main() -> ExitCode {
                 wait = Duration::ZERO;
             }
         }
-        let ready = wait_ready(&listener, bell.as_ref(), &apps, wait);
+        looks.wait(&listener, bell.as_ref(), &apps, wait);
         if ring_me {
             daemon.side.awake();
             if let Some(b) = &bell {
@@ -812,7 +806,7 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
         // Every application waiting, once the look saw one.
-        if ready.listener {
+        if looks.listener() {
             loop {
                 match listener.accept() {
                     Ok((stream, _)) => {
@@ -869,7 +863,7 @@ fn main() -> ExitCode {
             // application cannot hold up the others: an application that pipelines its
             // requests has them all answered in one turn.
             let mut tmp = [0u8; 4096];
-            let reads = if ready.app(i) { READS_PER_TURN } else { 0 };
+            let reads = if looks.app(i) { READS_PER_TURN } else { 0 };
             for _ in 0..reads {
                 match app.stream.read(&mut tmp) {
                     Ok(0) => {
