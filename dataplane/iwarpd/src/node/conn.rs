@@ -29,7 +29,7 @@ impl<P: Port> Node<P> {
                 return true;
             }
         }
-        if tcp_state == tcp::State::Established && !self.conns[i].ever_established {
+        if handshake_done(tcp_state) && !self.conns[i].ever_established {
             self.conns[i].ever_established = true;
             self.track_peer(i);
         }
@@ -106,7 +106,7 @@ impl<P: Port> Node<P> {
             return true;
         }
         match state {
-            ConnState::Connecting if tcp_state == tcp::State::Established => {
+            ConnState::Connecting if handshake_done(tcp_state) => {
                 let Some(settings) = self.conns[i].settings.clone() else {
                     self.conns[i].state = ConnState::Relay;
                     let conn = self.conns[i].id;
@@ -292,4 +292,17 @@ impl<P: Port> Node<P> {
             self.dev.port.release_tcp_port(port);
         }
     }
+}
+
+/// Whether a socket has finished its three-way handshake, whatever came after. A peer's
+/// first octets and its FIN may ride right behind the handshake's last ACK (a client that
+/// connects, writes a line and exits), and a turn that takes all three leaves the socket
+/// in CLOSE-WAIT before the connection is first visited: it was established all the same,
+/// and what the peer sent is still to be read. A socket first seen Closed cannot be told
+/// apart from one never connected.
+fn handshake_done(state: tcp::State) -> bool {
+    !matches!(
+        state,
+        tcp::State::Closed | tcp::State::Listen | tcp::State::SynSent | tcp::State::SynReceived
+    )
 }
