@@ -305,9 +305,9 @@ pub fn run<P: Port>(
     )
 }
 
-/// Runs `node` and `service` until `stop` is set. Publishes the counters after every turn
-/// that did work and before every sleep. On stop, aborts every connection (RST to each
-/// peer, QPs to Error) and publishes the final counters.
+/// Runs `node` and `service` until `stop` is set. Publishes the counters once at the start,
+/// after every turn that did work and before every sleep. On stop, aborts every connection
+/// (RST to each peer, QPs to Error) and publishes the final counters.
 pub fn run_with<P: Port, S: Service<P>>(
     node: &mut Node<P>,
     rnic: &mut Rnic,
@@ -322,6 +322,11 @@ pub fn run_with<P: Port, S: Service<P>>(
         // SAFETY: prctl(PR_SET_TIMERSLACK) takes an integer and affects only this thread.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     }
+    // At once, so that the stats file names every counter this worker keeps from the start
+    // (the stage times among them, when on): a busy worker with nothing to do would publish
+    // only at its first work, and a reader taking a first reading before that could not
+    // tell a stage that took no time from one not timed.
+    counters.publish(&node.counters().with_engine(&rnic.stats));
     let mut idle_turns: u32 = 0;
     let mut sleep = Duration::ZERO;
     let mut polls: u64 = 0;

@@ -200,3 +200,47 @@ fn the_daemon_answers_counts_and_shuts_down_cleanly() {
     );
     drop(probe);
 }
+
+#[test]
+fn a_busy_daemon_names_its_stage_times_before_any_work() {
+    // A reader compares two readings of the stage times (iwarp-bench's --stages): the first
+    // is taken before any traffic, and must already name each stage, at zero.
+    let dir = tempfile::tempdir().unwrap();
+    let segment = dir.path().join("segment");
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(&segment).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--name", "t1", "--mac", "02:00:00:00:77:04"])
+        .args([
+            "--ip",
+            "10.77.0.4/24",
+            "--polling",
+            "busy",
+            "--stage-timing",
+        ])
+        .arg("--segment")
+        .arg(&segment)
+        .arg("--runtime-dir")
+        .arg(&runtime)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iwarpd");
+    let stats = runtime.join("stats");
+    // Written once the worker has polled (the file is rewritten every second).
+    wait_for("the worker's polls", Duration::from_secs(20), || {
+        stat(&stats, "polls") > 0
+    });
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    for key in [
+        "stage_port_ns",
+        "stage_tcp_ns",
+        "stage_engine_ns",
+        "stage_ring_ns",
+    ] {
+        assert!(text.contains(&format!("{key}=")), "no {key} in: {text}");
+    }
+}
