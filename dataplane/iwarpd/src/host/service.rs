@@ -952,7 +952,10 @@ impl<P: Port> Service<P> for Host {
     fn post(&mut self, rnic: &mut Rnic) -> bool {
         let t = self.ring_ns.map(|_| std::time::Instant::now());
         let worked = self.pump_rings(rnic);
-        if let (Some(t), Some(ns)) = (t, self.ring_ns.as_mut()) {
+        // Only a look that found work counts, as in `serve` and the node's stages: a busy
+        // core looks at the rings on every turn, and its idle looks are not time spent on
+        // anyone's work.
+        if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
             *ns += t.elapsed().as_nanos() as u64;
         }
         worked
