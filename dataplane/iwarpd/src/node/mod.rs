@@ -869,7 +869,7 @@ impl<P: Port> Node<P> {
             got += n;
             self.iface_ingress(now);
             self.turn_t.tcp += self.stage.lap();
-            if n == 0 {
+            if n == 0 || self.dev.port.rx_drained() {
                 drained = true;
                 break;
             }

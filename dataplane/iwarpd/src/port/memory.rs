@@ -16,6 +16,8 @@ pub struct MemoryPort {
     tx: Queue,
     /// Frames over the MTU refused by `tx`.
     pub oversize: u64,
+    /// The last burst took every frame there was ([`Port::rx_drained`]).
+    drained: bool,
 }
 
 impl MemoryPort {
@@ -29,6 +31,7 @@ impl MemoryPort {
                 rx: Arc::clone(&ba),
                 tx: Arc::clone(&ab),
                 oversize: 0,
+                drained: false,
             },
             MemoryPort {
                 mac: b,
@@ -36,6 +39,7 @@ impl MemoryPort {
                 rx: ab,
                 tx: ba,
                 oversize: 0,
+                drained: false,
             },
         )
     }
@@ -63,10 +67,14 @@ impl Port for MemoryPort {
             .lock()
             .map_err(|_| io::Error::other("peer panicked"))?;
         let n = q.len().min(max);
+        self.drained = n < max;
         for frame in q.drain(..n) {
             f(frame);
         }
         Ok(n)
+    }
+    fn rx_drained(&self) -> bool {
+        self.drained
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
         // An Ethernet header (14 octets) plus at most the MTU.

@@ -32,6 +32,9 @@ macro_rules! forward_to_inner {
         fn recycle(&mut self, frame: Self::Frame) {
             self.inner.recycle(frame)
         }
+        fn rx_drained(&self) -> bool {
+            self.inner.rx_drained()
+        }
         fn flush(&mut self) -> std::io::Result<()> {
             self.inner.flush()
         }
@@ -109,6 +112,14 @@ pub trait Port {
     /// Takes back a received frame once it has been read, to receive into its buffer again.
     fn recycle(&mut self, frame: Self::Frame) {
         drop(frame)
+    }
+    /// Whether the last [`Port::rx_burst`] left the port's receive queues empty, as far as
+    /// the port knows without looking again: the turn's receive step then reads no more
+    /// instead of asking once more for nothing (on the Unix port and TAP, a system call a
+    /// source). False where a short burst does not tell (a NIC's driver may hand over fewer
+    /// frames than it holds): the step then reads until a burst brings none.
+    fn rx_drained(&self) -> bool {
+        false
     }
     /// Sends one frame (a port may batch frames until [`Port::flush`]).
     fn tx(&mut self, frame: &[u8]) -> io::Result<()>;

@@ -222,6 +222,8 @@ pub struct SteeredPort<P: Port> {
     me: usize,
     steering: Arc<Steering>,
     lane: Lane,
+    /// The last burst emptied the inbox ([`Port::rx_drained`]).
+    lane_drained: bool,
     /// Frames this worker handed to others, and lost to a full inbox.
     pub forwarded: u64,
     pub inbox_drops: u64,
@@ -244,6 +246,7 @@ impl<P: Port> SteeredPort<P> {
             me,
             steering,
             lane,
+            lane_drained: false,
             forwarded: 0,
             inbox_drops: 0,
         }
@@ -278,6 +281,7 @@ impl<P: Port> Port for SteeredPort<P> {
                 Err(_) => break,
             }
         }
+        self.lane_drained = n < max;
         if !self.receives || n == max {
             return Ok(n);
         }
@@ -321,6 +325,12 @@ impl<P: Port> Port for SteeredPort<P> {
         if let Some(frame) = frame.into_port() {
             self.queue.recycle(frame)
         }
+    }
+
+    fn rx_drained(&self) -> bool {
+        // Frames handed to other workers are not counted in a burst: the queue says for
+        // itself whether it was emptied.
+        self.lane_drained && (!self.receives || self.queue.rx_drained())
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {

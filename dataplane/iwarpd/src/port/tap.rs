@@ -135,6 +135,8 @@ pub struct TapPort {
     kernel_drops: Option<KernelDrops>,
     /// Receive bursts until the drop count is read again.
     bursts_to_drops: u32,
+    /// The last burst read until the kernel had nothing more ([`Port::rx_drained`]).
+    drained: bool,
 }
 
 /// An interface statistic the port reads now and then.
@@ -276,6 +278,7 @@ impl TapPort {
             tx_dropped: 0,
             kernel_drops: None,
             bursts_to_drops: DROPS_EVERY,
+            drained: false,
         }
     }
 
@@ -314,10 +317,14 @@ impl Port for TapPort {
                 Err(e) => return Err(e),
             }
         }
+        self.drained = n < max;
         Ok(n)
     }
     fn recycle(&mut self, frame: RxBuf) {
         self.rx.give_back(frame)
+    }
+    fn rx_drained(&self) -> bool {
+        self.drained
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
         match self.file.write(frame) {

@@ -130,6 +130,8 @@ struct RxSide {
     /// Bursts until the listener is looked at again while frames keep coming (see
     /// [`ACCEPT_EVERY`]).
     accept_in: u32,
+    /// The last burst read every source until it was empty ([`Port::rx_drained`]).
+    drained: bool,
 }
 
 /// Bursts that brought frames between looks at the listener: a new peer is rare, and a
@@ -425,6 +427,7 @@ impl UnixPort {
                 next: 0,
                 bufs: arrayvec::ArrayVec::new(),
                 accept_in: 0,
+                drained: false,
             }),
             mmsg: MmsgHeaders::new(),
         })
@@ -731,6 +734,8 @@ impl Port for UnixPort {
             i = (i + 1) % (rx.inbound.len() + 1);
         }
         rx.next = i;
+        // Short of the burst, the loop ended only once every source was read empty.
+        rx.drained = n < max;
         // A burst that brought nothing looks at the listener next time.
         rx.accept_in = if n == 0 { 0 } else { rx.accept_in - 1 };
         Ok(n)
@@ -738,6 +743,11 @@ impl Port for UnixPort {
 
     fn recycle(&mut self, frame: RxBuf) {
         self.rx.give_back(frame)
+    }
+
+    fn rx_drained(&self) -> bool {
+        // A sender has nothing to read.
+        self.rx_side.as_ref().is_none_or(|rx| rx.drained)
     }
 
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
@@ -836,6 +846,39 @@ mod tests {
         }
         assert_eq!(got, (0..N).collect::<Vec<_>>());
         assert_eq!(a.dropped(), 0);
+    }
+
+    /// A burst says whether it left anything to read: a full one cannot tell, a short one
+    /// read every source until it was empty, so the next look would find nothing.
+    #[test]
+    fn a_short_burst_says_the_port_is_drained() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x31], [2, 0, 0, 0, 9, 0x32]);
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        // A sender has nothing to read.
+        assert!(a.sender().unwrap().rx_drained());
+        for n in 0..40 {
+            a.tx(&frame(mb, ma, n)).unwrap();
+        }
+        a.flush().unwrap();
+        let mut bursts = Vec::new();
+        loop {
+            let mut got = Vec::new();
+            let n = b.rx_burst(32, |f| got.push(f)).unwrap();
+            for f in got {
+                b.recycle(f);
+            }
+            bursts.push((n, b.rx_drained()));
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(bursts, [(32, false), (8, true), (0, true)]);
+        a.tx(&frame(mb, ma, 40)).unwrap();
+        a.flush().unwrap();
+        assert_eq!(b.rx_burst(32, drop).unwrap(), 1);
+        assert!(b.rx_drained());
     }
 
     /// Frames for a peer wait for the flush, or until `BATCH` wait, and then go together,
