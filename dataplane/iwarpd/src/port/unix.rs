@@ -20,7 +20,8 @@
 //! System calls: a frame costs the kernel a microsecond or so at each end whatever is done,
 //! and entering the kernel a fifth of that again, so frames go in batches: those for one
 //! peer wait in its queue until the turn's flush (or until [`BATCH`] wait) and leave in
-//! one `sendmmsg`, and a burst is read with one `recvmmsg` per source.
+//! one `sendmmsg`; a burst begins with one look at the epoll set of every source and reads
+//! with one `recvmmsg` each source it reports.
 //!
 //! Back-pressure: once [`PAUSE_AT`] frames wait, [`Port::tx_ready`] says no and the device
 //! takes no more segments from TCP until the peers have read, so however many connections
@@ -127,17 +128,13 @@ struct RxSide {
     next: usize,
     /// Buffers the next `recvmmsg` receives into, kept from call to call.
     bufs: arrayvec::ArrayVec<Vec<u8>, MMSG>,
-    /// Bursts until the listener is looked at again while frames keep coming (see
-    /// [`ACCEPT_EVERY`]).
-    accept_in: u32,
     /// The last burst read every source until it was empty ([`Port::rx_drained`]).
     drained: bool,
 }
 
-/// Bursts that brought frames between looks at the listener: a new peer is rare, and a
-/// look costs a system call. A burst that brings nothing always looks (the loop may be
-/// about to sleep, and the listener wakes it).
-const ACCEPT_EVERY: u32 = 64;
+/// Readiness reports one look at the epoll set takes at most: the datagram socket, the
+/// listener, a connection from each peer, and links waiting for room.
+const LOOK: usize = 64;
 
 fn mac_name(mac: &[u8], ext: &str) -> String {
     let h: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
@@ -225,19 +222,6 @@ fn connect_to(path: &Path) -> io::Result<OwnedFd> {
         )
     })?;
     Ok(fd)
-}
-
-/// Whether a connection waits on `listener`. An `accept4` that finds none still allocates a
-/// socket and frees it (2.5 µs on machine C, against 0.27 µs for this look), and a busy-polling
-/// loop looks on every burst that brings nothing.
-fn connection_waits(listener: &OwnedFd) -> bool {
-    let mut p = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `p` is one valid pollfd for the call's duration; a zero timeout never blocks.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 /// Takes a connection waiting on `listener`, if one is.
@@ -426,7 +410,6 @@ impl UnixPort {
                 inbound: Vec::new(),
                 next: 0,
                 bufs: arrayvec::ArrayVec::new(),
-                accept_in: 0,
                 drained: false,
             }),
             mmsg: MmsgHeaders::new(),
@@ -639,11 +622,10 @@ impl UnixPort {
         Ok(())
     }
 
-    /// Takes every connection waiting on the listener.
+    /// Takes every connection waiting on the listener; called only when a look reported it,
+    /// as an `accept4` that finds nobody still allocates a socket and frees it (2.5 µs on
+    /// machine C), which a busy loop would pay on every burst.
     fn accept_all(rx: &mut RxSide, epoll: &OwnedFd) {
-        if !connection_waits(&rx.listener) {
-            return;
-        }
         while let Ok(fd) = accept_one(&rx.listener) {
             if epoll_add(epoll, fd.as_raw_fd()).is_ok() {
                 rx.inbound.push(fd);
@@ -677,25 +659,62 @@ impl Port for UnixPort {
         let Some(rx) = self.rx_side.as_mut() else {
             return Ok(0);
         };
-        if rx.accept_in == 0 {
-            Self::accept_all(rx, &self.epoll);
-            rx.accept_in = ACCEPT_EVERY;
+        // One look at every source in the epoll set tells which hold frames and whether a
+        // peer connects: a burst that finds nothing costs one system call, not one per
+        // source and another for the listener.
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; LOOK];
+        // SAFETY: `events` has room for LOOK reports; a zero timeout never blocks.
+        let k = unsafe {
+            libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), LOOK as i32, 0)
+        };
+        // (A failed look, EINTR, is an empty one: the next burst looks again.)
+        let k = usize::try_from(k).unwrap_or(0);
+        // Source 0 is the datagram socket, source i > 0 is inbound[i - 1].
+        let (sock, listener) = (self.sock.as_raw_fd(), rx.listener.as_raw_fd());
+        let mut ready = arrayvec::ArrayVec::<usize, LOOK>::new();
+        let mut connecting = false;
+        for ev in &events[..k] {
+            let (what, fd) = (ev.events, ev.u64 as RawFd);
+            // A link with room again (EPOLLOUT) is the sending side's business.
+            if what & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 == 0 {
+                continue;
+            }
+            if fd == listener {
+                connecting = true;
+            } else if fd == sock {
+                ready.push(0);
+            } else if let Some(j) = rx.inbound.iter().position(|c| c.as_raw_fd() == fd) {
+                ready.push(j + 1);
+            }
         }
-        // Source 0 is the datagram socket, source i > 0 is inbound[i - 1]; each is read
-        // until it is empty or the burst is full, starting where the last burst stopped so
-        // that no peer's connection waits behind another's.
+        // A peer that just connected has likely sent already: its connection is read too.
+        if connecting {
+            let known = rx.inbound.len();
+            Self::accept_all(rx, &self.epoll);
+            for j in known..rx.inbound.len() {
+                if ready.try_push(j + 1).is_err() {
+                    break;
+                }
+            }
+        }
         let sources = rx.inbound.len() + 1;
+        // Each ready source is read until it is empty or the burst is full, starting where
+        // the last burst stopped so that no peer's connection waits behind another's.
+        let first = rx.next % sources;
+        ready.sort_unstable_by_key(|&i| (i + sources - first) % sources);
         let mut n = 0;
-        let mut visited = 0;
-        let mut i = rx.next % sources;
+        let mut ended = arrayvec::ArrayVec::<usize, LOOK>::new();
         let mut lens = [0usize; MMSG];
-        while n < max && visited < sources {
+        for &i in &ready {
+            if n == max {
+                break;
+            }
             let fd = if i == 0 {
-                self.sock.as_raw_fd()
+                sock
             } else {
                 rx.inbound[i - 1].as_raw_fd()
             };
-            let mut ended = false;
+            rx.next = i + 1;
             while n < max {
                 let want = (max - n).min(MMSG);
                 while rx.bufs.len() < want {
@@ -716,28 +735,21 @@ impl Port for UnixPort {
                     Err(e) if i == 0 => return Err(e),
                     // A peer's connection ended (or failed): it reconnects if it lives.
                     Err(_) => {
-                        ended = true;
+                        ended.push(i);
                         break;
                     }
                 }
             }
-            if ended {
-                // Closing the descriptor takes it out of the epoll set.
-                rx.inbound.swap_remove(i - 1);
-                visited += 1;
-                if rx.inbound.len() < i {
-                    i = 0;
-                }
-                continue;
-            }
-            visited += 1;
-            i = (i + 1) % (rx.inbound.len() + 1);
         }
-        rx.next = i;
-        // Short of the burst, the loop ended only once every source was read empty.
-        rx.drained = n < max;
-        // A burst that brought nothing looks at the listener next time.
-        rx.accept_in = if n == 0 { 0 } else { rx.accept_in - 1 };
+        // Closing a descriptor takes it out of the epoll set; the highest index first, so
+        // that each removal moves none still to be removed.
+        ended.sort_unstable();
+        for &i in ended.iter().rev() {
+            rx.inbound.swap_remove(i - 1);
+        }
+        // Short of the burst, every source the look found was read empty; a full look may
+        // have left some unreported.
+        rx.drained = n < max && k < LOOK && !ready.is_full();
         Ok(n)
     }
 
@@ -914,8 +926,8 @@ mod tests {
         assert_eq!(got, (0..few + BATCH as u32).collect::<Vec<_>>());
     }
 
-    /// A peer that connects while frames from another keep coming is accepted within
-    /// `ACCEPT_EVERY` bursts, though the listener is not looked at every burst.
+    /// A peer that connects while frames from another keep coming is accepted, and its
+    /// frames read, by the next burst.
     #[test]
     fn a_new_peer_is_accepted_while_another_streams() {
         let dir = tempfile::tempdir().unwrap();
@@ -929,7 +941,7 @@ mod tests {
         let mut c = UnixPort::open(dir.path(), mc, 1500).unwrap();
         let from = |f: &[u8]| f[11];
         let mut from_c = None;
-        for burst in 0..4 * ACCEPT_EVERY {
+        for burst in 0..64 {
             a.tx(&frame(mb, ma, burst)).unwrap();
             a.flush().unwrap();
             if burst == 8 {
@@ -945,7 +957,7 @@ mod tests {
             }
         }
         let at = from_c.expect("C's frame never arrived");
-        assert!(at <= 8 + ACCEPT_EVERY, "C's frame came at burst {at}");
+        assert_eq!(at, 8, "C's frame came at burst {at}");
     }
 
     /// A peer that never reads holds up frames to it only: frames to another peer still
