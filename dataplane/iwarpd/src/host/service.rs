@@ -185,6 +185,18 @@ impl Host {
         self.ring_ns = on.then_some(0);
     }
 
+    /// Runs one of the turn's ring steps, adding its time to `ring_ns` when timed and when
+    /// it found work, as the node counts its stages: a busy core looks at the rings on
+    /// every turn, and its idle looks are not time spent on anyone's work.
+    fn timed(&mut self, step: impl FnOnce(&mut Host) -> bool) -> bool {
+        let t = self.ring_ns.map(|_| std::time::Instant::now());
+        let worked = step(self);
+        if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
+            *ns += t.elapsed().as_nanos() as u64;
+        }
+        worked
+    }
+
     /// A new iwarp-control attached: what the old one created is orphaned (its applications
     /// lost their control connection), so every QP is flushed and its connection reset (the
     /// peers see it end), every connection still in setup reset, every port it listened on
@@ -950,23 +962,10 @@ pub fn conn_params(p: &RtsParams, max_fpdu: usize) -> ConnParams {
 
 impl<P: Port> Service<P> for Host {
     fn post(&mut self, rnic: &mut Rnic) -> bool {
-        let t = self.ring_ns.map(|_| std::time::Instant::now());
-        let worked = self.pump_rings(rnic);
-        // Only a look that found work counts, as in `serve` and the node's stages: a busy
-        // core looks at the rings on every turn, and its idle looks are not time spent on
-        // anyone's work.
-        if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
-            *ns += t.elapsed().as_nanos() as u64;
-        }
-        worked
+        self.timed(|h| h.pump_rings(rnic))
     }
     fn serve(&mut self, node: &mut Node<P>, rnic: &mut Rnic) -> bool {
-        let t = self.ring_ns.map(|_| std::time::Instant::now());
-        let worked = Host::serve(self, node, rnic);
-        if let (true, Some(t), Some(ns)) = (worked, t, self.ring_ns.as_mut()) {
-            *ns += t.elapsed().as_nanos() as u64;
-        }
-        worked
+        self.timed(|h| Host::serve(h, node, rnic))
     }
     fn ring_ns(&self) -> Option<u64> {
         self.ring_ns
