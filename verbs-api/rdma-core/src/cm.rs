@@ -99,8 +99,18 @@ struct Lingering {
 }
 
 /// Held by the collector for each pass, so that closing a context can wait until no pass
-/// uses it.
+/// uses it, and so that a call whose identifier is registered only from its reply (a
+/// connection's id, a listened port) registers it before the collector can see an event for
+/// it ([`between_passes`]).
 static PASS: Mutex<()> = Mutex::new(());
+
+/// Runs `f` while no collector pass runs. An event may come on the control session as soon
+/// as the reply before it (a refused connect's within microseconds): dispatched before its
+/// identifier is in the table, it would find nobody and be dropped.
+fn between_passes<T>(f: impl FnOnce() -> T) -> T {
+    let _pass = PASS.lock().unwrap_or_else(|p| p.into_inner());
+    f()
+}
 
 /// Collects the events of context `c` from now on.
 pub(crate) fn watch(c: *mut ibv_context) {
@@ -815,13 +825,17 @@ pub(crate) unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int
     if held.is_none() {
         // SAFETY: no parameters: the endpoint's limits.
         let s = unsafe { settings(ctx, core::ptr::null()) };
-        if ctx.rnic.listen(src.port(), &s).is_err() {
+        let listening = between_passes(|| {
+            ctx.rnic.listen(src.port(), &s)?;
+            with_state(|st| st.listeners.insert(key, id as usize));
+            Ok::<_, iwarp_verbs::Error>(())
+        });
+        if listening.is_err() {
             set_errno(libc::EADDRINUSE);
             return -1;
         }
     }
     i.listen = Some(src.port());
-    with_state(|st| st.listeners.insert(key, id as usize));
     for req in held.into_iter().flatten() {
         deliver(ctx, id.cast(), req);
     }
@@ -873,11 +887,15 @@ pub(crate) unsafe extern "C" fn rdma_connect(
         set_errno(libc::EINVAL);
         return -1;
     };
-    match ctx.rnic.connect(qp, SocketAddr::V4(dst), &s) {
+    let connected = between_passes(|| {
+        let conn = ctx.rnic.connect(qp, SocketAddr::V4(dst), &s)?;
+        let key = (i.ibv.verbs as usize, conn);
+        with_state(|st| st.conns.insert(key, id as usize));
+        Ok::<_, iwarp_verbs::Error>(conn)
+    });
+    match connected {
         Ok(conn) => {
             i.conn = Some(conn);
-            let key = (i.ibv.verbs as usize, conn);
-            with_state(|st| st.conns.insert(key, id as usize));
             0
         }
         Err(_) => {

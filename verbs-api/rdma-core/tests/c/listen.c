@@ -1,10 +1,11 @@
 /* The end of a listen. `listen refuse` (run with IWARP_LISTEN_LINGER_MS=0): destroying a
  * listening identifier closes its port at once: it can be listened on again, and a connect
  * while nobody listens is refused (the kernel's iw_cm reports a refused connection as
- * UNREACHABLE with status -ECONNREFUSED) with no request on the old listener's channel. `listen expire` (the default
- * linger): a connect in the linger time is held, then rejected when it ends and the port
- * closes; the next connect is refused. `listen takeover` (a long linger): a request held
- * after the listener's end goes to the identifier that listens on the port next. */
+ * UNREACHABLE with status -ECONNREFUSED), every time, with no request on the old listener's
+ * channel. `listen expire` (the default linger): a connect in the linger time is held, then
+ * rejected when it ends and the port closes; the next connect is refused. `listen takeover`
+ * (a long linger): a request held after the listener's end goes to the identifier that
+ * listens on the port next. */
 #include "cm_pair.h"
 
 #define PORT 7475
@@ -37,6 +38,23 @@ static int refused(struct rdma_event_channel *ch)
 	return ok;
 }
 
+/* Whether `n` connects in a row are each refused. A refusal comes back within microseconds
+ * of the connect's reply, so any window in which it could arrive before its identifier is
+ * known (and be lost) is met by some of them. */
+static int each_refused(struct rdma_event_channel *ch, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct rdma_cm_id *c = connecting(ch);
+		if (!c || !refused(ch)) {
+			printf("connect %d of %d\n", i + 1, n);
+			return 0;
+		}
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	return 1;
+}
+
 /* Whether no event waits on `ch`. */
 static int quiet(struct rdma_event_channel *ch)
 {
@@ -65,6 +83,7 @@ int main(int argc, char **argv)
 		CHECK("destroy that listener", rdma_destroy_id(l2) == 0);
 		CHECK("connect", connecting(cch) != NULL);
 		CHECK("refused: UNREACHABLE, ECONNREFUSED", refused(cch));
+		CHECK("200 more connects, each refused", each_refused(cch, 200));
 		CHECK("no request on the server's channel", quiet(sch));
 	} else if (!strcmp(mode, "expire")) {
 		CHECK("connect in the linger time", connecting(cch) != NULL);
