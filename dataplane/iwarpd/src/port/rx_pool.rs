@@ -68,6 +68,14 @@ impl RxPool {
         }
     }
 
+    /// `frame` copied into a free buffer (cut to the buffer's length, as a NIC's would).
+    pub fn copied(&mut self, frame: &[u8]) -> RxBuf {
+        let mut buf = self.take();
+        let len = frame.len().min(buf.len());
+        buf[..len].copy_from_slice(&frame[..len]);
+        RxBuf { buf, len }
+    }
+
     /// Takes back a frame's buffer once it has been read.
     pub fn give_back(&mut self, frame: RxBuf) {
         if self.free.len() < Self::KEEP && frame.buf.len() == self.size {

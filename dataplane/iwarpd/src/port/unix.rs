@@ -17,11 +17,12 @@
 //! receive in order (as a NIC's full TX ring), so one full peer holds up no other; only past
 //! the queues' bound is a frame dropped.
 //!
-//! System calls: a frame costs the kernel a microsecond or so at each end whatever is done,
-//! and entering the kernel a fifth of that again, so frames go in batches: those for one
-//! peer wait in its queue until the turn's flush (or until [`BATCH`] wait) and leave in
-//! one `sendmmsg`; a burst begins with one look at the epoll set of every source and reads
-//! with one `recvmmsg` each source it reports.
+//! System calls: a message costs the kernel a microsecond or so at each end whatever is
+//! done, and entering the kernel a fifth of that again, so frames go in batches: those for
+//! one peer wait in its queue until the turn's flush (or until [`BATCH`] wait) and leave in
+//! one `sendmmsg`, and on a connection several share each message (up to [`PACK`] octets,
+//! each frame behind its length: [`unpack`] reads them); a burst begins with one look at
+//! the epoll set of every source and reads with one `recvmmsg` each source it reports.
 //!
 //! Back-pressure: once [`PAUSE_AT`] frames wait, [`Port::tx_ready`] says no and the device
 //! takes no more segments from TCP until the peers have read, so however many connections
@@ -49,6 +50,18 @@ pub const BATCH: usize = 16;
 
 /// Messages one `sendmmsg` or `recvmmsg` carries at most.
 const MMSG: usize = 64;
+
+/// Octets of frames and their lengths one message on a connection carries at most: several
+/// full frames (or dozens of ACKs) share the kernel's cost of a message. A frame longer
+/// than this (a jumbo one) goes alone.
+pub const PACK: usize = 16 * 1024;
+
+/// The length before each frame of a message on a connection: 4 octets, big-endian.
+pub const FRAME_LEN: usize = 4;
+
+/// Messages one `recvmmsg` on a connection takes at most: each holds up to [`PACK`] octets,
+/// and what the burst has no room for waits in the port for the next.
+const RX_MSGS: usize = 8;
 
 /// Sent frames' buffers kept for the next frames: a couple of batches.
 const SPARE: usize = 2 * MMSG;
@@ -108,6 +121,9 @@ pub struct UnixPort {
     held: usize,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
+    /// Messages on inbound connections that did not split into frames ([`unpack`]): the
+    /// rest of each was dropped.
+    pub rx_malformed: u64,
     /// What an idle loop sleeps on ([`Port::wait_fd`]): readable when a frame arrives (the
     /// datagram socket, the listener and inbound connections, on the port that bound them)
     /// or when a connection whose frames wait has room again.
@@ -116,6 +132,7 @@ pub struct UnixPort {
     /// transmits.
     rx_side: Option<RxSide>,
     mmsg: Box<MmsgHeaders>,
+    packs: Box<Packs>,
 }
 
 /// What the port that bound the sockets receives on.
@@ -126,8 +143,15 @@ struct RxSide {
     inbound: Vec<OwnedFd>,
     /// Where the next receive starts (round robin over the datagram socket and `inbound`).
     next: usize,
-    /// Buffers the next `recvmmsg` receives into, kept from call to call.
+    /// Buffers the next `recvmmsg` on the datagram socket receives into, kept from call to
+    /// call.
     bufs: arrayvec::ArrayVec<Vec<u8>, MMSG>,
+    /// The buffers messages from connections are received into ([`RX_MSGS`], each as long
+    /// as the longest message).
+    msgs: Vec<Vec<u8>>,
+    /// Frames of messages already read that the last burst had no room for: the next
+    /// burst's first.
+    leftover: VecDeque<RxBuf>,
     /// The last burst read every source until it was empty ([`Port::rx_drained`]).
     drained: bool,
 }
@@ -276,26 +300,117 @@ impl MmsgHeaders {
     }
 }
 
-/// Sends the first frames of `frames` on connection `fd`, as many as one `sendmmsg` carries
-/// and its queue takes; how many went. `WouldBlock` when its queue took none.
-fn send_many(fd: &OwnedFd, h: &mut MmsgHeaders, frames: &[Vec<u8>]) -> io::Result<usize> {
-    let n = h.point_at(
-        frames
-            .iter()
-            .map(|f| (f.as_ptr() as *mut libc::c_void, f.len())),
-    );
-    // SAFETY: the first `n` messages each point at their iovec in `h`, boxed, over a live
-    // frame, which the kernel only reads; MSG_NOSIGNAL turns a closed peer into EPIPE
-    // instead of a signal.
+/// The headers of one `sendmmsg` of frames packed into messages: each message gathers its
+/// frames' lengths and the frames themselves, so nothing is copied before the kernel's copy
+/// (boxed: the messages point into its own iovecs and lengths, so it must not move).
+struct Packs {
+    /// Two per frame: its length, then its octets.
+    iov: [libc::iovec; 2 * MMSG],
+    lens: [[u8; FRAME_LEN]; MMSG],
+    msgs: [libc::mmsghdr; MMSG],
+    /// Frames in each message.
+    frames: [usize; MMSG],
+}
+
+// SAFETY: as for MmsgHeaders: the raw pointers are its own iovecs and lengths, and during
+// one call only, the frames that call was given.
+unsafe impl Send for Packs {}
+
+impl Packs {
+    fn new() -> Box<Packs> {
+        // SAFETY: iovec and mmsghdr are plain C structures; all zeroes is a valid empty
+        // value (null pointers, zero lengths), and the rest are integers.
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+}
+
+/// Sends the first frames of `frames` on connection `fd`, packed into messages of up to
+/// [`PACK`] octets, as many as one `sendmmsg` carries ([`MMSG`] frames) and its queue takes;
+/// how many frames went. `WouldBlock` when its queue took none.
+fn send_packed(fd: &OwnedFd, p: &mut Packs, frames: &[Vec<u8>]) -> io::Result<usize> {
+    let frames = &frames[..frames.len().min(MMSG)];
+    let Packs {
+        iov,
+        lens,
+        msgs,
+        frames: counts,
+    } = p;
+    let (mut m, mut at) = (0, 0);
+    while at < frames.len() {
+        let (first, mut octets) = (at, 0);
+        while let Some(f) = frames.get(at) {
+            if at > first && octets + FRAME_LEN + f.len() > PACK {
+                break;
+            }
+            lens[at] = (f.len() as u32).to_be_bytes();
+            iov[2 * at] = libc::iovec {
+                iov_base: lens[at].as_mut_ptr() as *mut libc::c_void,
+                iov_len: FRAME_LEN,
+            };
+            iov[2 * at + 1] = libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            };
+            octets += FRAME_LEN + f.len();
+            at += 1;
+        }
+        msgs[m].msg_hdr.msg_iov = &mut iov[2 * first];
+        msgs[m].msg_hdr.msg_iovlen = 2 * (at - first);
+        counts[m] = at - first;
+        m += 1;
+    }
+    // SAFETY: the first `m` messages each point at their own run of iovecs in `p`, boxed,
+    // over its length fields and live frames, which the kernel only reads; MSG_NOSIGNAL turns
+    // a closed peer into EPIPE instead of a signal.
     let sent = cvt(unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
-            h.msgs.as_mut_ptr(),
-            n as libc::c_uint,
+            msgs.as_mut_ptr(),
+            m as libc::c_uint,
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
     })?;
-    Ok(sent as usize)
+    Ok(counts[..sent as usize].iter().sum())
+}
+
+/// A message on a connection that does not split into frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unpack {
+    /// Fewer octets than a frame's length field, or than the length it gives.
+    Truncated { at: usize },
+    /// A length shorter than an Ethernet header.
+    Runt { at: usize, len: usize },
+}
+
+/// The frames of a message received on a connection (each behind its [`FRAME_LEN`]-octet
+/// length), in order; a malformed one ends the message with the error.
+pub fn unpack(msg: &[u8]) -> impl Iterator<Item = Result<&[u8], Unpack>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= msg.len() {
+            return None;
+        }
+        let Some(head) = msg.get(at..at + FRAME_LEN) else {
+            let e = Unpack::Truncated { at };
+            at = msg.len();
+            return Some(Err(e));
+        };
+        let len = u32::from_be_bytes(head.try_into().unwrap_or_default()) as usize;
+        let body = at + FRAME_LEN;
+        let r = if len < 14 {
+            Err(Unpack::Runt { at, len })
+        } else {
+            match msg.get(body..body.saturating_add(len)) {
+                Some(f) => {
+                    at = body + len;
+                    return Some(Ok(f));
+                }
+                None => Err(Unpack::Truncated { at }),
+            }
+        };
+        at = msg.len();
+        Some(r)
+    })
 }
 
 /// Receives up to `bufs.len()` frames from `fd` with one `recvmmsg`, each into the next
@@ -403,6 +518,7 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
+            rx_malformed: 0,
             epoll,
             rx_side: Some(RxSide {
                 listener,
@@ -410,9 +526,12 @@ impl UnixPort {
                 inbound: Vec::new(),
                 next: 0,
                 bufs: arrayvec::ArrayVec::new(),
+                msgs: vec![vec![0; PACK.max(FRAME_LEN + mtu + 14)]; RX_MSGS],
+                leftover: VecDeque::new(),
                 drained: false,
             }),
             mmsg: MmsgHeaders::new(),
+            packs: Packs::new(),
         })
     }
 
@@ -438,9 +557,11 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
+            rx_malformed: 0,
             epoll,
             rx_side: None,
             mmsg: MmsgHeaders::new(),
+            packs: Packs::new(),
         })
     }
 
@@ -482,7 +603,7 @@ impl UnixPort {
                 if frames.is_empty() {
                     return sent;
                 }
-                match send_many(fd, &mut self.mmsg, frames) {
+                match send_packed(fd, &mut self.packs, frames) {
                     Ok(k) => {
                         sent += k;
                         if k < frames.len().min(MMSG) {
@@ -703,6 +824,14 @@ impl Port for UnixPort {
         let first = rx.next % sources;
         ready.sort_unstable_by_key(|&i| (i + sources - first) % sources);
         let mut n = 0;
+        // What the last burst read and had no room for comes first.
+        while n < max {
+            let Some(frame) = rx.leftover.pop_front() else {
+                break;
+            };
+            f(frame);
+            n += 1;
+        }
         let mut ended = arrayvec::ArrayVec::<usize, LOOK>::new();
         let mut lens = [0usize; MMSG];
         for &i in &ready {
@@ -716,20 +845,56 @@ impl Port for UnixPort {
             };
             rx.next = i + 1;
             while n < max {
-                let want = (max - n).min(MMSG);
-                while rx.bufs.len() < want {
-                    rx.bufs.push(self.rx.take());
-                }
-                let r = recv_many(fd, &mut self.mmsg, &mut rx.bufs[..want], &mut lens);
-                let got = *r.as_ref().unwrap_or(&0);
-                for (b, &len) in rx.bufs.drain(..got).zip(&lens) {
-                    f(self.rx.frame(b, len));
-                }
-                n += got;
+                // Whether the source gave all that was asked (it may hold more).
+                let r = if i == 0 {
+                    // Datagrams, a frame each, straight into the buffers they travel in.
+                    let want = (max - n).min(MMSG);
+                    while rx.bufs.len() < want {
+                        rx.bufs.push(self.rx.take());
+                    }
+                    let r = recv_many(fd, &mut self.mmsg, &mut rx.bufs[..want], &mut lens);
+                    let got = *r.as_ref().unwrap_or(&0);
+                    for (b, &len) in rx.bufs.drain(..got).zip(&lens) {
+                        f(self.rx.frame(b, len));
+                    }
+                    n += got;
+                    r.map(|k| k == want)
+                } else {
+                    // Messages of several frames: each frame is copied out into a buffer of
+                    // its own (a copy in the cache, where a message saved a system call).
+                    let want = ((max - n) / 8).clamp(1, RX_MSGS);
+                    let r = recv_many(fd, &mut self.mmsg, &mut rx.msgs[..want], &mut lens);
+                    let got = *r.as_ref().unwrap_or(&0);
+                    for (m, &len) in rx.msgs.iter().zip(&lens[..got]) {
+                        for frame in unpack(&m[..len]) {
+                            let Ok(frame) = frame else {
+                                // Not from a port of ours: the rest of it is dropped.
+                                self.rx_malformed += 1;
+                                if self.rx_malformed == 1 {
+                                    tracing::warn!(
+                                        "Unix port: a message on an inbound connection is \
+                                         not frames behind their lengths ({frame:?}): \
+                                         something other than iwarpd writes to {}",
+                                        rx.seq_path.display()
+                                    );
+                                }
+                                break;
+                            };
+                            let b = self.rx.copied(frame);
+                            if n < max {
+                                f(b);
+                                n += 1;
+                            } else {
+                                rx.leftover.push_back(b);
+                            }
+                        }
+                    }
+                    r.map(|k| k == want)
+                };
                 match r {
-                    Ok(k) if k == want => {}
+                    Ok(true) => {}
                     // Fewer than asked: the source is empty (or ends next read).
-                    Ok(_) => break,
+                    Ok(false) => break,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if i == 0 => return Err(e),
@@ -749,7 +914,7 @@ impl Port for UnixPort {
         }
         // Short of the burst, every source the look found was read empty; a full look may
         // have left some unreported.
-        rx.drained = n < max && k < LOOK && !ready.is_full();
+        rx.drained = n < max && k < LOOK && !ready.is_full() && rx.leftover.is_empty();
         Ok(n)
     }
 
@@ -835,6 +1000,143 @@ mod tests {
                 p.recycle(f);
             }
         }
+    }
+
+    /// `frames` as one message on a connection: each behind its length.
+    fn packed(frames: &[&[u8]]) -> Vec<u8> {
+        let mut m = Vec::new();
+        for f in frames {
+            m.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            m.extend_from_slice(f);
+        }
+        m
+    }
+
+    /// The number a test frame carries.
+    fn number(f: &[u8]) -> u32 {
+        u32::from_be_bytes(f[14..18].try_into().unwrap())
+    }
+
+    /// Sends `msg` as one message on the connection `fd`.
+    fn send_message(fd: &OwnedFd, msg: &[u8]) {
+        // SAFETY: `msg` is a live slice of its length, which the kernel only reads.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                msg.as_ptr() as *const libc::c_void,
+                msg.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        assert_eq!(r, msg.len() as isize);
+    }
+
+    #[test]
+    fn unpack_reads_frames_behind_their_lengths_and_names_a_fault() {
+        let (f0, f1) = (frame([2; 6], [4; 6], 7), frame([2; 6], [4; 6], 8));
+        let m = packed(&[&f0, &f1]);
+        let got: Vec<_> = unpack(&m).collect();
+        assert_eq!(got, [Ok(&f0[..]), Ok(&f1[..])]);
+        assert_eq!(unpack(&[]).count(), 0, "an empty message holds nothing");
+        // Cut inside the second frame's length, then inside its octets.
+        let at = FRAME_LEN + f0.len();
+        let got: Vec<_> = unpack(&m[..at + 2]).collect();
+        assert_eq!(got, [Ok(&f0[..]), Err(Unpack::Truncated { at })]);
+        let got: Vec<_> = unpack(&m[..m.len() - 1]).collect();
+        assert_eq!(got, [Ok(&f0[..]), Err(Unpack::Truncated { at })]);
+        // A length shorter than an Ethernet header ends the message.
+        let mut runt = packed(&[&f0[..13]]);
+        runt.extend_from_slice(&m);
+        let got: Vec<_> = unpack(&runt).collect();
+        assert_eq!(got, [Err(Unpack::Runt { at: 0, len: 13 })]);
+    }
+
+    /// Frames for one peer share messages on its connection, each behind its length and in
+    /// order, [`PACK`] octets at most: one system call at each end carries many.
+    #[test]
+    fn frames_to_a_peer_share_messages_behind_their_lengths() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x61], [2, 0, 0, 0, 9, 0x62]);
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        // B is a bare listener: what A writes on the connection is read as it is.
+        let listener = listen_at(&dir.path().join(mac_name(&mb, "seq"))).unwrap();
+        const N: u32 = 30;
+        for n in 0..N {
+            a.tx(&frame(mb, ma, n)).unwrap();
+        }
+        a.flush().unwrap();
+        let conn = accept_one(&listener).unwrap();
+        let mut msgs = Vec::new();
+        loop {
+            let mut buf = vec![0u8; 2 * PACK];
+            // SAFETY: `buf` is valid for writes of its length.
+            let r = unsafe {
+                libc::recv(
+                    conn.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r <= 0 {
+                break;
+            }
+            buf.truncate(r as usize);
+            msgs.push(buf);
+        }
+        // 11 frames of 1,400 octets fit 16 KiB. The first BATCH went as the batch filled,
+        // the other 14 at the flush.
+        let frames: Vec<usize> = msgs.iter().map(|m| unpack(m).count()).collect();
+        assert_eq!(frames, [11, BATCH - 11, 11, N as usize - BATCH - 11]);
+        assert!(msgs.iter().all(|m| m.len() <= PACK));
+        let got: Vec<u32> = msgs
+            .iter()
+            .flat_map(|m| unpack(m).map(|f| number(f.unwrap())))
+            .collect();
+        assert_eq!(got, (0..N).collect::<Vec<_>>());
+    }
+
+    /// A message holding more frames than a burst has room for: the rest wait in the port,
+    /// come first in the next bursts, in order, and until then no burst says it drained
+    /// the port.
+    #[test]
+    fn frames_past_a_bursts_room_wait_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x71], [2, 0, 0, 0, 9, 0x72]);
+        let mut a = UnixPort::open(dir.path(), ma, 1500).unwrap();
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        for n in 0..11 {
+            a.tx(&frame(mb, ma, n)).unwrap();
+        }
+        a.flush().unwrap();
+        let mut bursts = Vec::new();
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let n = b.rx_burst(4, |f| got.push(number(&f))).unwrap();
+            bursts.push((n, b.rx_drained()));
+        }
+        assert_eq!(bursts, [(4, false), (4, false), (3, true)]);
+        assert_eq!(got, (0..11).collect::<Vec<_>>());
+    }
+
+    /// A message on an inbound connection that is not frames behind their lengths (not
+    /// from a port of ours) gives the frames before the fault, is counted, and the
+    /// connection's next message is read as usual.
+    #[test]
+    fn a_malformed_message_is_counted_and_the_connection_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ma, mb) = ([2, 0, 0, 0, 9, 0x81], [2, 0, 0, 0, 9, 0x82]);
+        let mut b = UnixPort::open(dir.path(), mb, 1500).unwrap();
+        let raw = connect_to(&dir.path().join(mac_name(&mb, "seq"))).unwrap();
+        let (f0, f1) = (frame(mb, ma, 0), frame(mb, ma, 1));
+        let mut bad = packed(&[&f0]);
+        bad.extend_from_slice(&[0, 0, 0, 5, 1, 2, 3, 4, 5]);
+        send_message(&raw, &bad);
+        send_message(&raw, &packed(&[&f1]));
+        let mut got = Vec::new();
+        receive_all(&mut b, &mut got);
+        assert_eq!(got, [0, 1]);
+        assert_eq!(b.rx_malformed, 1);
     }
 
     /// Far more frames than `net.unix.max_dgram_qlen` sent to one peer before it reads
