@@ -874,7 +874,9 @@ impl Port for UnixPort {
                                     tracing::warn!(
                                         "Unix port: a message on an inbound connection is \
                                          not frames behind their lengths ({frame:?}): \
-                                         something other than iwarpd writes to {}",
+                                         something other than this build's iwarpd \
+                                         (another program, or an older iwarpd on the \
+                                         same segment) writes to {}",
                                         rx.seq_path.display()
                                     );
                                 }
