@@ -73,7 +73,7 @@ impl RxPool {
         let mut buf = self.take();
         let len = frame.len().min(buf.len());
         buf[..len].copy_from_slice(&frame[..len]);
-        RxBuf { buf, len }
+        self.frame(buf, len)
     }
 
     /// Takes back a frame's buffer once it has been read.

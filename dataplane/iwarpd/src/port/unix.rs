@@ -121,9 +121,6 @@ pub struct UnixPort {
     held: usize,
     spare: Vec<Vec<u8>>,
     pub tx_dropped: u64,
-    /// Messages on inbound connections that did not split into frames ([`unpack`]): the
-    /// rest of each was dropped.
-    pub rx_malformed: u64,
     /// What an idle loop sleeps on ([`Port::wait_fd`]): readable when a frame arrives (the
     /// datagram socket, the listener and inbound connections, on the port that bound them)
     /// or when a connection whose frames wait has room again.
@@ -152,8 +149,56 @@ struct RxSide {
     /// Frames of messages already read that the last burst had no room for: the next
     /// burst's first.
     leftover: VecDeque<RxBuf>,
+    /// Messages on inbound connections that did not split into frames ([`unpack`]): the
+    /// rest of each was dropped.
+    malformed: u64,
     /// The last burst read every source until it was empty ([`Port::rx_drained`]).
     drained: bool,
+}
+
+impl RxSide {
+    /// Hands on the frames of the messages just received into the first `lens.len()` of
+    /// `msgs`, each copied out into a buffer of `pool` (a copy in the cache, where a message
+    /// saved a system call): to `f` up to `room` of them, the rest to `leftover`; how many
+    /// went to `f`. A message that does not split into frames ends at the fault, counted in
+    /// `malformed` and logged the first time.
+    fn unpack_received<F: FnMut(RxBuf)>(
+        &mut self,
+        pool: &mut RxPool,
+        lens: &[usize],
+        room: usize,
+        f: &mut F,
+    ) -> usize {
+        let mut given = 0;
+        for (m, &len) in self.msgs.iter().zip(lens) {
+            for frame in unpack(&m[..len]) {
+                let frame = match frame {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        self.malformed += 1;
+                        if self.malformed == 1 {
+                            tracing::warn!(
+                                "Unix port: a message on an inbound connection is not frames \
+                                 behind their lengths ({e:?}): something other than this \
+                                 build's iwarpd (another program, or an older iwarpd on the \
+                                 same segment) writes to {}",
+                                self.seq_path.display()
+                            );
+                        }
+                        break;
+                    }
+                };
+                let b = pool.copied(frame);
+                if given < room {
+                    f(b);
+                    given += 1;
+                } else {
+                    self.leftover.push_back(b);
+                }
+            }
+        }
+        given
+    }
 }
 
 /// Readiness reports one look at the epoll set takes at most: the datagram socket, the
@@ -518,7 +563,6 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
-            rx_malformed: 0,
             epoll,
             rx_side: Some(RxSide {
                 listener,
@@ -528,6 +572,7 @@ impl UnixPort {
                 bufs: arrayvec::ArrayVec::new(),
                 msgs: vec![vec![0; PACK.max(FRAME_LEN + mtu + 14)]; RX_MSGS],
                 leftover: VecDeque::new(),
+                malformed: 0,
                 drained: false,
             }),
             mmsg: MmsgHeaders::new(),
@@ -557,7 +602,6 @@ impl UnixPort {
             held: 0,
             spare: Vec::new(),
             tx_dropped: 0,
-            rx_malformed: 0,
             epoll,
             rx_side: None,
             mmsg: MmsgHeaders::new(),
@@ -569,6 +613,12 @@ impl UnixPort {
     /// heeds [`Port::tx_ready`]).
     pub fn held(&self) -> usize {
         self.held
+    }
+
+    /// Messages on inbound connections that did not split into frames ([`unpack`]); the
+    /// rest of each was dropped.
+    pub fn rx_malformed(&self) -> u64 {
+        self.rx_side.as_ref().map_or(0, |rx| rx.malformed)
     }
 
     /// Connections this handle has open to peers (for tests).
@@ -860,37 +910,12 @@ impl Port for UnixPort {
                     n += got;
                     r.map(|k| k == want)
                 } else {
-                    // Messages of several frames: each frame is copied out into a buffer of
-                    // its own (a copy in the cache, where a message saved a system call).
+                    // Messages of several frames. A busy link's hold eight or more (eleven
+                    // full frames fill one), so this asks for about the burst's room.
                     let want = ((max - n) / 8).clamp(1, RX_MSGS);
                     let r = recv_many(fd, &mut self.mmsg, &mut rx.msgs[..want], &mut lens);
                     let got = *r.as_ref().unwrap_or(&0);
-                    for (m, &len) in rx.msgs.iter().zip(&lens[..got]) {
-                        for frame in unpack(&m[..len]) {
-                            let Ok(frame) = frame else {
-                                // Not from a port of ours: the rest of it is dropped.
-                                self.rx_malformed += 1;
-                                if self.rx_malformed == 1 {
-                                    tracing::warn!(
-                                        "Unix port: a message on an inbound connection is \
-                                         not frames behind their lengths ({frame:?}): \
-                                         something other than this build's iwarpd \
-                                         (another program, or an older iwarpd on the \
-                                         same segment) writes to {}",
-                                        rx.seq_path.display()
-                                    );
-                                }
-                                break;
-                            };
-                            let b = self.rx.copied(frame);
-                            if n < max {
-                                f(b);
-                                n += 1;
-                            } else {
-                                rx.leftover.push_back(b);
-                            }
-                        }
-                    }
+                    n += rx.unpack_received(&mut self.rx, &lens[..got], max - n, &mut f);
                     r.map(|k| k == want)
                 };
                 match r {
@@ -1138,7 +1163,7 @@ mod tests {
         let mut got = Vec::new();
         receive_all(&mut b, &mut got);
         assert_eq!(got, [0, 1]);
-        assert_eq!(b.rx_malformed, 1);
+        assert_eq!(b.rx_malformed(), 1);
     }
 
     /// Far more frames than `net.unix.max_dgram_qlen` sent to one peer before it reads
