@@ -211,8 +211,8 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
     //   (`Run::perftest_beat_the_relisten`), which a loaded host makes likely run after run;
     // - siw's own race ([`siws_race`]);
     // - siw's perftest still completing its last Send when our side, done and exited, reset
-    //   the connection (`Run::perftest_guest_lost_its_close`): ours exited 0 and the guest
-    //   printed its results.
+    //   the connection (`Run::perftest_guest_lost_its_close`): ours exited 0 and the side
+    //   that measured printed its results.
     let r = testkit::siw::rerun_for(testkit::siw::OUTSIDE_RACE_RUNS, run, |r| {
         let calibration = r
             .guest
