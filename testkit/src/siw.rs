@@ -235,8 +235,8 @@ impl Run {
 
     /// Whether siw's perftest (the guest, server or client) failed in its closing exchange
     /// alone, after the measuring side had printed its results: its last Send completed in
-    /// error because our side, done and exited, had already reset the connection. Our stack closes an
-    /// established connection whose application destroys its QP or exits without
+    /// error because our side, done and exited, had already reset the connection. Our stack
+    /// closes an established connection whose application destroys its QP or exits without
     /// disconnecting with a RST, the abortive teardown of the Verbs specification (section
     /// 6.6.2.3: Error from RTS resets the LLP stream; Destroy QP may, section 6.1.4), where
     /// siw closes its socket with a FIN; a guest slow to complete that Send (QEMU's
