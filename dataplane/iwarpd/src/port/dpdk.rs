@@ -40,6 +40,7 @@
 use super::Port;
 use super::{tcp_checksum, TcpChecksumOffload, STALL};
 use dpdk_sys as sys;
+use smoltcp::wire::ETHERNET_HEADER_LEN;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::ops::Deref;
@@ -67,7 +68,6 @@ const POOL_CACHE: u32 = 256;
 /// Octets of frame an mbuf holds at least (DPDK's default data room,
 /// RTE_MBUF_DEFAULT_BUF_SIZE less the headroom).
 const MIN_MBUF_FRAME: usize = 2048;
-const ETH_HEADER: usize = 14;
 static EAL: OnceLock<Result<(), String>> = OnceLock::new();
 /// The EAL arguments EAL was started with (to find a vdev's devargs).
 static EAL_ARGS: OnceLock<Vec<String>> = OnceLock::new();
@@ -103,7 +103,7 @@ fn memif_bsize_short(name: &str, mtu: usize) -> Option<usize> {
         .iter()
         .find_map(|kv| kv.strip_prefix("bsize=").and_then(|v| v.parse().ok()))
         .unwrap_or(2048);
-    (bsize < mtu + ETH_HEADER).then_some(bsize)
+    (bsize < mtu + ETHERNET_HEADER_LEN).then_some(bsize)
 }
 
 fn dpdk_err(what: &str, rc: i32) -> io::Error {
@@ -298,8 +298,8 @@ impl DpdkPort {
             tracing::warn!(
                 "DPDK port {name}: frames of up to {} octets span several memif buffers of \
                  {bsize}: add bsize={} to its --vdev for a buffer per frame",
-                mtu + ETH_HEADER,
-                mtu + ETH_HEADER
+                mtu + ETHERNET_HEADER_LEN,
+                mtu + ETHERNET_HEADER_LEN
             );
         }
         let patience = if memif_client {
@@ -341,8 +341,9 @@ impl DpdkPort {
         // holds the headroom DPDK keeps and the largest frame.
         // SAFETY: returns a constant.
         let headroom = usize::from(unsafe { sys::iw_pktmbuf_headroom_default() });
-        let data_room = u16::try_from((mtu + ETH_HEADER).max(MIN_MBUF_FRAME) + headroom)
-            .map_err(|_| io::Error::other(format!("port.mtu {mtu} does not fit an mbuf")))?;
+        let data_room =
+            u16::try_from((mtu + ETHERNET_HEADER_LEN).max(MIN_MBUF_FRAME) + headroom)
+                .map_err(|_| io::Error::other(format!("port.mtu {mtu} does not fit an mbuf")))?;
         // What the device takes, asked before anything is set up that a refusal would undo.
         let info = dev_info(port_id)?;
         let rx_mtu = device_mtu(&info, mtu)?;
@@ -809,7 +810,7 @@ impl Port for DpdkPort {
 /// `m` is an mbuf we own and `frame` its data.
 unsafe fn offload_checksum(m: *mut sys::rte_mbuf, frame: &mut [u8]) {
     if let Some(l3_len) = tcp_checksum::prepare_for_offload(frame) {
-        sys::iw_pktmbuf_tx_tcp_cksum(m, ETH_HEADER as u16, l3_len as u16);
+        sys::iw_pktmbuf_tx_tcp_cksum(m, ETHERNET_HEADER_LEN as u16, l3_len as u16);
     }
 }
 
@@ -858,7 +859,7 @@ fn device_mtu(info: &sys::rte_eth_dev_info, mtu: usize) -> io::Result<u32> {
     let overhead = if max_mtu != u32::from(u16::MAX) && info.max_rx_pktlen > max_mtu {
         info.max_rx_pktlen - max_mtu
     } else {
-        ETH_HEADER as u32 + 4
+        ETHERNET_HEADER_LEN as u32 + 4
     };
     let max = (info.max_rx_pktlen.saturating_sub(overhead)).min(max_mtu) as usize;
     let min = usize::from(info.min_mtu);

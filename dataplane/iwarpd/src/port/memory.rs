@@ -3,6 +3,7 @@
 //! goes to the other side whatever its destination MAC (as a cable does).
 
 use super::Port;
+use smoltcp::wire::ETHERNET_HEADER_LEN;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -77,8 +78,8 @@ impl Port for MemoryPort {
         self.drained
     }
     fn tx(&mut self, frame: &[u8]) -> io::Result<()> {
-        // An Ethernet header (14 octets) plus at most the MTU.
-        if frame.len() > self.mtu + 14 {
+        // An Ethernet header plus at most the MTU.
+        if frame.len() > self.mtu + ETHERNET_HEADER_LEN {
             self.oversize += 1;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

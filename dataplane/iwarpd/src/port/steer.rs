@@ -21,6 +21,7 @@
 //! would only move the frames the NIC's hash placed elsewhere.
 
 use super::{Port, Received};
+use smoltcp::wire::ETHERNET_HEADER_LEN;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
@@ -129,12 +130,12 @@ impl Steering {
 
     /// Where `frame` (Ethernet) goes.
     pub fn dest(&self, frame: &[u8]) -> Dest {
-        if self.workers == 1 || frame.len() < 14 {
+        if self.workers == 1 || frame.len() < ETHERNET_HEADER_LEN {
             return Dest::Worker(0);
         }
         match [frame[12], frame[13]] {
             [0x08, 0x06] => Dest::All,
-            [0x08, 0x00] => match tcp_dst_port(&frame[14..]) {
+            [0x08, 0x00] => match tcp_dst_port(&frame[ETHERNET_HEADER_LEN..]) {
                 Some(port) => Dest::Worker(self.tcp_owner(port)),
                 None => Dest::Worker(0),
             },

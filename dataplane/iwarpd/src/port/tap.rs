@@ -12,6 +12,7 @@
 //! counts the interface's drops in [`Port::dropped`].
 
 use super::{Port, RxBuf, RxPool};
+use smoltcp::wire::ETHERNET_HEADER_LEN;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -274,7 +275,7 @@ impl TapPort {
             name: name.to_string(),
             mac,
             mtu,
-            rx: RxPool::new(mtu + 14),
+            rx: RxPool::new(mtu + ETHERNET_HEADER_LEN),
             tx_dropped: 0,
             kernel_drops: None,
             bursts_to_drops: DROPS_EVERY,

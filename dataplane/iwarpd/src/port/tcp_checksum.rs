@@ -7,9 +7,8 @@
 use smoltcp::wire::Ipv4Address;
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, TcpPacket,
+    ETHERNET_HEADER_LEN,
 };
-
-const ETH_HEADER: usize = 14;
 
 /// The Internet checksum's ones' complement sum of `data` as 16-bit big-endian words (RFC
 /// 1071; an odd last octet padded with zero), folded to 16 bits and not complemented.
@@ -44,7 +43,7 @@ fn ipv4_tcp(frame: &[u8]) -> Option<(Ipv4Packet<&[u8]>, usize)> {
     if eth.ethertype() != EthernetProtocol::Ipv4 {
         return None;
     }
-    let ip = Ipv4Packet::new_checked(&frame[ETH_HEADER..]).ok()?;
+    let ip = Ipv4Packet::new_checked(&frame[ETHERNET_HEADER_LEN..]).ok()?;
     if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
         return None;
     }
@@ -64,7 +63,7 @@ pub fn prepare_for_offload(frame: &mut [u8]) -> Option<usize> {
         let tcp_len = usize::from(ip.total_len()).checked_sub(header)?;
         (ip.src_addr(), ip.dst_addr(), header, tcp_len)
     };
-    let start = ETH_HEADER + header;
+    let start = ETHERNET_HEADER_LEN + header;
     let mut tcp = TcpPacket::new_checked(&mut frame[start..start + tcp_len]).ok()?;
     tcp.set_checksum(pseudo_header_sum(src, dst, tcp_len as u16));
     Some(header)
@@ -80,7 +79,7 @@ pub fn tcp_checksum_ok(frame: &[u8]) -> bool {
     let Some(tcp_len) = usize::from(ip.total_len()).checked_sub(header) else {
         return false;
     };
-    let start = ETH_HEADER + header;
+    let start = ETHERNET_HEADER_LEN + header;
     match TcpPacket::new_checked(&frame[start..start + tcp_len]) {
         Ok(tcp) => tcp.verify_checksum(
             &IpAddress::Ipv4(ip.src_addr()),
@@ -99,11 +98,11 @@ pub(crate) mod tests {
     pub(crate) fn segment(payload: &[u8], ihl: u8) -> Vec<u8> {
         let ip_header = usize::from(ihl) * 4;
         let tcp_len = 20 + payload.len();
-        let mut f = vec![0u8; ETH_HEADER + ip_header + tcp_len];
+        let mut f = vec![0u8; ETHERNET_HEADER_LEN + ip_header + tcp_len];
         f[12..14].copy_from_slice(&[0x08, 0x00]);
         let total = (ip_header + tcp_len) as u16;
         {
-            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETH_HEADER..]);
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[ETHERNET_HEADER_LEN..]);
             ip.set_version(4);
             ip.set_header_len((ip_header) as u8);
             ip.set_total_len(total);
@@ -113,7 +112,7 @@ pub(crate) mod tests {
             ip.set_dst_addr(Ipv4Address::new(10, 0, 0, 2));
             ip.fill_checksum();
         }
-        let start = ETH_HEADER + ip_header;
+        let start = ETHERNET_HEADER_LEN + ip_header;
         let mut tcp = TcpPacket::new_unchecked(&mut f[start..]);
         tcp.set_src_port(49152);
         tcp.set_dst_port(4791);
@@ -129,7 +128,7 @@ pub(crate) mod tests {
     /// complement sum of the segment as it is (the field holding the pseudo-header sum),
     /// complemented, into the field.
     fn device_fills(frame: &mut [u8], l3_len: usize) {
-        let start = ETH_HEADER + l3_len;
+        let start = ETHERNET_HEADER_LEN + l3_len;
         let sum = !ones_complement_sum(&frame[start..]);
         frame[start + 16..start + 18].copy_from_slice(&sum.to_be_bytes());
     }
@@ -143,7 +142,7 @@ pub(crate) mod tests {
         ] {
             let right = segment(payload, ihl);
             let mut f = right.clone();
-            f[ETH_HEADER + usize::from(ihl) * 4 + 16..][..2].copy_from_slice(&[0, 0]);
+            f[ETHERNET_HEADER_LEN + usize::from(ihl) * 4 + 16..][..2].copy_from_slice(&[0, 0]);
             let l3 = prepare_for_offload(&mut f).expect("a TCP segment");
             assert_eq!(l3, usize::from(ihl) * 4);
             assert_ne!(
@@ -167,7 +166,7 @@ pub(crate) mod tests {
             let mut f = good[..len].to_vec();
             let _ = prepare_for_offload(&mut f);
         }
-        let tcp_start = ETH_HEADER + 24;
+        let tcp_start = ETHERNET_HEADER_LEN + 24;
         for i in 0..good.len() {
             let mut f = good.clone();
             f[i] ^= 0x5a;
@@ -195,7 +194,7 @@ pub(crate) mod tests {
             "too short to be anything: smoltcp drops it"
         );
         let mut udp = segment(b"x", 5);
-        udp[ETH_HEADER + 9] = 17;
+        udp[ETHERNET_HEADER_LEN + 9] = 17;
         assert_eq!(prepare_for_offload(&mut udp), None);
     }
 }

@@ -32,6 +32,7 @@
 
 use super::{Port, RxBuf, RxPool, STALL};
 use rustc_hash::FxHashMap;
+use smoltcp::wire::ETHERNET_HEADER_LEN;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -442,7 +443,7 @@ pub fn unpack(msg: &[u8]) -> impl Iterator<Item = Result<&[u8], Unpack>> {
         };
         let len = u32::from_be_bytes(head.try_into().unwrap_or_default()) as usize;
         let body = at + FRAME_LEN;
-        let r = if len < 14 {
+        let r = if len < ETHERNET_HEADER_LEN {
             Err(Unpack::Runt { at, len })
         } else {
             match msg.get(body..body.saturating_add(len)) {
@@ -558,7 +559,7 @@ impl UnixPort {
             path,
             mac,
             mtu,
-            rx: RxPool::new(mtu + 14),
+            rx: RxPool::new(mtu + ETHERNET_HEADER_LEN),
             dests: FxHashMap::default(),
             held: 0,
             spare: Vec::new(),
@@ -570,7 +571,7 @@ impl UnixPort {
                 inbound: Vec::new(),
                 next: 0,
                 bufs: arrayvec::ArrayVec::new(),
-                msgs: vec![vec![0; PACK.max(FRAME_LEN + mtu + 14)]; RX_MSGS],
+                msgs: vec![vec![0; PACK.max(FRAME_LEN + mtu + ETHERNET_HEADER_LEN)]; RX_MSGS],
                 leftover: VecDeque::new(),
                 malformed: 0,
                 drained: false,
@@ -756,7 +757,7 @@ impl UnixPort {
         }
         b.truncate(len);
         let (r, send) = fill(&mut b);
-        if !send || len < 14 {
+        if !send || len < ETHERNET_HEADER_LEN {
             self.spare.push(b);
             return (r, send);
         }
