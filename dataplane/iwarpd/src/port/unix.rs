@@ -354,8 +354,6 @@ struct Packs {
     iov: [libc::iovec; 2 * MMSG],
     lens: [[u8; FRAME_LEN]; MMSG],
     msgs: [libc::mmsghdr; MMSG],
-    /// Frames in each message.
-    frames: [usize; MMSG],
 }
 
 // SAFETY: as for MmsgHeaders: the raw pointers are its own iovecs and lengths, and during
@@ -375,12 +373,7 @@ impl Packs {
 /// how many frames went. `WouldBlock` when its queue took none.
 fn send_packed(fd: &OwnedFd, p: &mut Packs, frames: &[Vec<u8>]) -> io::Result<usize> {
     let frames = &frames[..frames.len().min(MMSG)];
-    let Packs {
-        iov,
-        lens,
-        msgs,
-        frames: counts,
-    } = p;
+    let Packs { iov, lens, msgs } = p;
     let (mut m, mut at) = (0, 0);
     while at < frames.len() {
         let (first, mut octets) = (at, 0);
@@ -402,7 +395,6 @@ fn send_packed(fd: &OwnedFd, p: &mut Packs, frames: &[Vec<u8>]) -> io::Result<us
         }
         msgs[m].msg_hdr.msg_iov = &mut iov[2 * first];
         msgs[m].msg_hdr.msg_iovlen = 2 * (at - first);
-        counts[m] = at - first;
         m += 1;
     }
     // SAFETY: the first `m` messages each point at their own run of iovecs in `p`, boxed,
@@ -416,7 +408,11 @@ fn send_packed(fd: &OwnedFd, p: &mut Packs, frames: &[Vec<u8>]) -> io::Result<us
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
     })?;
-    Ok(counts[..sent as usize].iter().sum())
+    // Each frame is two iovecs of its message: its length, then its octets.
+    Ok(msgs[..sent as usize]
+        .iter()
+        .map(|h| h.msg_hdr.msg_iovlen / 2)
+        .sum())
 }
 
 /// A message on a connection that does not split into frames.
