@@ -57,9 +57,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let runtime = cfg.runtime_dir();
     let pid_file = runtime.join("pid");
     if let Ok(pid) = std::fs::read_to_string(&pid_file) {
-        if let Ok(pid) = pid.trim().parse::<i32>() {
-            // SAFETY: kill with signal 0 only checks that the process exists.
-            if unsafe { libc::kill(pid, 0) } == 0 {
+        if let Ok(pid) = pid.trim().parse::<u32>() {
+            if iwarp_abi::process::runs(pid) {
                 return Err(format!(
                     "daemon.runtime_dir {}: daemon {} (pid {pid}) already runs there",
                     runtime.display(),

@@ -494,11 +494,10 @@ impl ControlSide {
         self.shared.pid
     }
 
-    /// Whether the daemon's process still exists (`kill(pid, 0)`; EPERM counts as alive).
+    /// Whether the daemon's process still runs ([`crate::process::runs`]: one that exited
+    /// and was not yet waited for by its parent is gone).
     pub fn daemon_alive(&self) -> bool {
-        // SAFETY: signal 0 only checks existence and permission.
-        let r = unsafe { libc::kill(self.shared.pid as libc::pid_t, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        crate::process::runs(self.shared.pid)
     }
 
     /// Whether the path this side was opened from is gone or now names another segment

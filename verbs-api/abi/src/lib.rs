@@ -26,6 +26,8 @@
 //!   visits those rings and not every ring.
 //! - [`wake`]: each worker's sleep word and doorbell pipe, so an idle worker sleeps in the
 //!   kernel and a post from another process wakes it (no system call while it runs).
+//! - [`process`]: whether a process named by pid (a segment's creator, a daemon) still
+//!   runs, a zombie counting as gone.
 //! - [`port_file`]: the endpoint's port (name, MAC, IPv4, MTU) as a file in its runtime
 //!   directory, for libraries that describe the device without opening it.
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
@@ -45,6 +47,7 @@ pub mod limits;
 #[cfg(not(loom))]
 pub mod notify;
 pub mod port_file;
+pub mod process;
 pub mod qp;
 pub mod ring;
 pub mod segment;

@@ -634,8 +634,7 @@ impl Segment {
             return Ok(None);
         };
         let pid = Self::open(&old, None).map_or(0, |s| s.header().creator_pid);
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        if pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0 {
+        if crate::process::runs(pid) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!("segment {} belongs to running pid {pid}", old.display()),

@@ -405,3 +405,38 @@ fn a_peer_hears_of_an_application_that_died_while_its_control_plane_was_down() {
         "iwarpd still runs"
     );
 }
+
+/// A daemon that died while the process that started it has not yet waited for it is a
+/// zombie, which `kill(pid, 0)` still finds. It is gone all the same: control closes every
+/// application's connection and exits with status 3, and the application's next request
+/// fails with `ControlGone`, where it would otherwise wait on a daemon that never answers.
+#[test]
+fn a_daemon_that_died_and_was_not_yet_waited_for_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Endpoint::start(dir.path(), "a", 1, 65);
+    let ctx = Context::open(&a.runtime).unwrap();
+    let _pd = ctx.alloc_pd().unwrap();
+    // SIGKILL leaves the daemon's segment and its link in the runtime directory; this test,
+    // its parent, waits for it only when the endpoint is dropped.
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(a.daemon.0.id() as libc::pid_t, libc::SIGKILL) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = a.control.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "control still serves a daemon that has exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    match ctx.alloc_pd() {
+        Err(Error::ControlGone { .. }) => {}
+        other => panic!("a request after the daemon died: {other:?}"),
+    }
+}
