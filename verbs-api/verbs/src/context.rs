@@ -363,6 +363,13 @@ impl Context {
         }
     }
 
+    /// Whether iwarp-control still serves this context, without waiting and without taking
+    /// any event: false once it closed the connection (it exited, or found iwarpd gone), when
+    /// every resource of the context is gone and nothing posted will complete.
+    pub fn is_served(&self) -> bool {
+        lock(&self.link).served()
+    }
+
     /// The next connection or asynchronous event if one is queued or already readable,
     /// without waiting.
     pub fn poll_event(&self) -> Result<Option<Event>, Error> {

@@ -136,6 +136,25 @@ impl Link {
         }
     }
 
+    /// Whether control still holds the connection: takes in whatever is readable now
+    /// (kept whole for [`Link::event`] and [`Link::call`]) and looks for its end.
+    pub(crate) fn served(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        while !self.closed {
+            match self.read_now(&mut chunk) {
+                Ok(0) => self.closed = true,
+                Ok(k) => self.inbuf.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    let _ = self.io(e);
+                    break;
+                }
+            }
+        }
+        !self.closed
+    }
+
     /// One read that returns at once (`WouldBlock` when nothing is readable).
     fn read_now(&mut self, chunk: &mut [u8]) -> std::io::Result<usize> {
         self.stream.set_nonblocking(true)?;

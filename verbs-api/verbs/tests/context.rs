@@ -333,6 +333,10 @@ fn connect_accept_reject_refusal_and_disconnect_with_events() {
             remote,
         }
     });
+    // Asking whether control still serves B takes in what has arrived without consuming
+    // it: the request, there by now, is still B's to take below.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(b.is_served());
     // B keeps calling control until the request has arrived: events that come while a
     // reply is awaited are kept, not lost, and the replies still match their requests.
     let t = Instant::now();

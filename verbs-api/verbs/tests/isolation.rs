@@ -416,6 +416,7 @@ fn a_daemon_that_died_and_was_not_yet_waited_for_is_gone() {
     let mut a = Endpoint::start(dir.path(), "a", 1, 65);
     let ctx = Context::open(&a.runtime).unwrap();
     let _pd = ctx.alloc_pd().unwrap();
+    assert!(ctx.is_served());
     // SIGKILL leaves the daemon's segment and its link in the runtime directory; this test,
     // its parent, waits for it only when the endpoint is dropped.
     // SAFETY: kill(2) on our own child's pid.
@@ -435,6 +436,7 @@ fn a_daemon_that_died_and_was_not_yet_waited_for_is_gone() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(3), "{status:?}");
+    assert!(!ctx.is_served(), "the context's control has exited");
     match ctx.alloc_pd() {
         Err(Error::ControlGone { .. }) => {}
         other => panic!("a request after the daemon died: {other:?}"),

@@ -184,6 +184,7 @@ fn side(ctx: &Context, depth: usize, buf_len: usize, carver: &Mutex<Carver>) -> 
         mem,
         recvs: 0,
         rq_depth: depth,
+        ctx: ctx.clone(),
         keep: Box::new((pd, buf, ctx.clone())),
     })
 }

@@ -118,6 +118,8 @@ pub struct Side {
     pub recvs: usize,
     /// The receive queue depth.
     pub rq_depth: usize,
+    /// The context the QP lives in, to tell a daemon that is gone from a slow one.
+    pub ctx: iwarp_verbs::Context,
     /// Whatever keeps the QP, the region and the mapping valid (context, PD, buffer);
     /// declared last so it is dropped last.
     pub keep: Box<dyn std::any::Any + Send>,
@@ -405,17 +407,35 @@ impl Pool {
     }
 }
 
-/// Waits until every send posted on `a` has completed (so the pair can be reused).
+/// How often a wait for completions asks whether the endpoint still serves the context.
+const LOOK: Duration = Duration::from_millis(50);
+
+/// Waits until every send posted on `a` has completed (so the pair can be reused). A
+/// teardown waits here once per connection: where the endpoint is gone nothing completes,
+/// and it says so at once rather than after [`PATIENCE`] on each of a thousand QPs.
 fn quiesce(a: &Side, posted: u64, mut done: u64, wcs: &mut [WorkCompletion]) -> Result<()> {
     let start = Instant::now();
+    let mut look = start;
     let mut b = Backoff::new();
     while done < posted {
         done += a.poll_send(wcs, |_| {})? as u64;
+        if done >= posted {
+            break;
+        }
         if start.elapsed() > PATIENCE {
             return Err(err(format!(
                 "{} send(s) never completed",
                 posted.saturating_sub(done)
             )));
+        }
+        if look.elapsed() >= LOOK {
+            look = Instant::now();
+            if !a.ctx.is_served() {
+                return Err(err(format!(
+                    "{} send(s) will never complete: iwarp-control closed the context                      (it exited, or found iwarpd gone)",
+                    posted - done
+                )));
+            }
         }
         b.snooze();
     }
