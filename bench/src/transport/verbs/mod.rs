@@ -432,7 +432,8 @@ fn quiesce(a: &Side, posted: u64, mut done: u64, wcs: &mut [WorkCompletion]) -> 
             look = Instant::now();
             if !a.ctx.is_served() {
                 return Err(err(format!(
-                    "{} send(s) will never complete: iwarp-control closed the context                      (it exited, or found iwarpd gone)",
+                    "{} send(s) will never complete: iwarp-control closed the context \
+                     (it exited, or found iwarpd gone)",
                     posted - done
                 )));
             }
