@@ -680,7 +680,14 @@ fn main() {
         }
         #[cfg(feature = "dpdk")]
         Link::Memif => match memif_ports(mtu) {
-            Ok((pa, pb)) => job.run(pa, pb, &format!("DPDK net_memif{jumbo}")),
+            Ok((pa, pb)) => {
+                // Both ends of the pair stay open until the process ends: closed one after
+                // the other here, the first one's disconnect would meet the second one's
+                // close in EAL's interrupt thread (see `DpdkPort::hold`).
+                let holds = [pa.hold(), pb.hold()];
+                job.run(pa, pb, &format!("DPDK net_memif{jumbo}"));
+                std::mem::forget(holds);
+            }
             Err(e) => {
                 eprintln!("node-pair: {e}");
                 std::process::exit(1);

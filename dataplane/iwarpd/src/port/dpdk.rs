@@ -265,7 +265,23 @@ pub struct DpdkPort {
 // `Device` is only touched (stop, close, free) by the drop of the last queue.
 unsafe impl Send for DpdkPort {}
 
+/// Keeps a device open while it lives, whatever became of its queues ([`DpdkPort::hold`]).
+pub struct DeviceHold {
+    _life: Arc<QueueLife>,
+}
+
 impl DpdkPort {
+    /// Keeps this port's device open for as long as the returned hold lives, even once every
+    /// queue of it is dropped. For a process that holds both ends of a memif pair: closing
+    /// one end sends the other a disconnect, which EAL's interrupt thread handles while
+    /// this process closes the other end, and DPDK 22.11 can crash in that thread when the
+    /// two meet (SIGSEGV in EAL under memif's callback, in a core dump of `node-pair`).
+    pub fn hold(&self) -> DeviceHold {
+        DeviceHold {
+            _life: Arc::clone(&self.life),
+        }
+    }
+
     /// Opens the ethdev named `name`: a vdev name such as `net_memif0`, or a PCI address
     /// such as `0000:03:00.0` for a NIC bound to vfio-pci. EAL must be initialised first
     /// ([`eal_init`]).
