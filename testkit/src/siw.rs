@@ -168,6 +168,11 @@ impl Drop for Run {
 }
 
 impl Run {
+    /// Whether the guest's command exited 0 (the guest's init prints `guest: exit N`).
+    pub fn guest_exited_0(&self) -> bool {
+        self.guest.contains("guest: exit 0")
+    }
+
     /// What the guest's command printed: its console from `guest: running` on, without the
     /// firmware's and the kernel's boot lines before it.
     pub fn guest_said(&self) -> &str {
@@ -482,5 +487,7 @@ mod tests {
         );
         assert_eq!(r.guest_said(), "guest: running rping -s\nguest: exit 0\n");
         assert!(r.ours_failed("our rping").contains("guest: exit 0"));
+        assert!(r.guest_exited_0());
+        assert!(!run_with("guest: running rping -s\nguest: exit 255\n", "").guest_exited_0());
     }
 }

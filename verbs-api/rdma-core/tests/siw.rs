@@ -36,7 +36,7 @@ fn client_when_listening(program: &str, args: &[&str], runtime: &Path, crc: bool
 
 /// Whether either side of the pair failed.
 fn failed(r: &Run) -> bool {
-    !r.ours.status.success() || !r.guest.contains("guest: exit 0")
+    !r.ours.status.success() || !r.guest_exited_0()
 }
 
 /// Why a pair with our client failed, when it failed for siw's race that the guest's kernel
@@ -63,7 +63,7 @@ fn once_more_for_siws_race(run: impl Fn() -> Run) -> Run {
 /// rdma-core stopped the thread before the close in 2025 (linux-rdma/rdma-core#1622).
 fn rpings_exit_race(r: &Run) -> Option<&'static str> {
     (r.ours.status.success()
-        && !r.guest.contains("guest: exit 0")
+        && !r.guest_exited_0()
         && r.guest.contains("rdma_get_cm_event: Bad file descriptor"))
     .then_some("siw's rping exited from its CM thread while its main thread closed the channel")
 }
@@ -91,7 +91,7 @@ fn siws_client_validates_our_server(n: u8, size: &str, crc: bool) {
     };
     let r = testkit::siw::rerun_for(2, run, rpings_exit_race);
     assert!(
-        r.guest.contains("guest: exit 0"),
+        r.guest_exited_0(),
         "siw's rping failed:\n{}",
         r.guest_said()
     );
@@ -151,7 +151,7 @@ fn our_client_validates_siws_server(n: u8, size: &str, crc: bool) {
     assert!(!said.contains("mismatch"), "{said}");
     // siw's server ends when our client disconnects: status 0.
     assert!(
-        r.guest.contains("guest: exit 0"),
+        r.guest_exited_0(),
         "siw's rping failed:\n{}",
         r.guest_said()
     );
@@ -249,7 +249,7 @@ fn perftest(n: u8, tool: &str, extra: &[&str], ours_serves: bool) {
         r.ours_failed(&format!("our {tool}"))
     );
     assert!(
-        r.guest.contains("guest: exit 0"),
+        r.guest_exited_0(),
         "siw's {tool} failed:\n{}",
         r.guest_said()
     );
@@ -336,7 +336,7 @@ fn ucmatose(n: u8, ours_serves: bool, messages: usize) {
     let said = r.ours_said();
     assert!(r.ours.status.success(), "{}", r.ours_failed("our ucmatose"));
     assert!(
-        r.guest.contains("guest: exit 0"),
+        r.guest_exited_0(),
         "siw's ucmatose failed:\n{}",
         r.guest_said()
     );

@@ -172,7 +172,7 @@ fn a_thousand_small_writes_to_siw_are_not_resent() {
     let r = testkit::siw::rerun_for(testkit::siw::OUTSIDE_RACE_RUNS, run, |r| {
         let relisten = (!r.ours.status.success() && r.perftest_beat_the_relisten())
             .then_some("perftest's client connected before its server listened again");
-        let close = (!r.guest.contains("guest: exit 0") && r.perftest_guest_lost_its_close())
+        let close = (!r.guest_exited_0() && r.perftest_guest_lost_its_close())
             .then_some("siw's perftest was still closing when our side reset the connection");
         relisten.or(close)
     });
@@ -182,10 +182,7 @@ fn a_thousand_small_writes_to_siw_are_not_resent() {
         "{}",
         r.ours_failed("our ib_write_bw")
     );
-    assert!(
-        r.guest.contains("guest: exit 0"),
-        "siw's ib_write_bw failed"
-    );
+    assert!(r.guest_exited_0(), "siw's ib_write_bw failed");
     assert!(said.contains("#bytes"), "{said}");
 
     let ours = [10, 70 + N, 0, 1];

@@ -53,7 +53,7 @@ fn siws_rping_client_validates_our_server() {
             "-v",
         ],
     );
-    assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
+    assert!(r.guest_exited_0(), "siw's rping failed");
     for i in 0..PINGS {
         // With -V, siw's client prints a ping only after comparing it.
         assert!(
@@ -105,7 +105,7 @@ fn our_rping_client_validates_siws_server_without_crc() {
         );
     }
     // siw's server ends when we disconnect, as rping's does: status 0.
-    assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
+    assert!(r.guest_exited_0(), "siw's rping failed");
     testkit::tshark_check(&r.pcap, 6 * PINGS as usize, false);
 }
 
@@ -136,7 +136,7 @@ fn our_client_with_rtr(n: u8, rtr: &str) {
     assert!(r
         .ours_said()
         .contains(&format!("rping client: {PINGS} pings")));
-    assert!(r.guest.contains("guest: exit 0"), "siw's rping failed");
+    assert!(r.guest_exited_0(), "siw's rping failed");
     // The RTR is the first FPDU of the connection: a zero-length Write or Read Request.
     let want = if rtr == "write" { "0x00" } else { "0x01" };
     assert_eq!(
