@@ -533,3 +533,81 @@ fn many_qps_fit_a_small_descriptor_limit() {
     let m = &measurements(&v)[0];
     assert_eq!(m["qps"], 300);
 }
+
+/// A stream whose endpoint dies under it: the run fails at once and names the cause (the
+/// endpoint no longer serves the context), where it had waited out the runner's stall
+/// timeout and reported only that nothing was delivered.
+#[test]
+fn a_stream_whose_endpoint_died_fails_naming_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(EXE)
+        .args([
+            "--mode",
+            "bandwidth",
+            "--ops",
+            "write",
+            "--sizes",
+            "64",
+            "--qps",
+            "2",
+            "--duration",
+            "10m",
+            "--baselines",
+            "none",
+            "--quiet",
+            "--runtime-dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("iwarp-bench starts");
+    // Endpoint a's directory, once its daemon streams: its stats file counts the FPDUs it
+    // sent.
+    let streaming = |d: &Path| {
+        std::fs::read_to_string(d.join("stats")).is_ok_and(|s| {
+            s.split_whitespace()
+                .find_map(|f| f.strip_prefix("fpdus_tx="))
+                .is_some_and(|n| n != "0")
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let a = loop {
+        let found = std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|run| {
+                std::fs::read_dir(run.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|e| e.path())
+            .find(|p| p.is_dir() && p.to_string_lossy().ends_with('a') && streaming(p));
+        if let Some(a) = found {
+            break a;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // The initiator's own endpoint: where its peer's endpoint dies, the connection ends and
+    // the work requests are flushed; where its own dies, nothing completes.
+    let pid: i32 = std::fs::read_to_string(a.join("pid"))
+        .expect("iwarpd's pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // SAFETY: kill(2) with a pid read from the daemon's own pid file and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let out = child.wait_with_output().expect("iwarp-bench ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("will never be delivered: iwarp-control closed the context"),
+        "{err}"
+    );
+}

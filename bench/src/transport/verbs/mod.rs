@@ -410,6 +410,13 @@ impl Pool {
 /// How often a wait for completions asks whether the endpoint still serves the context.
 const LOOK: Duration = Duration::from_millis(50);
 
+/// The error of a wait whose endpoint no longer serves the context: `what` will not happen.
+fn endpoint_gone(what: String) -> BenchError {
+    err(format!(
+        "{what}: iwarp-control closed the context (it exited, or found iwarpd gone)"
+    ))
+}
+
 /// Waits until every send posted on `a` has completed (so the pair can be reused). A
 /// teardown waits here once per connection: where the endpoint is gone nothing completes,
 /// and it says so at once rather than after [`PATIENCE`] on each of a thousand QPs.
@@ -431,9 +438,8 @@ fn quiesce(a: &Side, posted: u64, mut done: u64, wcs: &mut [WorkCompletion]) -> 
         if look.elapsed() >= LOOK {
             look = Instant::now();
             if !a.ctx.is_served() {
-                return Err(err(format!(
-                    "{} send(s) will never complete: iwarp-control closed the context \
-                     (it exited, or found iwarpd gone)",
+                return Err(endpoint_gone(format!(
+                    "{} send(s) will never complete",
                     posted - done
                 )));
             }
@@ -611,6 +617,43 @@ struct VerbsStream {
     posted: u64,
     completed: u64,
     wcs: Vec<WorkCompletion>,
+    quiet: Quiet,
+}
+
+/// Polls of a stream that delivered nothing, and since when: a stream quiet for a second
+/// asks (at most every [`LOOK`]) whether the endpoint still serves its context, so that a
+/// run whose endpoint died fails at once, naming the cause, instead of after the runner's
+/// stall timeout. Polls are counted, not timed, so a busy stream reads no clock for this.
+#[derive(Default)]
+struct Quiet {
+    polls: u32,
+    since: Option<Instant>,
+    looked: Option<Instant>,
+}
+
+/// How long a stream may deliver nothing before it asks whether its endpoint is gone.
+const QUIET: Duration = Duration::from_secs(1);
+
+impl Quiet {
+    /// Notes a poll that delivered something or had nothing in flight to wait for (a run at
+    /// a low rate); returns whether the endpoint should be asked now.
+    fn due(&mut self, delivered_or_idle: bool) -> bool {
+        if delivered_or_idle {
+            *self = Quiet::default();
+            return false;
+        }
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls & 1023 != 0 {
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now - since < QUIET || self.looked.is_some_and(|t| now - t < LOOK) {
+            return false;
+        }
+        self.looked = Some(now);
+        true
+    }
 }
 
 /// The receiver of a two-sided stream: counts receive completions, re-posting before counting.
@@ -692,6 +735,13 @@ impl Stream for VerbsStream {
                 };
                 return Err(err(format!("the receiver stopped: {why}")));
             }
+        }
+        let idle = self.posted == self.completed;
+        if self.quiet.due(n > 0 || idle) && !a.ctx.is_served() {
+            return Err(endpoint_gone(format!(
+                "{} message(s) in flight will never be delivered",
+                self.posted - self.completed
+            )));
         }
         Ok(n)
     }
@@ -851,6 +901,7 @@ impl Transport for VerbsTransport {
             posted: 0,
             completed: 0,
             wcs: vec![WorkCompletion::BLANK; 64],
+            quiet: Quiet::default(),
         }))
     }
 
