@@ -558,10 +558,12 @@ fn a_stream_whose_endpoint_died_fails_naming_the_cause() {
             "--runtime-dir",
             dir.path().to_str().unwrap(),
         ])
-        .stdout(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("iwarp-bench starts");
+    // Stopped (with its daemons) if the test fails before it ends.
+    let mut child = iwarp_testkit::Proc(child);
     // Endpoint a's directory, once its daemon streams: its stats file counts the FPDUs it
     // sent.
     let streaming = |d: &Path| {
@@ -603,9 +605,11 @@ fn a_stream_whose_endpoint_died_fails_naming_the_cause() {
         .expect("a pid");
     // SAFETY: kill(2) with a pid read from the daemon's own pid file and a valid signal.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let out = child.wait_with_output().expect("iwarp-bench ends");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err)
+        .expect("iwarp-bench's errors");
+    let status = child.0.wait().expect("iwarp-bench ends");
+    assert_eq!(status.code(), Some(1), "{err}");
     assert!(
         err.contains("will never be delivered: iwarp-control closed the context"),
         "{err}"
