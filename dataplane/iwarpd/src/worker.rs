@@ -276,15 +276,87 @@ pub fn turn<P: Port, S: Service<P>>(node: &mut Node<P>, rnic: &mut Rnic, service
     worked
 }
 
-/// Renews the worker's per-connection lines when a second has passed since `at`.
-fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, at: &mut std::time::Instant) {
-    if at.elapsed() < Duration::from_secs(1) {
-        return;
+/// The worker's per-connection lines ([`CoreCounters::conns`]), renewed about once a second
+/// a slice of connections at a time: written all at once, ten thousand connections stalled
+/// the turn for milliseconds every second (their state read cold, a line formatted each).
+/// A pass starts a second after the last one started, formats [`ConnLines::SLICE`]
+/// connections a call (the worker calls it every turn while a pass is on), and publishes
+/// the whole text when done; connections moving up the list in between start it again.
+#[derive(Default)]
+struct ConnLines {
+    /// The next connection of the pass in progress.
+    next: Option<usize>,
+    text: String,
+    /// [`Node::conn_moves`] when the pass began.
+    moves: u64,
+    started: Option<std::time::Instant>,
+}
+
+impl ConnLines {
+    const SLICE: usize = 128;
+
+    /// Whether a pass is in progress (the worker calls [`ConnLines::renew`] every turn).
+    fn in_pass(&self) -> bool {
+        self.next.is_some()
     }
-    *at = std::time::Instant::now();
-    if let Ok(mut lines) = counters.conns.try_lock() {
-        *lines = node.conn_lines();
+
+    /// One step of the renewal at `now`, over a list of `count` connections that have
+    /// moved `moves` times; `lines(from, max, text)` formats a slice and returns where the
+    /// next begins; `publish` takes the finished text (false: not now, try again).
+    fn renew(
+        &mut self,
+        now: std::time::Instant,
+        count: usize,
+        moves: u64,
+        lines: impl FnOnce(usize, usize, &mut String) -> usize,
+        publish: impl FnOnce(&mut String) -> bool,
+    ) {
+        let from = match self.next {
+            Some(_) if moves != self.moves => 0,
+            Some(next) => next,
+            None if self
+                .started
+                .is_some_and(|t| now - t < Duration::from_secs(1)) =>
+            {
+                return
+            }
+            None => {
+                self.started = Some(now);
+                0
+            }
+        };
+        if from == 0 {
+            self.text.clear();
+            self.moves = moves;
+        }
+        let next = if from < count {
+            lines(from, Self::SLICE, &mut self.text)
+        } else {
+            from
+        };
+        self.next = Some(next);
+        if next >= count && publish(&mut self.text) {
+            self.next = None;
+        }
     }
+}
+
+/// One step of the renewal of the worker's per-connection lines (see [`ConnLines`]).
+fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, conns: &mut ConnLines) {
+    conns.renew(
+        std::time::Instant::now(),
+        node.conn_slots(),
+        node.conn_moves(),
+        |from, max, text| node.conn_lines_from(from, max, text),
+        |text| match counters.conns.try_lock() {
+            Ok(mut lines) => {
+                // The old text's buffer is reused for the next pass.
+                std::mem::swap(&mut *lines, text);
+                true
+            }
+            Err(_) => false,
+        },
+    );
 }
 
 /// Runs `node` until `stop` is set: the body of a poll-mode core.
@@ -331,12 +403,12 @@ pub fn run_with<P: Port, S: Service<P>>(
     let mut sleep = Duration::ZERO;
     let mut polls: u64 = 0;
     let mut sleeps: u64 = 0;
-    let mut conns_at = std::time::Instant::now();
+    let mut conns = ConnLines::default();
     while !stop.load(Ordering::Relaxed) {
         let worked = turn(node, rnic, &mut service);
         polls += 1;
-        if polls & 255 == 0 {
-            publish_conns(node, counters, &mut conns_at);
+        if polls & 255 == 0 || conns.in_pass() {
+            publish_conns(node, counters, &mut conns);
         }
         if worked {
             idle_turns = 0;
@@ -376,7 +448,16 @@ pub fn run_with<P: Port, S: Service<P>>(
             }
         };
         counters.publish(&node.counters().with_engine(&rnic.stats));
-        publish_conns(node, counters, &mut conns_at);
+        // About to sleep: the time is the worker's own, so a pass goes further here (a
+        // worker asleep wakes at least every `MAX_BLOCK`), by a few slices only, so that a
+        // frame arriving meanwhile waits about a millisecond at most.
+        publish_conns(node, counters, &mut conns);
+        for _ in 0..8 {
+            if !conns.in_pass() {
+                break;
+            }
+            publish_conns(node, counters, &mut conns);
+        }
         counters.polls.store(polls, Ordering::Relaxed);
         let Some(woke) = sleep_until_woken(node, rnic, &mut service, port_fd, cap) else {
             // The last look found work.
@@ -478,6 +559,92 @@ fn wait_readable<const N: usize>(fds: [RawFd; N], timeout: Duration) -> [bool; N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source of `count` connection lines `line i`, counting what each call formats.
+    fn lines_of(
+        count: usize,
+        formatted: &mut Vec<usize>,
+    ) -> impl FnOnce(usize, usize, &mut String) -> usize + '_ {
+        move |from, max, text| {
+            let to = (from + max).min(count);
+            for i in from..to {
+                text.push_str(&format!("line {i}\n"));
+            }
+            formatted.push(to - from);
+            to
+        }
+    }
+
+    /// The per-connection lines are renewed a slice per call, each connection once per pass
+    /// and in order, published whole at the pass's end; a pass begins a second after the last
+    /// began; connections moving up the list mid-pass start it again; a refused publish is
+    /// retried without formatting again.
+    #[test]
+    fn connection_lines_are_renewed_a_slice_per_call_and_published_whole() {
+        let t0 = std::time::Instant::now();
+        let count = 1000;
+        let mut c = ConnLines::default();
+        let mut published: Vec<String> = Vec::new();
+        let mut formatted = Vec::new();
+        let step = |c: &mut ConnLines,
+                    now,
+                    moves,
+                    formatted: &mut Vec<usize>,
+                    published: &mut Vec<String>,
+                    ok: bool| {
+            c.renew(now, count, moves, lines_of(count, formatted), |t| {
+                if ok {
+                    published.push(std::mem::take(t));
+                }
+                ok
+            });
+        };
+        let whole: String = (0..count).map(|i| format!("line {i}\n")).collect();
+        let calls = count.div_ceil(ConnLines::SLICE);
+        for _ in 0..calls {
+            step(&mut c, t0, 0, &mut formatted, &mut published, true);
+        }
+        assert!(
+            formatted.iter().all(|&n| n <= ConnLines::SLICE),
+            "{formatted:?}"
+        );
+        assert_eq!(formatted.iter().sum::<usize>(), count);
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[0], whole);
+        assert!(!c.in_pass());
+
+        // Within the second: nothing; a second after the pass began: a new one.
+        formatted.clear();
+        let almost = t0 + Duration::from_millis(999);
+        step(&mut c, almost, 0, &mut formatted, &mut published, true);
+        assert!(formatted.is_empty() && !c.in_pass());
+        let t1 = t0 + Duration::from_secs(1);
+        step(&mut c, t1, 0, &mut formatted, &mut published, true);
+        assert_eq!(formatted, [ConnLines::SLICE]);
+        assert!(c.in_pass());
+
+        // Connections moved: the pass starts again, so no line is missed or doubled.
+        formatted.clear();
+        for _ in 0..calls {
+            step(&mut c, t1, 1, &mut formatted, &mut published, true);
+        }
+        assert_eq!(formatted.iter().sum::<usize>(), count);
+        assert_eq!(published.len(), 2);
+        assert_eq!(published[1], whole);
+
+        // The reader holds the lines: the finished text waits, formatted once.
+        let t2 = t0 + Duration::from_secs(2);
+        formatted.clear();
+        for _ in 0..calls {
+            step(&mut c, t2, 1, &mut formatted, &mut published, false);
+        }
+        assert!(c.in_pass());
+        step(&mut c, t2, 1, &mut formatted, &mut published, true);
+        assert_eq!(formatted.iter().sum::<usize>(), count);
+        assert_eq!(published.len(), 3);
+        assert_eq!(published[2], whole);
+        assert!(!c.in_pass());
+    }
 
     #[test]
     fn connection_lines_name_their_core() {

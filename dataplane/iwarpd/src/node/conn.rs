@@ -195,6 +195,7 @@ impl<P: Port> Node<P> {
         }
         if self.conns.iter().all(|c| c.settings.is_none()) {
             self.conns.retain(|c| !c.socket_gone);
+            self.conn_moves += 1;
             self.unforgotten = 0;
             // At once, not at the next turn's marking: the next turn's first step (resend
             // nudges over the in-flight list) indexes `conns` before that.

@@ -469,6 +469,8 @@ pub struct Node<P: Port> {
     /// (see `Node::forget_reclaimed`).
     reclaimed: bool,
     unforgotten: usize,
+    /// Times `conns` was compacted (see [`Node::conn_moves`]).
+    conn_moves: u64,
     /// Connections visited, over all turns (see [`Node::visits`]).
     visits: u64,
     /// The current turn: its stage clock and times, frames received, whether the port was
@@ -574,6 +576,7 @@ impl<P: Port> Node<P> {
             indexed: 0,
             reclaimed: false,
             unforgotten: 0,
+            conn_moves: 0,
             visits: 0,
             stage: StageClock::new(false),
             turn_t: StageNs::default(),
@@ -677,7 +680,16 @@ impl<P: Port> Node<P> {
     /// then `key=value` pairs (the connection's id, its QP, and [`ConnTcp`]).
     pub fn conn_lines(&self) -> String {
         let mut out = String::new();
-        for (i, c) in self.conns.iter().enumerate() {
+        self.conn_lines_from(0, usize::MAX, &mut out);
+        out
+    }
+
+    /// [`Node::conn_lines`] of at most `max` connections from the `from`th on, appended to
+    /// `out`; returns where the next slice starts (the connection count once all are done).
+    /// Connections keep their places between slices until [`Node::conn_moves`] changes.
+    pub fn conn_lines_from(&self, from: usize, max: usize, out: &mut String) -> usize {
+        let to = from.saturating_add(max).min(self.conns.len());
+        for (i, c) in self.conns.iter().enumerate().take(to).skip(from) {
             let Some(t) = self.conn_tcp(i) else { continue };
             let k = t.counters;
             out.push_str(&format!(
@@ -699,7 +711,18 @@ impl<P: Port> Node<P> {
                 k.held,
             ));
         }
-        out
+        to
+    }
+
+    /// Connections in the list [`Node::conn_lines_from`] walks, in any state.
+    pub fn conn_slots(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Counts the times connections left the list and the rest moved up (see
+    /// [`Node::conn_lines_from`]).
+    pub fn conn_moves(&self) -> u64 {
+        self.conn_moves
     }
 
     /// Makes smoltcp resend the first unacknowledged segment of each connection whose
