@@ -535,8 +535,8 @@ fn many_qps_fit_a_small_descriptor_limit() {
 }
 
 /// A stream whose endpoint dies under it: the run fails at once and names the cause (the
-/// endpoint no longer serves the context), where it had waited out the runner's stall
-/// timeout and reported only that nothing was delivered.
+/// endpoint no longer serves the context), rather than waiting out the runner's stall
+/// timeout, which tells only that nothing was delivered.
 #[test]
 fn a_stream_whose_endpoint_died_fails_naming_the_cause() {
     let dir = tempfile::tempdir().unwrap();

@@ -67,8 +67,8 @@ pub struct FlowKey(u64);
 /// Flows are looked up in `FxHashMap`s on every segment. FxHash multiplies its input and
 /// keeps the product's middle bits, which only the input's lower bits reach: keys that
 /// differ only in our port (bits 48 and up: the connections an endpoint opened to one
-/// peer port) all fell into two probe groups with one tag, so that a lookup among 1,024
-/// of them walked hundreds of entries. The key is mixed first (the 64-bit finalizer of
+/// peer port) would all fall into two probe groups with one tag, and a lookup among 1,024
+/// of them would walk hundreds of entries. The key is mixed first (the 64-bit finalizer of
 /// MurmurHash3, a bijection, so no two keys meet that did not before): every bit then
 /// reaches the bits a table takes for its slot and tag.
 impl std::hash::Hash for FlowKey {
@@ -902,7 +902,7 @@ mod tests {
     /// opened to one listener; the peer's port: those a listener took from one peer; the
     /// peer's address) spread over a table's slots and tags as random keys would: a table
     /// of 1,024 has 2,048 slots (the hash's low 11 bits) and 128 tags (its top 7). Hashed
-    /// as a bare `u64`, the first family took 2 slot values and 1 tag, every lookup a walk.
+    /// as a bare `u64`, the first family would take 2 slot values and 1 tag.
     #[test]
     fn flows_that_differ_in_one_field_spread_over_fxhash_slots_and_tags() {
         use std::hash::BuildHasher;

@@ -277,8 +277,9 @@ pub fn turn<P: Port, S: Service<P>>(node: &mut Node<P>, rnic: &mut Rnic, service
 }
 
 /// The worker's per-connection lines ([`CoreCounters::conns`]), renewed about once a second
-/// a slice of connections at a time: written all at once, ten thousand connections stalled
-/// the turn for milliseconds every second (their state read cold, a line formatted each).
+/// a slice of connections at a time: written all at once, ten thousand connections would
+/// stall the turn for milliseconds every second (their state read cold, a line formatted
+/// each).
 /// A pass starts a second after the last one started, formats [`ConnLines::SLICE`]
 /// connections a call (the worker calls it every turn while a pass is on), and publishes
 /// the whole text when done; connections moving up the list in between start it again.
