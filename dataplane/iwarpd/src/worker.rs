@@ -93,8 +93,9 @@ pub struct CoreCounters {
     pub wakes_port: AtomicU64,
     pub wakes_doorbell: AtomicU64,
     pub wakes_timer: AtomicU64,
-    /// The worker's per-connection TCP lines ([`Node::conn_lines`]), renewed about once a
-    /// second; the worker never waits for the lock (a reader holding it delays the renewal).
+    /// The worker's per-connection TCP lines ([`Node::conn_lines_from`], a slice a turn),
+    /// renewed about once a second; the worker never waits for the lock (a reader holding it
+    /// delays the renewal).
     pub conns: std::sync::Mutex<String>,
 }
 
@@ -301,12 +302,13 @@ impl ConnLines {
         self.next.is_some()
     }
 
-    /// One step of the renewal at `now`, over a list of `count` connections that have
-    /// moved `moves` times; `lines(from, max, text)` formats a slice and returns where the
-    /// next begins; `publish` takes the finished text (false: not now, try again).
+    /// One step of the renewal over a list of `count` connections that have moved `moves`
+    /// times; `now` is read only to decide whether a pass begins (a turn within a pass reads
+    /// no clock); `lines(from, max, text)` formats a slice and returns where the next
+    /// begins; `publish` takes the finished text (false: not now, try again).
     fn renew(
         &mut self,
-        now: std::time::Instant,
+        now: impl FnOnce() -> std::time::Instant,
         count: usize,
         moves: u64,
         lines: impl FnOnce(usize, usize, &mut String) -> usize,
@@ -315,13 +317,14 @@ impl ConnLines {
         let from = match self.next {
             Some(_) if moves != self.moves => 0,
             Some(next) => next,
-            None if self
-                .started
-                .is_some_and(|t| now - t < Duration::from_secs(1)) =>
-            {
-                return
-            }
             None => {
+                let now = now();
+                if self
+                    .started
+                    .is_some_and(|t| now - t < Duration::from_secs(1))
+                {
+                    return;
+                }
                 self.started = Some(now);
                 0
             }
@@ -345,7 +348,7 @@ impl ConnLines {
 /// One step of the renewal of the worker's per-connection lines (see [`ConnLines`]).
 fn publish_conns<P: Port>(node: &Node<P>, counters: &CoreCounters, conns: &mut ConnLines) {
     conns.renew(
-        std::time::Instant::now(),
+        std::time::Instant::now,
         node.conn_slots(),
         node.conn_moves(),
         |from, max, text| node.conn_lines_from(from, max, text),
@@ -452,12 +455,11 @@ pub fn run_with<P: Port, S: Service<P>>(
         // About to sleep: the time is the worker's own, so a pass goes further here (a
         // worker asleep wakes at least every `MAX_BLOCK`), by a few slices only, so that a
         // frame arriving meanwhile waits about a millisecond at most.
-        publish_conns(node, counters, &mut conns);
-        for _ in 0..8 {
+        for _ in 0..9 {
+            publish_conns(node, counters, &mut conns);
             if !conns.in_pass() {
                 break;
             }
-            publish_conns(node, counters, &mut conns);
         }
         counters.polls.store(polls, Ordering::Relaxed);
         let Some(woke) = sleep_until_woken(node, rnic, &mut service, port_fd, cap) else {
@@ -593,12 +595,18 @@ mod tests {
                     formatted: &mut Vec<usize>,
                     published: &mut Vec<String>,
                     ok: bool| {
-            c.renew(now, count, moves, lines_of(count, formatted), |t| {
-                if ok {
-                    published.push(std::mem::take(t));
-                }
-                ok
-            });
+            c.renew(
+                || now,
+                count,
+                moves,
+                lines_of(count, formatted),
+                |t| {
+                    if ok {
+                        published.push(std::mem::take(t));
+                    }
+                    ok
+                },
+            );
         };
         let whole: String = (0..count).map(|i| format!("line {i}\n")).collect();
         let calls = count.div_ceil(ConnLines::SLICE);

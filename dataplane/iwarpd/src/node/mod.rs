@@ -676,17 +676,11 @@ impl<P: Port> Node<P> {
         })
     }
 
-    /// One line per connection whose sending side is tracked, for the stats file: `conn`,
-    /// then `key=value` pairs (the connection's id, its QP, and [`ConnTcp`]).
-    pub fn conn_lines(&self) -> String {
-        let mut out = String::new();
-        self.conn_lines_from(0, usize::MAX, &mut out);
-        out
-    }
-
-    /// [`Node::conn_lines`] of at most `max` connections from the `from`th on, appended to
-    /// `out`; returns where the next slice starts (the connection count once all are done).
-    /// Connections keep their places between slices until [`Node::conn_moves`] changes.
+    /// The stats file's lines of at most `max` connections from the `from`th on, appended to
+    /// `out`: one per connection whose sending side is tracked, `conn` and then `key=value`
+    /// pairs (the connection's id, its QP, and [`ConnTcp`]). Returns where the next slice
+    /// starts (the connection count once all are done). Connections keep their places
+    /// between slices until [`Node::conn_moves`] changes.
     pub fn conn_lines_from(&self, from: usize, max: usize, out: &mut String) -> usize {
         let to = from.saturating_add(max).min(self.conns.len());
         for (i, c) in self.conns.iter().enumerate().take(to).skip(from) {
