@@ -9,7 +9,8 @@
 //! waiters. Both sides put a SeqCst fence between their store and their load (the
 //! head index for the application, the word for the daemon), so either the application sees
 //! the new completion or the daemon sees the armed word: no wake-up is lost. The daemon pays
-//! one load per burst of completions, and a system call only when someone sleeps.
+//! one fence for all the CQs a turn wrote to, a load for each, and a system call only when
+//! someone sleeps.
 
 // The futex word must be a plain u32 in shared memory that the kernel reads: the loom facade
 // (crate::sync) cannot stand in for it, so this module uses core's atomics and is left out of
@@ -128,7 +129,23 @@ impl Notify {
     /// the next completion of any kind. A solicited-only arming stays armed past
     /// unsolicited completions. Returns whether it woke.
     pub fn wake_if_armed_for(&self, solicited: bool) -> bool {
+        Notify::wake_armed([(self, solicited)]) == 1
+    }
+
+    /// Daemon: after publishing completions on several CQs, one fence for them all, then
+    /// each word as [`Notify::wake_if_armed_for`] would. A fence drains the store buffer,
+    /// and a turn's completion stores miss the cache when there are many CQs: one fence a
+    /// turn lets them overlap instead of waiting for each CQ's in turn. Returns how many
+    /// it woke.
+    pub fn wake_armed<'a>(words: impl IntoIterator<Item = (&'a Notify, bool)>) -> usize {
         fence(Ordering::SeqCst);
+        words
+            .into_iter()
+            .filter(|&(n, solicited)| n.wake_after_fence(solicited))
+            .count()
+    }
+
+    fn wake_after_fence(&self, solicited: bool) -> bool {
         match self.word().load(Ordering::Relaxed) {
             0 => return false,
             SOLICITED if !solicited => return false,
@@ -183,5 +200,23 @@ mod tests {
         assert!(!n.armed());
         // Not armed: wait returns at once instead of sleeping out its timeout.
         n.wait(Duration::from_secs(3600));
+    }
+
+    /// One fence for several CQs: each word is still judged by its own completions.
+    #[test]
+    fn a_turns_words_are_woken_each_for_its_own_completions() {
+        let (any, solicited_only, idle) = (word(), word(), word());
+        any.arm();
+        solicited_only.arm_for(true);
+        let woke = Notify::wake_armed([(&any, false), (&solicited_only, false), (&idle, true)]);
+        assert_eq!(woke, 1, "only the word armed for any completion");
+        assert!(!any.armed());
+        assert!(
+            solicited_only.armed(),
+            "unsolicited completions leave it armed"
+        );
+        assert_eq!(Notify::wake_armed([(&solicited_only, true)]), 1);
+        assert!(!solicited_only.armed());
+        assert_eq!(Notify::wake_armed([]), 0);
     }
 }

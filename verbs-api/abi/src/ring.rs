@@ -387,6 +387,14 @@ impl<T: Slot> Producer<T> {
         self.free(u64::MAX) as usize
     }
 
+    /// Slots free, reloading the consumer's index only when fewer than `want` look free:
+    /// the count may be low (the consumer freed more since), never high. The index is a
+    /// line the consumer writes on every release; reading it when the room already known
+    /// is enough moves that line between cores for nothing.
+    pub fn free_for(&mut self, want: usize) -> usize {
+        self.free(want as u64) as usize
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity as usize
     }
@@ -520,6 +528,29 @@ mod tests {
             assert_eq!(c.pop_batch(&mut buf[..3]), 3);
             assert_eq!(buf[..3], [round, round + 1, round + 2]);
         }
+    }
+
+    /// `free_for` answers from the cached index while it shows enough room and reloads it
+    /// only when it does not: the count can lag the consumer, never run ahead of it.
+    #[test]
+    fn free_for_reloads_only_when_short() {
+        let len = ring_bytes::<u64>(8);
+        let mut m = Mem::new(len);
+        // SAFETY: `m` outlives the ends; one producer and one consumer.
+        let (mut p, mut c) = unsafe { init::<u64>(m.ptr(), len, 8) }.unwrap();
+        assert_eq!(p.push_batch(&[1, 2, 3, 4, 5, 6]), 6);
+        assert_eq!(p.free_for(2), 2);
+        let mut buf = [0u64; 4];
+        assert_eq!(c.pop_batch(&mut buf), 4);
+        assert_eq!(
+            p.free_for(2),
+            2,
+            "two look free: the cached index is not reloaded"
+        );
+        assert_eq!(p.free_for(3), 6, "fewer than wanted look free: reloaded");
+        assert_eq!(p.free_slots(), 6);
+        assert_eq!(p.push_batch(&[7, 8, 9, 10, 11, 12]), 6);
+        assert_eq!(p.free_for(1), 0, "full, and the consumer took nothing more");
     }
 
     /// Records of whole words go a word at a time, others in one volatile access: both

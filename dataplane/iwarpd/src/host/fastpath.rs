@@ -12,6 +12,7 @@
 
 use super::convert;
 use iwarp_abi::id::{CqId, PdId, QpId, SrqId};
+use iwarp_abi::notify::Notify;
 use iwarp_abi::ring::{Consumer, Producer};
 use iwarp_abi::segment::Segment;
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
@@ -26,7 +27,7 @@ pub struct HostCq {
     pub cq: CqId,
     pub ring: Producer<Cqe>,
     /// The application's notification word, woken after completions are written.
-    pub notify: Option<iwarp_abi::notify::Notify>,
+    pub notify: Option<Notify>,
     /// Room for one burst of engine completions and their CQEs, kept so that a drain (every
     /// turn, for every CQ, mostly finding nothing) does not clear 3 KiB of stack each time.
     wcs: Box<[WorkCompletion; BURST]>,
@@ -41,8 +42,6 @@ pub struct Pumped {
     /// Entries posted as failed WRs (undecodable, or refused by the engine), which complete
     /// with an error in their turn, or dropped because their QP is gone.
     pub rejected: usize,
-    /// CQEs written.
-    pub completed: usize,
 }
 
 /// A QP's application-side rings.
@@ -56,6 +55,8 @@ pub struct HostQp {
     /// a failed WR: posted first next time.
     sq_stash: Option<(SendWr, Option<Status>)>,
     rq_stash: Option<(RecvWr, Option<Status>)>,
+    /// The last SQ pump stopped at its burst before finding the ring empty.
+    sq_more: bool,
 }
 
 /// The completion status of a WR the engine refused at post time: a local STag it cannot
@@ -143,6 +144,7 @@ impl HostQp {
             rq,
             sq_stash: None,
             rq_stash: None,
+            sq_more: false,
         }
     }
 
@@ -153,11 +155,15 @@ impl HostQp {
             return p;
         }
         let qp = self.qp;
+        self.sq_more = true;
         for _ in 0..BURST {
             let (wr, failed) = match self.sq_stash.take() {
                 Some(stashed) => stashed,
                 None => {
-                    let Some(w) = self.sq.pop() else { break };
+                    let Some(w) = self.sq.pop() else {
+                        self.sq_more = false;
+                        break;
+                    };
                     match convert::send_wr(&w) {
                         Ok(wr) => (wr, None),
                         // Undecodable: a stand-in with its id and operation fails in its turn.
@@ -221,17 +227,16 @@ impl HostQp {
     }
 
     /// Whether a pump left work behind (more than a burst, or an entry the engine's full
-    /// queue refused): no post rings for it, so the caller visits the QP again.
-    pub fn pending(&mut self) -> bool {
-        self.sq_stash.is_some()
-            || self.rq_stash.is_some()
-            || !self.sq.is_empty()
-            || self.rq.as_mut().is_some_and(|r| !r.is_empty())
+    /// queue refused): no post rings for it, so the caller visits the QP again. Known from
+    /// the pumps, not by reading the rings' heads again: a post published after a pump
+    /// found its ring empty rings the doorbell after it, and that is taken next turn.
+    pub fn pending(&self) -> bool {
+        self.sq_stash.is_some() || self.rq_stash.is_some() || self.sq_more
     }
 }
 
 impl HostCq {
-    pub fn new(cq: CqId, ring: Producer<Cqe>, notify: Option<iwarp_abi::notify::Notify>) -> HostCq {
+    pub fn new(cq: CqId, ring: Producer<Cqe>, notify: Option<Notify>) -> HostCq {
         HostCq {
             cq,
             ring,
@@ -241,12 +246,18 @@ impl HostCq {
         }
     }
 
-    /// Writes up to [`BURST`] engine completions, as far as the CQE ring has room.
-    pub fn drain(&mut self, rnic: &mut Rnic) -> Pumped {
-        let mut p = Pumped::default();
-        let room = self.ring.free_slots().min(BURST);
+    /// Writes up to [`BURST`] engine completions, as far as the CQE ring has room. The
+    /// application's waiter is not woken here: the caller does, once it has drained every
+    /// CQ of its turn ([`Notify::wake_armed`]).
+    pub fn drain(&mut self, rnic: &mut Rnic) -> Drained {
+        let mut d = Drained::default();
+        let waiting = rnic.cq_status(self.cq).map_or(0, |(n, _)| n).min(BURST);
+        if waiting == 0 {
+            return d;
+        }
+        let room = self.ring.free_for(waiting).min(waiting);
         if room == 0 {
-            return p;
+            return d;
         }
         let n = rnic.poll_cq(self.cq, &mut self.wcs[..room]).unwrap_or(0);
         for (c, wc) in self.cqes.iter_mut().zip(&self.wcs[..n]) {
@@ -255,19 +266,23 @@ impl HostCq {
         // `room` slots were free and only we produce: all n fit, one doorbell.
         let written = self.ring.push_batch(&self.cqes[..n]);
         debug_assert_eq!(written, n);
-        p.completed += written;
-        if p.completed > 0 {
-            if let Some(w) = &self.notify {
-                // A solicited-only arming is met by a solicited or an error completion
-                // (Verbs section 8.3.4).
-                let solicited = self.wcs[..n]
-                    .iter()
-                    .any(|wc| wc.solicited || wc.status != Status::Success);
-                w.wake_if_armed_for(solicited);
-            }
-        }
-        p
+        d.completed = written;
+        // A solicited-only arming is met by a solicited or an error completion (Verbs
+        // section 8.3.4).
+        d.solicited = self.wcs[..n]
+            .iter()
+            .any(|wc| wc.solicited || wc.status != Status::Success);
+        d
     }
+}
+
+/// What a CQ drain wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// CQEs written.
+    pub completed: usize,
+    /// One of them was solicited or in error: it meets a solicited-only arming.
+    pub solicited: bool,
 }
 
 /// An S-RQ's application ring.
@@ -318,9 +333,10 @@ impl HostSrq {
         p
     }
 
-    /// Whether the pump left work behind (as [`HostQp::pending`]).
-    pub fn pending(&mut self) -> bool {
-        self.stash.is_some() || !self.ring.is_empty()
+    /// Whether the pump left work behind (as [`HostQp::pending`]): only an entry the full
+    /// engine refused, since a pump reads the ring until it is empty.
+    pub fn pending(&self) -> bool {
+        self.stash.is_some()
     }
 }
 
@@ -614,6 +630,39 @@ mod tests {
         let n = rnic.poll_cq(ecq, &mut wcs).unwrap();
         let ids: Vec<u64> = wcs[..n].iter().map(|w| w.wr_id).collect();
         assert_eq!(ids, (0..64).collect::<Vec<_>>());
+    }
+
+    /// A pump that stopped at its burst leaves its QP pending (no post will ring for what
+    /// is left); one that emptied the ring does not, and nothing rereads the ring to say so:
+    /// a later post rings the doorbell itself.
+    #[test]
+    fn a_qp_is_pending_while_its_sq_pump_stops_at_the_burst() {
+        let mut rnic = Rnic::new();
+        let pd = rnic.alloc_pd();
+        let ecq = rnic.create_cq(256);
+        let caps = QpCaps {
+            sq_depth: 128,
+            rq_depth: 4,
+            srq: None,
+        };
+        let eqp = rnic.create_qp(pd, ecq, ecq, caps).unwrap();
+        let sq_seg = seg("sq5", ring::ring_bytes::<SendWqe>(128));
+        let rq_seg = seg("rq5", ring::ring_bytes::<RecvWqe>(4));
+        let (mut app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 128).unwrap();
+        let (_app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 4).unwrap();
+        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
+        assert!(!qp.pending());
+        let send = |i| SendWqe::new(i, SendOpcode::Send, &[]).unwrap();
+        for i in 0..BURST as u64 + 5 {
+            app_sq.push(send(i)).unwrap();
+        }
+        assert_eq!(qp.pump_sq(&mut rnic).posted, BURST);
+        assert!(qp.pending(), "five entries left behind the burst");
+        assert_eq!(qp.pump_sq(&mut rnic).posted, 5);
+        assert!(!qp.pending(), "the pump found the ring empty");
+        app_sq.push(send(99)).unwrap();
+        assert!(!qp.pending(), "a new post is the doorbell's to announce");
+        assert_eq!(qp.pump_sq(&mut rnic).posted, 1);
     }
 
     /// A CQE ring the application never polls: completions stay in the engine (no loss in

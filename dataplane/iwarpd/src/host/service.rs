@@ -30,12 +30,14 @@ use iwarp_abi::command::{
 use iwarp_abi::daemon_shm::DaemonSide;
 use iwarp_abi::doorbell::{BellRef, Drainer};
 use iwarp_abi::id::{CqId, PdId, QpId, SrqId, Stag};
+use iwarp_abi::notify::Notify;
 use iwarp_abi::segment::{Segment, SegmentKind};
 use iwarp_abi::wake::DaemonWake;
 use iwarp_abi::wqe::{Cqe, RecvWqe, SendWqe};
 use iwarp_abi::{command::Upcall, ring};
 use iwarp_engine::{ConnParams, PeerToPeer, QpCaps, QpState, Rnic, RtrKind};
 use iwarp_wire::mpa::MpaParams;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -93,9 +95,11 @@ const OWNER_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 pub struct Host {
     side: DaemonSide,
     pds: HashSet<PdId>,
-    cqs: HashMap<CqId, Cq>,
-    srqs: HashMap<SrqId, Srq>,
-    qps: HashMap<QpId, Qp>,
+    /// Looked up for every visit of a rung QP and every CQ drained: hashed cheaply (ids are
+    /// control's counters).
+    cqs: FxHashMap<CqId, Cq>,
+    srqs: FxHashMap<SrqId, Srq>,
+    qps: FxHashMap<QpId, Qp>,
     /// The applications' doorbells, by their segments' file ids.
     bells: HashMap<FileId, AppBell>,
     /// QPs and S-RQs without a doorbell slot (none named, or not usable): read every turn.
@@ -132,6 +136,9 @@ pub struct Host {
     ring_ns: Option<u64>,
     /// CQs a drain left completions in, listed again after it (kept for its capacity).
     cqs_left: Vec<CqId>,
+    /// CQs a drain wrote to that have a notification word, and whether what it wrote meets
+    /// a solicited-only arming (kept for its capacity).
+    cqs_written: Vec<(CqId, bool)>,
     /// What applications and control ring when this core sleeps.
     doorbell: Option<DaemonWake>,
 }
@@ -142,9 +149,9 @@ impl Host {
         Host {
             side,
             pds: HashSet::new(),
-            cqs: HashMap::new(),
-            srqs: HashMap::new(),
-            qps: HashMap::new(),
+            cqs: FxHashMap::default(),
+            srqs: FxHashMap::default(),
+            qps: FxHashMap::default(),
             bells: HashMap::new(),
             unbelled: Vec::new(),
             next_qps: Vec::new(),
@@ -164,6 +171,7 @@ impl Host {
             control_generation: 0,
             ring_ns: None,
             cqs_left: Vec::new(),
+            cqs_written: Vec::new(),
             doorbell: None,
         }
     }
@@ -568,16 +576,31 @@ impl Host {
     /// Moves completions into the CQ rings of the CQs that have them (the engine lists
     /// those, [`Rnic::next_cq_ready`]), a burst each. A CQ left with completions (its ring
     /// full, or more than a burst) is listed again for the next turn.
+    ///
+    /// The applications' waiters are woken after every CQ is drained, behind one fence.
     fn drain_cqs(&mut self, rnic: &mut Rnic) -> bool {
         let mut worked = false;
         while let Some(cq_id) = rnic.next_cq_ready() {
             let Some(cq) = self.cqs.get_mut(&cq_id) else {
                 continue;
             };
-            worked |= cq.host.drain(rnic).completed > 0;
+            let d = cq.host.drain(rnic);
+            if d.completed > 0 {
+                worked = true;
+                if cq.host.notify.is_some() {
+                    self.cqs_written.push((cq_id, d.solicited));
+                }
+            }
             if rnic.cq_status(cq_id).is_some_and(|(n, _)| n > 0) {
                 self.cqs_left.push(cq_id);
             }
+        }
+        if !self.cqs_written.is_empty() {
+            let cqs = &self.cqs;
+            Notify::wake_armed(self.cqs_written.iter().filter_map(|&(id, solicited)| {
+                Some((cqs.get(&id)?.host.notify.as_ref()?, solicited))
+            }));
+            self.cqs_written.clear();
         }
         for cq_id in self.cqs_left.drain(..) {
             rnic.mark_cq(cq_id);
@@ -634,7 +657,7 @@ impl Host {
                 let seg = open(&ring.to_path(), SegmentKind::CompletionQueue)?;
                 let (producer, _) =
                     ring::attach_segment::<Cqe>(&seg).map_err(|_| st::BAD_SEGMENT)?;
-                let notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
+                let notify = Notify::of_cq_segment(&seg, producer.capacity());
                 rnic.create_cq_at(cq, depth as usize)
                     .map_err(|_| st::EXISTS)?;
                 self.cqs.insert(
@@ -909,7 +932,7 @@ impl Host {
             return Err(st::BAD_SEGMENT);
         }
         rnic.resize_cq(cq, depth as usize).map_err(|_| st::IN_USE)?;
-        c.host.notify = iwarp_abi::notify::Notify::of_cq_segment(&seg, producer.capacity());
+        c.host.notify = Notify::of_cq_segment(&seg, producer.capacity());
         c.host.ring = producer;
         Ok(())
     }
