@@ -1,7 +1,8 @@
 //! A turn reads the rings that were rung, not every ring: with 256 idle QPs whose rings name
 //! their application's doorbell, idle turns visit none of them; a post visits its own QP; a
 //! QP without a doorbell slot is read every turn; and an application that sets every bit of
-//! its doorbell gets each of its QPs visited once, no more.
+//! its doorbell gets each of its QPs visited once, no more. An RQ with a slot of its own is
+//! read when that slot is rung, not when its SQ's is.
 
 use iwarp_abi::command::{reply_status, Command, ShmPath, Upcall, NO_SRQ};
 use iwarp_abi::daemon_shm::{ControlSide, DaemonShm};
@@ -31,7 +32,7 @@ struct Daemon {
 
 impl Daemon {
     fn new() -> Daemon {
-        let name = format!("iwarp-ring-visits-{}", std::process::id());
+        let name = format!("iwarp-ring-visits-{}-{}", std::process::id(), unique());
         let side = DaemonShm::create(&name, None, 64, 64, HugePolicy::Off).unwrap();
         let control = DaemonShm::open(side.path().unwrap(), 1).unwrap();
         let (port, peer) = MemoryPort::pair([2, 0, 0, 0, 0x33, 1], [2, 0, 0, 0, 0x33, 2], 1500);
@@ -77,12 +78,22 @@ impl Daemon {
     }
 }
 
+/// A number no other name of this process used: the tests run side by side.
+fn unique() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn path(seg: &Segment) -> ShmPath {
     ShmPath::new(seg.path().unwrap()).unwrap()
 }
 
 fn sealed(what: &str, kind: SegmentKind, len: usize) -> Arc<Segment> {
-    let name = format!("iwarp-ring-visits-{}-{what}", std::process::id());
+    let name = format!(
+        "iwarp-ring-visits-{}-{}-{what}",
+        std::process::id(),
+        unique()
+    );
     Arc::new(Segment::create_sealed(&name, kind, len, HugePolicy::Off).unwrap())
 }
 
@@ -94,8 +105,13 @@ struct AppQp {
 }
 
 /// Creates QP `qp` with rings of its own, naming `bell` slot `slot` in its SQ segment when
-/// given.
-fn create_qp(d: &mut Daemon, qp: u32, bell: Option<(&Segment, u32)>) -> AppQp {
+/// given, and slot `rq_slot` of the same doorbell in its RQ segment when given too.
+fn create_qp(
+    d: &mut Daemon,
+    qp: u32,
+    bell: Option<(&Segment, u32)>,
+    rq_slot: Option<u32>,
+) -> AppQp {
     let sq_len = ring_bytes::<SendWqe>(DEPTH);
     let sq_seg = sealed(
         &format!("sq{qp}"),
@@ -110,12 +126,20 @@ fn create_qp(d: &mut Daemon, qp: u32, bell: Option<(&Segment, u32)>) -> AppQp {
         };
         assert!(r.write(&sq_seg, sq_len));
     }
+    let rq_len = ring_bytes::<RecvWqe>(DEPTH);
     let rq_seg = sealed(
         &format!("rq{qp}"),
         SegmentKind::RecvQueue,
-        ring_bytes::<RecvWqe>(DEPTH),
+        with_bell_ref(rq_len),
     );
     let (rq, _) = ring::init_segment::<RecvWqe>(&rq_seg, DEPTH).unwrap();
+    if let (Some((b, _)), Some(slot)) = (bell, rq_slot) {
+        let r = BellRef {
+            slot,
+            path: path(b),
+        };
+        assert!(r.write(&rq_seg, rq_len));
+    }
     d.command(Command::CreateQp {
         qp: QpId(qp),
         pd: PdId(1),
@@ -153,10 +177,10 @@ fn a_turn_visits_only_the_rings_that_were_rung() {
     let bell_seg = sealed("bell", SegmentKind::Doorbell, bell_bytes(BELL_SLOTS));
     let ringer = Ringer::init_segment(&bell_seg).unwrap();
     let mut qps: Vec<AppQp> = (0..RUNG_QPS)
-        .map(|i| create_qp(&mut d, 100 + i, Some((&bell_seg, i))))
+        .map(|i| create_qp(&mut d, 100 + i, Some((&bell_seg, i)), None))
         .collect();
     // One QP names no doorbell (an older library, or slots run out): read every turn.
-    let mut plain = create_qp(&mut d, 999, None);
+    let mut plain = create_qp(&mut d, 999, None, None);
 
     // Each new QP is visited once after its creation; then idle turns visit the plain QP alone.
     assert_eq!(d.turn(), RUNG_QPS as u64 + 1, "the new QPs, once");
@@ -222,4 +246,46 @@ fn a_turn_visits_only_the_rings_that_were_rung() {
     ringer.ring(0);
     ringer.ring(1);
     assert_eq!(d.turn(), 1, "slot 0 names nothing any more");
+}
+
+/// A QP whose RQ names a slot of its own: its SQ's doorbell does not read the RQ's ring (a
+/// line the application writes, met cold), the RQ's own does, alone; destroyed, the QP
+/// gives the RQ's slot back.
+#[test]
+fn an_rq_with_a_slot_of_its_own_is_read_only_when_that_slot_is_rung() {
+    let mut d = Daemon::new();
+    d.command(Command::AllocPd { pd: PdId(1) });
+    let cq_seg = sealed("cq", SegmentKind::CompletionQueue, cq_segment_bytes(256));
+    ring::init_segment::<Cqe>(&cq_seg, 256).unwrap();
+    d.command(Command::CreateCq {
+        cq: CqId(1),
+        depth: 256,
+        ring: path(&cq_seg),
+    });
+    let bell_seg = sealed("bell", SegmentKind::Doorbell, bell_bytes(BELL_SLOTS));
+    let ringer = Ringer::init_segment(&bell_seg).unwrap();
+    let mut q = create_qp(&mut d, 100, Some((&bell_seg, 0)), Some(1));
+    assert_eq!(d.turn(), 1, "the new QP, once");
+    assert_eq!(d.turn(), 0);
+
+    let wqe = RecvWqe::new(1, &[]).unwrap();
+    q.rq.push(wqe).unwrap();
+    ringer.ring(0);
+    assert_eq!(d.turn(), 1, "the SQ's doorbell visits the QP");
+    assert!(!drained(&mut q), "but does not read its RQ");
+    ringer.ring(1);
+    assert_eq!(d.turn(), 1, "the RQ's own doorbell: one visit");
+    assert!(drained(&mut q), "the receive reached the engine");
+    assert_eq!(d.turn(), 0, "taken: not visited again");
+
+    // Both rung in one turn: one visit, both rings read.
+    q.rq.push(wqe).unwrap();
+    ringer.ring(0);
+    ringer.ring(1);
+    assert_eq!(d.turn(), 1);
+    assert!(drained(&mut q));
+
+    d.command(Command::DestroyQp { qp: QpId(100) });
+    ringer.ring(1);
+    assert_eq!(d.turn(), 0, "slot 1 names nothing any more");
 }

@@ -1,9 +1,9 @@
 //! Which of an application's rings have work, so that a daemon turn visits those rings and
 //! not every ring it serves: per application one segment
 //! ([`crate::segment::SegmentKind::Doorbell`]) holding a bitmap of rung slots and a summary
-//! bitmap of its non-zero words. Each QP (its SQ and RQ together) and each S-RQ has a slot;
-//! its ring segment names the doorbell segment and the slot in a trailer after the ring
-//! ([`BellRef`]), which the daemon reads when it attaches the ring.
+//! bitmap of its non-zero words. Each QP's SQ, its RQ and each S-RQ has a slot (an RQ without
+//! one is read with its SQ); its ring segment names the doorbell segment and the slot in a
+//! trailer after the ring ([`BellRef`]), which the daemon reads when it attaches the ring.
 //!
 //! A post publishes its ring's head, then sets its slot's bit with an AcqRel `fetch_or`, and
 //! when the bit was clear, the word's bit in the summary the same way. The daemon swaps each
@@ -22,9 +22,10 @@ use crate::sync::{AtomicU64, Ordering};
 use core::ptr::NonNull;
 use std::sync::Arc;
 
-/// Slots of the doorbell segment the application library creates: rings (QPs and S-RQs)
-/// one application can have rung; any beyond are read every turn.
-pub const BELL_SLOTS: usize = 16_384;
+/// Slots of the doorbell segment the application library creates: rings one application
+/// can have rung (two a QP, its SQ and its RQ; one an S-RQ), 16,384 QPs in all; a QP beyond
+/// is read every turn, and an RQ beyond with its SQ.
+pub const BELL_SLOTS: usize = 32_768;
 
 const fn line(n: usize) -> usize {
     n.div_ceil(64) * 64
@@ -308,14 +309,15 @@ mod tests {
     fn a_slot_is_listed_once_until_taken() {
         let (mut m, len) = mem(BELL_SLOTS);
         let (r, mut d) = ends(&mut m, len, BELL_SLOTS);
-        for s in [5, 70, 5, 5, 16_383, 70, 4_096] {
+        let last = BELL_SLOTS as u32 - 1;
+        for s in [5, 70, 5, 5, last, 70, 4_096] {
             r.ring(s);
         }
-        assert_eq!(drained(&mut d), vec![5, 70, 4_096, 16_383]);
+        assert_eq!(drained(&mut d), vec![5, 70, 4_096, last]);
         assert_eq!(drained(&mut d), vec![], "nothing rung since");
         r.ring(70);
         assert_eq!(drained(&mut d), vec![70], "taken, then rung again");
-        r.ring(16_384);
+        r.ring(last + 1);
         r.ring(u32::MAX);
         assert_eq!(drained(&mut d), vec![], "out of range ignored");
     }

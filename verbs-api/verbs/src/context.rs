@@ -440,7 +440,8 @@ impl ProtectionDomain {
     /// Create QP in this PD, with its send and receive queues in shared rings (no receive
     /// ring with an S-RQ).
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<QueuePair, Error> {
-        // The SQ's segment names the QP's doorbell slot after its ring; the RQ's need not.
+        // The SQ's segment names the QP's doorbell slot after its ring, the RQ's a slot of
+        // its own (a daemon that does not read it visits the RQ with the SQ).
         let (sq_seg, sq, _, sq_name) =
             ring_segment::<SendWqe>("sq", SegmentKind::SendQueue, attr.sq_depth, |s| {
                 with_bell_ref(ring::ring_bytes::<SendWqe>(s))
@@ -451,13 +452,15 @@ impl ProtectionDomain {
         let rq = match attr.srq {
             Some(_) => None,
             None => {
-                let (seg, rq, _, name) = ring_segment::<RecvWqe>(
-                    "rq",
-                    SegmentKind::RecvQueue,
-                    attr.rq_depth,
-                    ring::ring_bytes::<RecvWqe>,
-                )?;
-                Some((rq, path_of(&seg)?, name))
+                let (seg, rq, _, name) =
+                    ring_segment::<RecvWqe>("rq", SegmentKind::RecvQueue, attr.rq_depth, |s| {
+                        with_bell_ref(ring::ring_bytes::<RecvWqe>(s))
+                    })?;
+                let bell = bell.as_ref().and_then(|_| {
+                    self.ctx
+                        .bell_slot(&seg, ring::ring_bytes::<RecvWqe>(rq.capacity()))
+                });
+                Some((rq, path_of(&seg)?, name, bell))
             }
         };
         let attrs = QpAttrs {
@@ -477,14 +480,17 @@ impl ProtectionDomain {
             attrs,
             sq: sq_path,
             // With an S-RQ there is no receive ring; the field is not read.
-            rq: rq.as_ref().map_or(sq_path, |(_, p, _)| *p),
+            rq: rq.as_ref().map_or(sq_path, |(_, p, _, _)| *p),
         });
         // Answered: the daemon has mapped both rings, or never will.
         drop(sq_name);
-        let rq = rq.map(|(r, _, name)| {
-            drop(name);
-            r
-        });
+        let (rq, rq_bell) = match rq {
+            Some((r, _, name, bell)) => {
+                drop(name);
+                (Some(r), bell)
+            }
+            None => (None, None),
+        };
         let qp = id(qp?)?;
         let release = Release::new(self.ctx.link(), Request::DestroyQp { qp });
         let (send_cq, recv_cq) = (attr.send_cq.clone(), attr.recv_cq.clone());
@@ -499,7 +505,7 @@ impl ProtectionDomain {
             .with_release(release)
             .holding_srq(attr.srq.clone())
             .with_waker(self.ctx.waker.clone())
-            .with_bell(bell))
+            .with_bell(bell, rq_bell))
     }
 
     /// Create S-RQ (Verbs section 6.3.1) of `depth` receives in this PD.

@@ -133,9 +133,13 @@ pub struct QueuePair {
     tracker: Arc<QpTracker>,
     /// Rings iwarpd after a post when its poll loop sleeps.
     waker: Option<Arc<Waker>>,
-    /// Lists the QP for the daemon after a post (both rings share it); given back after the
-    /// QP is destroyed (fields drop after `Drop::drop` released it).
+    /// Lists the QP for the daemon after a post to its SQ, and to its RQ when the RQ has no
+    /// slot of its own; given back after the QP is destroyed (fields drop after
+    /// `Drop::drop` released it).
     bell: Option<BellSlot>,
+    /// Lists the RQ alone after a receive is posted, so that the daemon reads the RQ's ring
+    /// only when it was posted to (a line the application writes, met cold).
+    rq_bell: Option<BellSlot>,
     /// The storage of the last batch, emptied, for the next one: a batch (and so each Post
     /// Send) allocates only when it outgrows every batch before it.
     spare: Mutex<BatchStorage>,
@@ -235,6 +239,7 @@ impl QueuePair {
             tracker,
             waker: None,
             bell: None,
+            rq_bell: None,
             spare: Mutex::default(),
         }
     }
@@ -251,15 +256,27 @@ impl QueuePair {
         self
     }
 
-    pub(crate) fn with_bell(mut self, b: Option<BellSlot>) -> QueuePair {
-        self.bell = b;
+    pub(crate) fn with_bell(mut self, sq: Option<BellSlot>, rq: Option<BellSlot>) -> QueuePair {
+        self.bell = sq;
+        // Without the QP's slot the daemon reads both rings every turn anyway.
+        self.rq_bell = rq.filter(|_| self.bell.is_some());
         self
     }
 
-    /// After publishing a ring head: list the QP for the daemon, then wake it if it sleeps
+    /// After publishing the SQ's head: list the QP for the daemon, then wake it if it sleeps
     /// (the waker's fence orders the listing before its look at the sleep word).
     fn kick(&self) {
-        if let Some(b) = &self.bell {
+        self.kick_with(self.bell.as_ref());
+    }
+
+    /// After publishing the RQ's head: as [`QueuePair::kick`], with the RQ's slot when it
+    /// has one.
+    fn kick_rq(&self) {
+        self.kick_with(self.rq_bell.as_ref().or(self.bell.as_ref()));
+    }
+
+    fn kick_with(&self, bell: Option<&BellSlot>) {
+        if let Some(b) = bell {
             b.ring();
         }
         if let Some(w) = &self.waker {
@@ -455,7 +472,7 @@ impl QueuePair {
         ring.push(w).map_err(|_| Error::QueueFull)?;
         self.tracker.rq.push(wr.wr_id, mrs);
         drop(ring);
-        self.kick();
+        self.kick_rq();
         Ok(())
     }
 
@@ -535,7 +552,7 @@ impl PostBatch<'_> {
     pub fn submit(mut self) -> Result<(), Error> {
         let mut ring = lock(&self.qp.sq);
         let (n, outstanding) = (self.store.wqes.len(), self.qp.tracker.sq.len());
-        if ring.free_slots() < n || outstanding + n > self.qp.sq_depth {
+        if ring.free_for(n) < n || outstanding + n > self.qp.sq_depth {
             return Err(Error::QueueFull);
         }
         // Track before publishing so a completion can never precede its entry.

@@ -220,6 +220,11 @@ impl HostQp {
         p
     }
 
+    /// Whether the engine's full RQ refused an entry, which waits for the next pump.
+    pub fn rq_left(&self) -> bool {
+        self.rq_stash.is_some()
+    }
+
     /// Whether a ring's producer index was found impossible (a broken application): the
     /// caller moves the QP to Error.
     pub fn is_corrupt(&mut self) -> bool {

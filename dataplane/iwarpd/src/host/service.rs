@@ -59,6 +59,8 @@ struct Qp {
     owner: u32,
     /// Its doorbell and slot; `None`: read every turn.
     bell: Option<(FileId, u32)>,
+    /// Its RQ's own slot; `None`: the RQ is read with the SQ.
+    rq_bell: Option<(FileId, u32)>,
 }
 
 struct Srq {
@@ -69,10 +71,12 @@ struct Srq {
 /// A file's (device, inode).
 type FileId = (u64, u64);
 
-/// What a doorbell slot names: a QP (its RQ and SQ) or an S-RQ.
+/// What a doorbell slot names: a QP (its SQ, and its RQ when the RQ has no slot of its
+/// own), a QP's RQ alone, or an S-RQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rung {
     Qp(QpId),
+    Rq(QpId),
     Srq(SrqId),
 }
 
@@ -110,6 +114,7 @@ pub struct Host {
     next_srqs: Vec<SrqId>,
     /// This turn's visits (kept for their capacity).
     turn_qps: Vec<QpId>,
+    turn_rqs: Vec<QpId>,
     turn_srqs: Vec<SrqId>,
     /// QP and S-RQ visits so far, each at most once a turn.
     visits: u64,
@@ -157,6 +162,7 @@ impl Host {
             next_qps: Vec::new(),
             next_srqs: Vec::new(),
             turn_qps: Vec::new(),
+            turn_rqs: Vec::new(),
             turn_srqs: Vec::new(),
             visits: 0,
             mrs: HashMap::new(),
@@ -385,11 +391,13 @@ impl Host {
     /// later one.
     pub fn pump_rings(&mut self, rnic: &mut Rnic) -> bool {
         let mut qps = std::mem::take(&mut self.turn_qps);
+        let mut rqs = std::mem::take(&mut self.turn_rqs);
         let mut srqs = std::mem::take(&mut self.turn_srqs);
         qps.append(&mut self.next_qps);
         srqs.append(&mut self.next_srqs);
         let mut list = |r: Rung| match r {
             Rung::Qp(q) => qps.push(q),
+            Rung::Rq(q) => rqs.push(q),
             Rung::Srq(s) => srqs.push(s),
         };
         for bell in self.bells.values_mut() {
@@ -401,12 +409,27 @@ impl Host {
             });
         }
         self.unbelled.iter().for_each(|&r| list(r));
-        qps.sort_unstable();
-        qps.dedup();
+        for v in [&mut qps, &mut rqs] {
+            v.sort_unstable();
+            v.dedup();
+        }
         srqs.sort_unstable();
         srqs.dedup();
         let mut worked = false;
+        // An RQ is read when it was rung, with its SQ when it has no slot of its own, or
+        // when the engine's full RQ left an entry behind.
         for id in &qps {
+            let Some(qp) = self.qps.get_mut(id) else {
+                continue;
+            };
+            self.visits += 1;
+            let rung = qp.rq_bell.is_none() || qp.host.rq_left() || rqs.binary_search(id).is_ok();
+            if rung && !qp.host.is_corrupt() {
+                let r = qp.host.pump_rq(rnic);
+                worked |= r.posted + r.rejected > 0;
+            }
+        }
+        for id in rqs.iter().filter(|id| qps.binary_search(id).is_err()) {
             let Some(qp) = self.qps.get_mut(id) else {
                 continue;
             };
@@ -414,6 +437,12 @@ impl Host {
             if !qp.host.is_corrupt() {
                 let r = qp.host.pump_rq(rnic);
                 worked |= r.posted + r.rejected > 0;
+            }
+            // A ring found corrupt, or an entry left behind: the QP's visit next turn sees
+            // to it.
+            let broken = qp.host.is_corrupt() && rnic.qp_state(*id) != Some(QpState::Error);
+            if broken || qp.host.pending() {
+                self.next_qps.push(*id);
             }
         }
         for id in &srqs {
@@ -439,8 +468,9 @@ impl Host {
             }
         }
         qps.clear();
+        rqs.clear();
         srqs.clear();
-        (self.turn_qps, self.turn_srqs) = (qps, srqs);
+        (self.turn_qps, self.turn_rqs, self.turn_srqs) = (qps, rqs, srqs);
         worked
     }
 
@@ -532,7 +562,7 @@ impl Host {
             self.unbelled.push(rung);
         }
         match rung {
-            Rung::Qp(q) => self.next_qps.push(q),
+            Rung::Qp(q) | Rung::Rq(q) => self.next_qps.push(q),
             Rung::Srq(s) => self.next_srqs.push(s),
         }
     }
@@ -739,16 +769,13 @@ impl Host {
                 let sq_seg = open(&sq.to_path(), SegmentKind::SendQueue)?;
                 let owner = sq_seg.header().creator_pid;
                 let (_, sq_ring) = ring::attach_segment(&sq_seg).map_err(|_| st::BAD_SEGMENT)?;
-                let rq_ring = match srq {
+                let rq_seg = match srq {
                     Some(_) => None,
-                    None => {
-                        let rq_seg = open(&rq.to_path(), SegmentKind::RecvQueue)?;
-                        Some(
-                            ring::attach_segment(&rq_seg)
-                                .map_err(|_| st::BAD_SEGMENT)?
-                                .1,
-                        )
-                    }
+                    None => Some(open(&rq.to_path(), SegmentKind::RecvQueue)?),
+                };
+                let rq_ring = match &rq_seg {
+                    Some(seg) => Some(ring::attach_segment(seg).map_err(|_| st::BAD_SEGMENT)?.1),
+                    None => None,
                 };
                 let caps = QpCaps {
                     sq_depth: sq_depth as usize,
@@ -763,6 +790,14 @@ impl Host {
                 let ring_len = ring::ring_bytes::<SendWqe>(sq_ring.capacity());
                 let bell = self.attach_bell(&sq_seg, ring_len, owner, Rung::Qp(qp));
                 self.bell_or_scan(bell, Rung::Qp(qp));
+                // An RQ that names no slot (or one not usable) is read with the SQ.
+                let rq_bell = match (&rq_seg, &rq_ring) {
+                    (Some(seg), Some(r)) => {
+                        let ring_len = ring::ring_bytes::<RecvWqe>(r.capacity());
+                        self.attach_bell(seg, ring_len, owner, Rung::Rq(qp))
+                    }
+                    _ => None,
+                };
                 self.qps.insert(
                     qp,
                     Qp {
@@ -771,6 +806,7 @@ impl Host {
                         recv_cq,
                         owner,
                         bell,
+                        rq_bell,
                     },
                 );
             }
@@ -793,6 +829,9 @@ impl Host {
                 rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 self.detach_bell(q.bell, Rung::Qp(qp));
+                if q.rq_bell.is_some() {
+                    self.detach_bell(q.rq_bell, Rung::Rq(qp));
+                }
                 self.owners.remove(q.owner);
             }
             Command::ModifyQp { qp, state } => {
