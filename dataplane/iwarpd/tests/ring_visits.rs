@@ -52,6 +52,23 @@ impl Daemon {
         }
     }
 
+    /// A daemon with PD 1 and CQ 1, and an application's doorbell (its segment and its
+    /// ringing end; the CQ's segment kept mapped).
+    fn with_doorbell() -> (Daemon, Arc<Segment>, Arc<Segment>, Ringer) {
+        let mut d = Daemon::new();
+        d.command(Command::AllocPd { pd: PdId(1) });
+        let cq_seg = sealed("cq", SegmentKind::CompletionQueue, cq_segment_bytes(256));
+        ring::init_segment::<Cqe>(&cq_seg, 256).unwrap();
+        d.command(Command::CreateCq {
+            cq: CqId(1),
+            depth: 256,
+            ring: path(&cq_seg),
+        });
+        let bell_seg = sealed("bell", SegmentKind::Doorbell, bell_bytes(BELL_SLOTS));
+        let ringer = Ringer::init_segment(&bell_seg).unwrap();
+        (d, cq_seg, bell_seg, ringer)
+    }
+
     /// Sends `c` and serves until its reply comes.
     fn command(&mut self, c: Command) {
         self.req += 1;
@@ -165,17 +182,7 @@ fn drained(q: &mut AppQp) -> bool {
 
 #[test]
 fn a_turn_visits_only_the_rings_that_were_rung() {
-    let mut d = Daemon::new();
-    d.command(Command::AllocPd { pd: PdId(1) });
-    let cq_seg = sealed("cq", SegmentKind::CompletionQueue, cq_segment_bytes(256));
-    ring::init_segment::<Cqe>(&cq_seg, 256).unwrap();
-    d.command(Command::CreateCq {
-        cq: CqId(1),
-        depth: 256,
-        ring: path(&cq_seg),
-    });
-    let bell_seg = sealed("bell", SegmentKind::Doorbell, bell_bytes(BELL_SLOTS));
-    let ringer = Ringer::init_segment(&bell_seg).unwrap();
+    let (mut d, _cq_seg, bell_seg, ringer) = Daemon::with_doorbell();
     let mut qps: Vec<AppQp> = (0..RUNG_QPS)
         .map(|i| create_qp(&mut d, 100 + i, Some((&bell_seg, i)), None))
         .collect();
@@ -253,17 +260,7 @@ fn a_turn_visits_only_the_rings_that_were_rung() {
 /// gives the RQ's slot back.
 #[test]
 fn an_rq_with_a_slot_of_its_own_is_read_only_when_that_slot_is_rung() {
-    let mut d = Daemon::new();
-    d.command(Command::AllocPd { pd: PdId(1) });
-    let cq_seg = sealed("cq", SegmentKind::CompletionQueue, cq_segment_bytes(256));
-    ring::init_segment::<Cqe>(&cq_seg, 256).unwrap();
-    d.command(Command::CreateCq {
-        cq: CqId(1),
-        depth: 256,
-        ring: path(&cq_seg),
-    });
-    let bell_seg = sealed("bell", SegmentKind::Doorbell, bell_bytes(BELL_SLOTS));
-    let ringer = Ringer::init_segment(&bell_seg).unwrap();
+    let (mut d, _cq_seg, bell_seg, ringer) = Daemon::with_doorbell();
     let mut q = create_qp(&mut d, 100, Some((&bell_seg, 0)), Some(1));
     assert_eq!(d.turn(), 1, "the new QP, once");
     assert_eq!(d.turn(), 0);
