@@ -456,6 +456,7 @@ impl ProtectionDomain {
                     ring_segment::<RecvWqe>("rq", SegmentKind::RecvQueue, attr.rq_depth, |s| {
                         with_bell_ref(ring::ring_bytes::<RecvWqe>(s))
                     })?;
+                // Without the QP's slot the daemon reads both rings every turn anyway.
                 let bell = bell.as_ref().and_then(|_| {
                     self.ctx
                         .bell_slot(&seg, ring::ring_bytes::<RecvWqe>(rq.capacity()))

@@ -258,8 +258,7 @@ impl QueuePair {
 
     pub(crate) fn with_bell(mut self, sq: Option<BellSlot>, rq: Option<BellSlot>) -> QueuePair {
         self.bell = sq;
-        // Without the QP's slot the daemon reads both rings every turn anyway.
-        self.rq_bell = rq.filter(|_| self.bell.is_some());
+        self.rq_bell = rq;
         self
     }
 
