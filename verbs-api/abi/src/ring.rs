@@ -390,7 +390,7 @@ impl<T: Slot> Producer<T> {
     /// Slots free, reloading the consumer's index only when fewer than `want` look free:
     /// the count may be low (the consumer freed more since), never high. The index is a
     /// line the consumer writes on every release; reading it when the room already known
-    /// is enough moves that line between cores for nothing.
+    /// suffices moves that line between cores for nothing.
     pub fn free_for(&mut self, want: usize) -> usize {
         self.free(want as u64) as usize
     }

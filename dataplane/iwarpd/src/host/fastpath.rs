@@ -421,6 +421,44 @@ mod tests {
         Arc::new(Segment::create(&name, SegmentKind::Other, bytes, HugePolicy::Off).unwrap())
     }
 
+    /// An engine QP and its host side over fresh rings, with the application's writing ends.
+    struct Fresh {
+        qp: HostQp,
+        app_sq: Producer<SendWqe>,
+        app_rq: Producer<RecvWqe>,
+        eqp: QpId,
+        ecq: CqId,
+    }
+
+    /// A QP of `(sq_depth, rq_depth)` on a CQ of 256, over rings of `(sq, rq)` slots
+    /// (segments named by `tag`).
+    fn fresh_qp(
+        rnic: &mut Rnic,
+        tag: &str,
+        depths: (usize, usize),
+        slots: (usize, usize),
+    ) -> Fresh {
+        let pd = rnic.alloc_pd();
+        let ecq = rnic.create_cq(256);
+        let caps = QpCaps {
+            sq_depth: depths.0,
+            rq_depth: depths.1,
+            srq: None,
+        };
+        let eqp = rnic.create_qp(pd, ecq, ecq, caps).unwrap();
+        let sq_seg = seg(&format!("sq{tag}"), ring::ring_bytes::<SendWqe>(slots.0));
+        let rq_seg = seg(&format!("rq{tag}"), ring::ring_bytes::<RecvWqe>(slots.1));
+        let (app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, slots.0).unwrap();
+        let (app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, slots.1).unwrap();
+        Fresh {
+            qp: HostQp::new(eqp, sq_c, Some(rq_c)),
+            app_sq,
+            app_rq,
+            eqp,
+            ecq,
+        }
+    }
+
     /// The application's receives and sends reach the engine through the rings; moving the
     /// QP to Error flushes them back as CQEs in posting order, a corrupted receive among
     /// them included (it caused no error, so it is flushed too: Verbs section 6.2.4).
@@ -606,19 +644,13 @@ mod tests {
     #[test]
     fn one_pump_moves_every_posted_receive() {
         let mut rnic = Rnic::new();
-        let pd = rnic.alloc_pd();
-        let ecq = rnic.create_cq(256);
-        let caps = QpCaps {
-            sq_depth: 4,
-            rq_depth: 64,
-            srq: None,
-        };
-        let eqp = rnic.create_qp(pd, ecq, ecq, caps).unwrap();
-        let sq_seg = seg("sq3", ring::ring_bytes::<SendWqe>(4));
-        let rq_seg = seg("rq3", ring::ring_bytes::<RecvWqe>(128));
-        let (_app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 4).unwrap();
-        let (mut app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 128).unwrap();
-        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
+        let Fresh {
+            mut qp,
+            mut app_rq,
+            eqp,
+            ecq,
+            ..
+        } = fresh_qp(&mut rnic, "3", (4, 64), (4, 128));
         for i in 0..100 {
             app_rq.push(RecvWqe::new(i, &[]).unwrap()).unwrap();
         }
@@ -643,19 +675,9 @@ mod tests {
     #[test]
     fn a_qp_is_pending_while_its_sq_pump_stops_at_the_burst() {
         let mut rnic = Rnic::new();
-        let pd = rnic.alloc_pd();
-        let ecq = rnic.create_cq(256);
-        let caps = QpCaps {
-            sq_depth: 128,
-            rq_depth: 4,
-            srq: None,
-        };
-        let eqp = rnic.create_qp(pd, ecq, ecq, caps).unwrap();
-        let sq_seg = seg("sq5", ring::ring_bytes::<SendWqe>(128));
-        let rq_seg = seg("rq5", ring::ring_bytes::<RecvWqe>(4));
-        let (mut app_sq, sq_c) = ring::init_segment::<SendWqe>(&sq_seg, 128).unwrap();
-        let (_app_rq, rq_c) = ring::init_segment::<RecvWqe>(&rq_seg, 4).unwrap();
-        let mut qp = HostQp::new(eqp, sq_c, Some(rq_c));
+        let Fresh {
+            mut qp, mut app_sq, ..
+        } = fresh_qp(&mut rnic, "5", (128, 4), (128, 4));
         assert!(!qp.pending());
         let send = |i| SendWqe::new(i, SendOpcode::Send, &[]).unwrap();
         for i in 0..BURST as u64 + 5 {

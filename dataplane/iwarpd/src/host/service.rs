@@ -423,8 +423,9 @@ impl Host {
                 continue;
             };
             self.visits += 1;
-            let rung = qp.rq_bell.is_none() || qp.host.rq_left() || rqs.binary_search(id).is_ok();
-            if rung && !qp.host.is_corrupt() {
+            let read_rq =
+                qp.rq_bell.is_none() || qp.host.rq_left() || rqs.binary_search(id).is_ok();
+            if read_rq && !qp.host.is_corrupt() {
                 let r = qp.host.pump_rq(rnic);
                 worked |= r.posted + r.rejected > 0;
             }
@@ -438,10 +439,7 @@ impl Host {
                 let r = qp.host.pump_rq(rnic);
                 worked |= r.posted + r.rejected > 0;
             }
-            // A ring found corrupt, or an entry left behind: the QP's visit next turn sees
-            // to it.
-            let broken = qp.host.is_corrupt() && rnic.qp_state(*id) != Some(QpState::Error);
-            if broken || qp.host.pending() {
+            if Self::revisit(qp, rnic) {
                 self.next_qps.push(*id);
             }
         }
@@ -461,9 +459,7 @@ impl Host {
                 continue;
             };
             worked |= Self::pump_qp(qp, rnic);
-            // A ring found corrupt in this visit puts its QP in Error in the next.
-            let broken = qp.host.is_corrupt() && rnic.qp_state(*id) != Some(QpState::Error);
-            if broken || qp.host.pending() {
+            if Self::revisit(qp, rnic) {
                 self.next_qps.push(*id);
             }
         }
@@ -565,6 +561,13 @@ impl Host {
             Rung::Qp(q) | Rung::Rq(q) => self.next_qps.push(q),
             Rung::Srq(s) => self.next_srqs.push(s),
         }
+    }
+
+    /// Whether `qp` is visited next turn although no post rings for it: a ring found corrupt
+    /// in this visit (the next puts the QP in Error), or work its pumps left behind.
+    fn revisit(qp: &mut Qp, rnic: &Rnic) -> bool {
+        let broken = qp.host.is_corrupt() && rnic.qp_state(qp.host.qp) != Some(QpState::Error);
+        broken || qp.host.pending()
     }
 
     /// Moves `qp`'s posted send work into the engine (or, for a QP whose ring indices are
