@@ -1,6 +1,7 @@
 //! Completion queues (Verbs section 8.3): bounded, with solicited / next-completion
 //! notification and overflow detection.
 
+use crate::fifo::TakeFront;
 use crate::types::WorkCompletion;
 use std::collections::VecDeque;
 
@@ -65,7 +66,7 @@ impl Cq {
         let n = out.len().min(self.entries.len());
         for slot in out.iter_mut().take(n) {
             // n <= len, so pop_front is Some.
-            if let Some(wc) = self.entries.pop_front() {
+            if let Some(wc) = self.entries.take_front() {
                 *slot = wc;
             }
         }

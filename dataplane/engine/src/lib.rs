@@ -8,6 +8,7 @@
 //! The call sequence and files are in docs/engine.md.
 
 mod cq;
+pub mod fifo;
 mod id_index;
 mod mem;
 mod qp;

@@ -2,6 +2,7 @@
 //! in `tx.rs` and `rx.rs`; this file holds what both share (completions, flushing, state).
 
 use crate::cq::{Cq, Notify};
+use crate::fifo::TakeFront;
 use crate::id_index::IdIndex;
 use crate::mem::MemTable;
 use crate::qp::{Conn, ConnParams, Qp, QpState};
@@ -479,7 +480,7 @@ impl Rnic {
     /// destroyed since it was marked is listed too (it has no state).
     pub fn next_tx_ready(&mut self) -> Option<QpId> {
         loop {
-            let slot = self.tx_ready.pop_front()?;
+            let slot = self.tx_ready.take_front()?;
             // A slot freed since it was marked is skipped; one reused since lists its new QP
             // once more than needed, which costs a visit and nothing else.
             if let Ok(q) = self.qp_mut(slot) {
@@ -503,7 +504,7 @@ impl Rnic {
     /// ([`Rnic::mark_cq`]), so that every CQ holding completions is listed.
     pub fn next_cq_ready(&mut self) -> Option<CqId> {
         loop {
-            let slot = self.cq_ready.pop_front()?;
+            let slot = self.cq_ready.take_front()?;
             if let Some(Some(c)) = self.cqs.get_mut(slot as usize) {
                 c.queued = false;
                 return Some(c.id);
@@ -874,7 +875,7 @@ impl Rnic {
     }
 
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pop_front()
+        self.events.take_front()
     }
 
     // ---- completions ----
@@ -935,7 +936,7 @@ impl Rnic {
             if q.inflight.front().is_none_or(|i| i.done.is_none()) {
                 break;
             }
-            let Some(i) = q.inflight.pop_front() else {
+            let Some(i) = q.inflight.take_front() else {
                 break;
             };
             let (status, byte_len) = i.done.unwrap_or((Status::WrFlushed, 0));

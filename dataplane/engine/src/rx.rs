@@ -3,6 +3,7 @@
 //! 7, RFC 7306 section 8). A violation touches no memory: it queues the Terminate the RFCs
 //! name, with the offending headers, and stops the stream.
 
+use crate::fifo::TakeFront;
 use crate::mem::AccessError;
 use crate::qp::{Irq, Orq, QpState, RtrKind, RxRecv};
 use crate::rnic::Rnic;
@@ -246,7 +247,7 @@ impl Rnic {
                     }
                 }
                 Some(Orq::Rtr) if payload.is_empty() && seg.last => {
-                    conn.orq.pop_front();
+                    conn.orq.take_front();
                     return;
                 }
                 _ => {
@@ -278,7 +279,7 @@ impl Rnic {
             }
         }
         if response && seg.last {
-            if let Some(Orq::Read { seq, len, .. }) = conn.orq.pop_front() {
+            if let Some(Orq::Read { seq, len, .. }) = conn.orq.take_front() {
                 self.finish_wr(qp, seq, Status::Success, len);
             }
         }
@@ -332,14 +333,14 @@ impl Rnic {
                     let Some(Some(s)) = srqs.get_mut(srq as usize) else {
                         return;
                     };
-                    let wr = s.rq.pop_front();
+                    let wr = s.rq.take_front();
                     if s.limit.is_some_and(|l| s.rq.len() < l) {
                         s.limit = None;
                         events.push_back(AsyncEvent::SrqLimitReached { srq: s.id });
                     }
                     wr
                 }
-                None => q.rq.pop_front(),
+                None => q.rq.take_front(),
             };
             let Some(wr) = wr else {
                 self.terminate(qp, t::DDP_UNTAGGED_NO_BUFFER, ulpdu, 18);
@@ -498,7 +499,7 @@ impl Rnic {
         *received += payload.len() as u32;
         if seg.last {
             let (seq, len) = (*seq, *received);
-            conn.orq.pop_front();
+            conn.orq.take_front();
             conn.msn_rx[3] = conn.msn_rx[3].wrapping_add(1);
             self.finish_wr(qp, seq, Status::Success, len);
         }
@@ -642,7 +643,7 @@ impl Rnic {
             result_stag,
             result_to,
             ..
-        }) = conn.orq.pop_front()
+        }) = conn.orq.take_front()
         {
             // The result region is checked again: it may have been deregistered since the
             // request went out, and then the WR fails instead of writing into it.

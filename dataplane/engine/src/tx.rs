@@ -2,6 +2,7 @@
 //! into FPDUs, one per `poll_transmit` call, each within the negotiated maximum FPDU size
 //! so the daemon can put it in one TCP segment (RFC 5044 section 8).
 
+use crate::fifo::TakeFront;
 use crate::mem::{AccessError, MemTable};
 use crate::qp::{Conn, Inflight, Irq, Orq, Qp, QpState, RtrKind, TxCur, RTR_STAG};
 use crate::rnic::{wc_opcode, Rnic};
@@ -513,7 +514,7 @@ fn start_wr(mem: &mut MemTable, q: &mut Qp) -> Option<(Option<usize>, Done)> {
         return Some((None, Done::None));
     }
     // Straight from the SQ into its place for transmission (a WR is large: see TxCur).
-    q.tx_wr = q.sq.pop_front();
+    q.tx_wr = q.sq.take_front();
     let Some(wr) = q.tx_wr.as_ref() else {
         return Some((None, Done::None));
     };
@@ -969,7 +970,7 @@ fn tx_read_response(
         return Ok(None);
     };
     if last {
-        conn.irq.pop_front();
+        conn.irq.take_front();
     } else if let Some(Irq::Read { sent, .. }) = conn.irq.front_mut() {
         *sent += n as u32;
     }
@@ -1000,7 +1001,7 @@ fn tx_read_response_v2(
     };
     if last {
         conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
-        conn.irq.pop_front();
+        conn.irq.take_front();
     } else if let Some(Irq::ReadV2 { sent, .. }) = conn.irq.front_mut() {
         *sent += n as u32;
     }
@@ -1068,6 +1069,6 @@ fn tx_atomic_response(
         return Ok(None);
     };
     conn.msn_tx[3] = conn.msn_tx[3].wrapping_add(1);
-    conn.irq.pop_front();
+    conn.irq.take_front();
     Ok(Some(r))
 }

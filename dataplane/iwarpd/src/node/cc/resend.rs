@@ -6,6 +6,7 @@
 //! in recovery (see `Sender::send_window`); buffers are reused, so nothing is allocated
 //! once the window is warm.
 
+use iwarp_engine::fifo::TakeFront;
 use std::collections::VecDeque;
 
 /// A copy of one segment: its sequence range and the whole frame.
@@ -48,7 +49,7 @@ impl ResendCopies {
             if !at_or_before(c.end, una) {
                 break;
             }
-            let c = self.copies.pop_front().expect("front exists");
+            let c = self.copies.take_front().expect("front exists");
             self.spare.push(c.frame);
         }
     }

@@ -19,6 +19,7 @@
 //! undone (RFC 3708), and the RTT of the first copy teaches the timer the peer's ACK delay.
 
 use super::{Algorithm, RttEstimator, Window};
+use iwarp_engine::fifo::TakeFront;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -585,7 +586,7 @@ impl Sender {
             if !before_eq(s.end, a.ack) {
                 break;
             }
-            let s = self.sent.pop_front().expect("front exists");
+            let s = self.sent.take_front().expect("front exists");
             if !s.resent {
                 sample = Some(since(now, s.at));
             } else if s.dsacked {
