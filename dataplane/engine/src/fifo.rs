@@ -4,7 +4,7 @@
 //! segments) as `VecDeque`s sized to the queue's depth, and a stream keeps only a few entries
 //! in each. `VecDeque` walks its whole buffer as entries come and go, so with thousands of
 //! QPs nearly every new entry lands on a cache line untouched since the buffer's last lap:
-//! at 1,024 QPs of 64-deep SQs the engine's SQs alone span 13 MiB. A queue that starts over
+//! at 1,024 QPs of 64-deep SQs the engine's SQs alone span 12 MiB. A queue that starts over
 //! at its buffer's front each time it empties reuses the same few lines instead.
 
 use std::collections::VecDeque;
