@@ -255,8 +255,12 @@ impl HostCq {
     /// application's waiter is not woken here: the caller does, once it has drained every
     /// CQ of its turn ([`Notify::wake_armed`]).
     pub fn drain(&mut self, rnic: &mut Rnic) -> Drained {
-        let mut d = Drained::default();
-        let waiting = rnic.cq_status(self.cq).map_or(0, |(n, _)| n).min(BURST);
+        let held = rnic.cq_status(self.cq).map_or(0, |(n, _)| n);
+        let mut d = Drained {
+            left: held > 0,
+            ..Drained::default()
+        };
+        let waiting = held.min(BURST);
         if waiting == 0 {
             return d;
         }
@@ -265,6 +269,7 @@ impl HostCq {
             return d;
         }
         let n = rnic.poll_cq(self.cq, &mut self.wcs[..room]).unwrap_or(0);
+        d.left = held > n;
         for (c, wc) in self.cqes.iter_mut().zip(&self.wcs[..n]) {
             *c = convert::cqe(wc);
         }
@@ -288,6 +293,9 @@ pub struct Drained {
     pub completed: usize,
     /// One of them was solicited or in error: it meets a solicited-only arming.
     pub solicited: bool,
+    /// The engine still holds completions for the CQ (its ring was full, or more than a
+    /// burst waited).
+    pub left: bool,
 }
 
 /// An S-RQ's application ring.
@@ -724,8 +732,10 @@ mod tests {
         }
         assert_eq!(qp.pump_rq(&mut rnic).posted, 10);
         rnic.modify_qp(eqp, QpState::Error).unwrap();
-        assert_eq!(cq.drain(&mut rnic).completed, 4);
-        assert_eq!(cq.drain(&mut rnic).completed, 0, "ring full");
+        let d = cq.drain(&mut rnic);
+        assert_eq!((d.completed, d.left), (4, true));
+        let d = cq.drain(&mut rnic);
+        assert_eq!((d.completed, d.left), (0, true), "ring full");
         let mut ids = Vec::new();
         while ids.len() < 10 {
             while let Some(c) = app_cq.pop() {
@@ -738,5 +748,6 @@ mod tests {
             (0..10).collect::<Vec<u64>>(),
             "nothing lost, order kept"
         );
+        assert!(!cq.drain(&mut rnic).left, "all written");
     }
 }

@@ -624,7 +624,7 @@ impl Host {
                     self.cqs_written.push((cq_id, d.solicited));
                 }
             }
-            if rnic.cq_status(cq_id).is_some_and(|(n, _)| n > 0) {
+            if d.left {
                 self.cqs_left.push(cq_id);
             }
         }
@@ -832,6 +832,7 @@ impl Host {
                 rnic.destroy_qp(qp).map_err(|_| st::IN_USE)?;
                 let q = self.qps.remove(&qp).ok_or(st::NO_SUCH_ID)?;
                 self.detach_bell(q.bell, Rung::Qp(qp));
+                // An RQ without a slot was never listed on its own: nothing to take back.
                 if q.rq_bell.is_some() {
                     self.detach_bell(q.rq_bell, Rung::Rq(qp));
                 }
