@@ -190,6 +190,7 @@ pub fn run(plan: &Plan, command: Vec<String>) -> Result<Report> {
             &plan.endpoint,
             plan.window,
             plan.sizes.iter().copied().max().unwrap_or(8),
+            plan.cq_per_qp,
         )?)
     };
     let jobs = jobs(plan, &bases, verbs_t.as_deref());
@@ -264,6 +265,7 @@ pub fn run(plan: &Plan, command: Vec<String>) -> Result<Report> {
             responder_cores: plan.responder_cores.clone(),
             rate: plan.rate,
             stages: plan.stages,
+            cq_per_qp: plan.cq_per_qp,
             endpoint: plan.endpoint.clone(),
         },
         measurements: ms,

@@ -123,6 +123,12 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub qps: usize,
 
+    /// Give each initiating QP a send CQ of its own. By default the QPs of a context share
+    /// send CQs (as many QPs as the RNIC's `max_cqe` allows on one), as perftest gives all
+    /// its QPs one: reaping then costs what completed, not how many QPs there are.
+    #[arg(long)]
+    pub cq_per_qp: bool,
+
     /// Initiator threads, each pinned to its own core, sharing the QPs (default 1).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -359,6 +365,8 @@ pub struct Plan {
     pub responder_cores: Vec<Option<usize>>,
     pub rate: Option<f64>,
     pub stages: bool,
+    /// Each initiating QP has a send CQ of its own (`--cq-per-qp`).
+    pub cq_per_qp: bool,
     pub endpoint: EndpointPlan,
     pub output: OutputPlan,
     pub peer_exe: Option<PathBuf>,
@@ -581,6 +589,7 @@ impl Plan {
             responder_cores,
             rate,
             stages: args.stages,
+            cq_per_qp: args.cq_per_qp,
             endpoint: EndpointPlan {
                 port: args.port,
                 dpdk_vdev: args.dpdk_vdev.clone(),

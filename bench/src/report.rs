@@ -8,7 +8,7 @@
 //!   "machine": { "hostname", "cpu", "cores", "kernel" },
 //!   "settings": { "modes", "ops", "baselines", "sizes", "iterations", "duration_s", "warmup",
 //!                 "window", "qps", "threads", "initiator_cores", "responder_cores", "rate",
-//!                 "stages", "endpoint": { "port", "dpdk_vdev", "hugepages", "daemon_cores", "daemon_workers",
+//!                 "stages", "cq_per_qp", "endpoint": { "port", "dpdk_vdev", "hugepages", "daemon_cores", "daemon_workers",
 //!                 "daemons", ... } },
 //!   "measurements": [ { "mode", "transport", "op", "size", "window", "qps", "threads",
 //!       "count", "seconds",
@@ -186,6 +186,9 @@ pub struct Settings {
     pub responder_cores: Vec<Option<usize>>,
     pub rate: Option<f64>,
     pub stages: bool,
+    /// Each initiating QP had a send CQ of its own (else the QPs of a context shared them).
+    #[serde(default)]
+    pub cq_per_qp: bool,
     pub endpoint: crate::cli::EndpointPlan,
 }
 

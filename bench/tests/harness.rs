@@ -407,6 +407,57 @@ fn qps_spread_over_the_workers_of_two_worker_daemons() {
 }
 
 #[test]
+fn qps_sharing_send_cqs_each_get_their_own_completions_in_order() {
+    // Seven QPs of one context: by default they share send CQs (of one, two and four QPs, as
+    // the CQs double), with --cq-per-qp each has its own. Every stream checks that each
+    // completion it is handed is its own QP's and its next wr_id (Verbs section 8.2.2, rule
+    // 2), so a completion handed to the wrong QP, or out of order, fails the run; every
+    // message must be counted exactly once.
+    for per_qp in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let j = dir.path().join("r.json");
+        let mut args = vec![
+            "--ops",
+            "write,read,send,fetch-add",
+            "--baselines",
+            "none",
+            "--mode",
+            "bandwidth,open-loop",
+            "--rate",
+            "20k",
+            "--qps",
+            "7",
+            "--sizes",
+            "8",
+            "--iterations",
+            "150",
+            "--warmup",
+            "10",
+            "--window",
+            "4",
+            "--json",
+            j.to_str().unwrap(),
+            "--quiet",
+        ];
+        if per_qp {
+            args.push("--cq-per-qp");
+        }
+        ok(&args);
+        let v = json(&j);
+        assert_eq!(v["settings"]["cq_per_qp"], per_qp, "{v}");
+        let ms = measurements(&v);
+        assert_eq!(ms.len(), 8);
+        for m in ms {
+            assert_eq!(
+                (m["qps"].as_u64(), m["count"].as_u64()),
+                (Some(7), Some(7 * 150)),
+                "{m}"
+            );
+        }
+    }
+}
+
+#[test]
 fn applications_stream_on_daemons_of_two_workers() {
     // Each `--apps` child opens one context on the running endpoints, and control places it
     // on either worker (with 8, some land on each): every child must run, wherever its

@@ -1,13 +1,15 @@
 //! The slow path of the verbs transport: a context per daemon worker on each endpoint
 //! (iwarp-control's `control.sock`; control places each context on a worker), then per
-//! connected pair a PD, a CQ, a QP and a registered region on each side (carved from a
-//! shared buffer of the context's), and the connection itself (listen on `b`, connect from
+//! connected pair a PD, CQs, a QP and a registered region on each side (carved from a
+//! shared buffer of the context's; the initiator's send CQ is shared, see `completions`),
+//! and the connection itself (listen on `b`, connect from
 //! `a`, accept), which is all an application does before its first work request. Pairs go
 //! round-robin over the contexts, so the connections spread over the workers.
 //!
 //! This is the one part of the harness that uses iwarp-verbs' context and connection API;
 //! everything after it uses only the fast path (post send, post receive, poll CQ).
 
+use super::completions::{CqCarver, SendCompletions, SendCq};
 use super::{Mem, Pair, Side};
 use crate::daemons::Endpoints;
 use crate::error::{BenchError, Result};
@@ -88,15 +90,31 @@ pub struct Contexts {
     /// Where the regions of `a`'s and `b`'s k-th contexts come from.
     carve_a: Vec<Mutex<Carver>>,
     carve_b: Vec<Mutex<Carver>>,
+    /// Where the send CQs of `a`'s k-th context's QPs come from.
+    send_cqs_a: Vec<Mutex<CqCarver>>,
 }
 
 impl Contexts {
     /// Opens a context on each of the `workers` workers of each endpoint (through its control
-    /// socket); `b`'s k-th listens on `port` + k.
-    pub fn open(endpoints: &Endpoints, workers: usize, port: u16) -> Result<Contexts> {
+    /// socket); `b`'s k-th listens on `port` + k. With `cq_per_qp`, each of `a`'s QPs gets a
+    /// send CQ of its own; else the QPs of a context share them.
+    pub fn open(
+        endpoints: &Endpoints,
+        workers: usize,
+        port: u16,
+        cq_per_qp: bool,
+    ) -> Result<Contexts> {
         let a = per_worker(&endpoints.a.runtime_dir, workers, "a")?;
         let b = per_worker(&endpoints.b.runtime_dir, workers, "b")?;
+        let send_cqs_a = a
+            .iter()
+            .map(|c| {
+                let max_cqe = c.query_rnic().map_err(|e| err("query RNIC a", e))?.max_cqe;
+                Ok(Mutex::new(CqCarver::new(cq_per_qp, max_cqe)))
+            })
+            .collect::<Result<_>>()?;
         Ok(Contexts {
+            send_cqs_a,
             listening: (0..a.len()).map(|_| AtomicBool::new(false)).collect(),
             carve_a: (0..a.len()).map(|_| Mutex::default()).collect(),
             carve_b: (0..b.len()).map(|_| Mutex::default()).collect(),
@@ -128,8 +146,14 @@ impl Contexts {
             cb.listen(port, &settings)
                 .map_err(|e| err("listen on b", e))?;
         }
-        let a = side(ca, depth, buf_len, &self.carve_a[k])?;
-        let b = side(cb, depth, buf_len, &self.carve_b[k])?;
+        let a_cq = self.send_cqs_a[k]
+            .lock()
+            .map_err(|_| err("send CQ", "a setup thread panicked"))?
+            .take(ca, depth as u32)
+            .map_err(|e| err("create send CQ", e))?;
+        let a = side(ca, depth, buf_len, &self.carve_a[k], a_cq)?;
+        let b_cq = SendCq::own(cb, depth as u32).map_err(|e| err("create send CQ", e))?;
+        let b = side(cb, depth, buf_len, &self.carve_b[k], b_cq)?;
         let b_addr = SocketAddr::V4(SocketAddrV4::new(self.b_ip, port));
         let conn = ca
             .connect(&a.qp, b_addr, &settings)
@@ -149,18 +173,21 @@ impl Contexts {
     }
 }
 
-/// One side: PD, send and receive CQs, QP (both queues `depth` deep), a registered region
-/// of `buf_len` octets carved by `carver`.
-fn side(ctx: &Context, depth: usize, buf_len: usize, carver: &Mutex<Carver>) -> Result<Side> {
+/// One side: PD, a receive CQ, QP (both queues `depth` deep) completing sends on `send_cq`,
+/// a registered region of `buf_len` octets carved by `carver`.
+fn side(
+    ctx: &Context,
+    depth: usize,
+    buf_len: usize,
+    carver: &Mutex<Carver>,
+    send_cq: Arc<SendCq>,
+) -> Result<Side> {
     let pd = ctx.alloc_pd().map_err(|e| err("alloc PD", e))?;
     // Separate send and receive CQs: the harness polls each for its own completions.
-    let send_cq = ctx
-        .create_cq((depth + 16) as u32)
-        .map_err(|e| err("create send CQ", e))?;
     let recv_cq = ctx
         .create_cq((depth + 16) as u32)
         .map_err(|e| err("create receive CQ", e))?;
-    let mut attr = QpInitAttr::new(&send_cq, depth as u32);
+    let mut attr = QpInitAttr::new(send_cq.cq(), depth as u32);
     attr.recv_cq = recv_cq;
     attr.ird = 64;
     attr.ord = 64;
@@ -179,6 +206,7 @@ fn side(ctx: &Context, depth: usize, buf_len: usize, carver: &Mutex<Carver>) -> 
     // region (Side's field order).
     let mem = unsafe { Mem::new(buf.as_ptr().add(offset), buf_len) };
     Ok(Side {
+        send: SendCompletions::new(send_cq, qp.qp_num().0),
         qp,
         mr,
         mem,

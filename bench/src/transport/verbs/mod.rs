@@ -31,6 +31,7 @@
 //! PDs, CQs, QPs, registered shared buffers, connection management) is confined to
 //! [`connect`].
 
+mod completions;
 pub mod connect;
 
 use super::{Backoff, PingPong, Setup, Stream, Transport};
@@ -112,6 +113,8 @@ impl Mem {
 /// One end of a connected pair.
 pub struct Side {
     pub qp: QueuePair,
+    /// The QP's completions from its send CQ, which other QPs may share.
+    pub send: completions::SendCompletions,
     pub mr: MemoryRegion,
     pub mem: Mem,
     /// Receives posted and not yet consumed.
@@ -183,19 +186,23 @@ impl Side {
         Ok(())
     }
 
-    /// Polls the send CQ once; calls `f` for each completion (all must succeed).
+    /// Polls the send CQ once; calls `f` for each completion (all must succeed, and all
+    /// must be this QP's).
     fn poll_send(
         &self,
         wcs: &mut [WorkCompletion],
         mut f: impl FnMut(&WorkCompletion),
     ) -> Result<usize> {
-        let n = self
-            .qp
-            .send_cq()
-            .poll_cq(wcs)
-            .map_err(|e| verr("poll send CQ", e))?;
+        let n = self.send.poll(wcs).map_err(|e| verr("poll send CQ", e))?;
+        let qp = self.qp.qp_num().0;
         for wc in &wcs[..n] {
             check(wc, "send queue")?;
+            if wc.qp_num != qp {
+                return Err(err(format!(
+                    "QP {qp} was handed a completion of QP {} (wr_id {})",
+                    wc.qp_num, wc.wr_id
+                )));
+            }
             f(wc);
         }
         Ok(n)
@@ -709,12 +716,24 @@ impl Stream for VerbsStream {
         let a = self.a.as_ref().ok_or_else(|| err("the pair was lost"))?;
         let one_sided = self.receiver.is_none();
         let mut n = 0usize;
+        // Message k is posted with wr_id k, and a send queue completes in order (Verbs
+        // section 8.2.2, rule 2), so the next completion must be the next message's.
+        let mut next = self.completed;
+        let mut order = Ok(());
         self.completed += a.poll_send(&mut self.wcs, |wc| {
+            if wc.wr_id != next && order.is_ok() {
+                order = Err(err(format!(
+                    "send completion of wr_id {} where {next} was next",
+                    wc.wr_id
+                )));
+            }
+            next += 1;
             if one_sided {
                 delivered(wc.wr_id);
                 n += 1;
             }
         })? as u64;
+        order?;
         if !one_sided {
             // SYNC POINT: Acquire pairs with the receiver's Release store.
             let now = self.delivered.load(Ordering::Acquire);
@@ -948,7 +967,13 @@ impl Transport for VerbsTransport {
 
 /// Opens the verbs transport for a run whose largest message is `max_size`, with `window`
 /// messages in flight at most: starts (or finds) the endpoints and opens a context on each.
-pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<Box<dyn Transport>> {
+/// With `cq_per_qp`, each initiating QP has a send CQ of its own (see `completions`).
+pub fn open(
+    endpoint: &EndpointPlan,
+    window: usize,
+    max_size: usize,
+    cq_per_qp: bool,
+) -> Result<Box<dyn Transport>> {
     let endpoints = Endpoints::start(endpoint)?;
     let [a, b] = endpoints.runtime_dirs();
     let idle_memory = [("a", a), ("b", b)]
@@ -956,7 +981,12 @@ pub fn open(endpoint: &EndpointPlan, window: usize, max_size: usize) -> Result<B
         // Any reading before the first application is an idle one: no wait for a rewrite.
         .filter_map(|(n, d)| DaemonMemory::read(d, n, "idle", None))
         .collect();
-    let contexts = connect::Contexts::open(&endpoints, endpoint.daemon_workers, endpoint.cm_port)?;
+    let contexts = connect::Contexts::open(
+        &endpoints,
+        endpoint.daemon_workers,
+        endpoint.cm_port,
+        cq_per_qp,
+    )?;
     // Room for the window plus the ping-pong's re-posted receives.
     let depth = (window + 16).next_power_of_two().max(64);
     Ok(Box::new(VerbsTransport {
