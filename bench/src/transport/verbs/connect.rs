@@ -1,10 +1,10 @@
 //! The slow path of the verbs transport: a context per daemon worker on each endpoint
 //! (iwarp-control's `control.sock`; control places each context on a worker), then per
 //! connected pair a PD, CQs, a QP and a registered region on each side (carved from a
-//! shared buffer of the context's; the initiator's send CQ is shared, see `completions`),
-//! and the connection itself (listen on `b`, connect from
-//! `a`, accept), which is all an application does before its first work request. Pairs go
-//! round-robin over the contexts, so the connections spread over the workers.
+//! shared buffer of the context's; the initiator's send CQs are shared, see `completions`),
+//! and the connection itself (listen on `b`, connect from `a`, accept), which is all an
+//! application does before its first work request. Pairs go round-robin over the contexts,
+//! so the connections spread over the workers.
 //!
 //! This is the one part of the harness that uses iwarp-verbs' context and connection API;
 //! everything after it uses only the fast path (post send, post receive, poll CQ).
