@@ -65,7 +65,7 @@ impl Cq {
     pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.entries.len());
         for slot in out.iter_mut().take(n) {
-            // n <= len, so pop_front is Some.
+            // n <= len, so take_front is Some.
             if let Some(wc) = self.entries.take_front() {
                 *slot = wc;
             }
