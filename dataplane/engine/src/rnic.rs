@@ -471,6 +471,16 @@ impl Rnic {
         Some(self.qps.get(qp as usize)?.as_ref()?.state)
     }
 
+    /// Asks the cache for QP `qp`'s state, which the caller is about to hand bytes to or
+    /// take FPDUs from (see `iwarp_abi::prefetch`). Reads only the slot table, which is
+    /// small and stays cached: the QP's own lines are not read here, or their miss would be
+    /// paid now.
+    pub fn prefetch_qp(&self, qp: QpId) {
+        if let Some(q) = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize)) {
+            iwarp_abi::prefetch::prefetch(q);
+        }
+    }
+
     // ---- ready lists ----
 
     /// The next QP marked as possibly having something to transmit, or whose state changed

@@ -177,6 +177,11 @@ impl<P: Port> PortDevice<P> {
         self.local.push_back(frame);
     }
 
+    /// The frames received from the port that smoltcp has not read yet, in order.
+    pub fn received(&self) -> impl Iterator<Item = &[u8]> {
+        self.rxq.iter().map(|f| &**f)
+    }
+
     /// Whether received frames wait for smoltcp.
     pub fn has_rx(&self) -> bool {
         !self.rxq.is_empty() || !self.local.is_empty()

@@ -646,6 +646,20 @@ impl PeerTcp {
         self.flows.get(&key).map(|f| f.window)
     }
 
+    /// The size of a tracked flow's entry, for cache hints at [`PeerTcp::hints`]'s address.
+    pub const FLOW_SIZE: usize = size_of::<(FlowKey, Flow)>();
+
+    /// Where flow `key`'s entry and its sender are, as cache hints (see
+    /// `iwarp_abi::prefetch`): `(0, 0)` for a flow not tracked, 0 for no sender.
+    pub fn hints(&self, key: FlowKey) -> (usize, usize) {
+        use iwarp_abi::prefetch::address_of;
+        self.flows.get_key_value(&key).map_or((0, 0), |(k, f)| {
+            // The entry starts at whichever of its two fields the layout put first.
+            let entry = address_of(k).min(address_of(f));
+            (entry, f.sender.as_deref().map_or(0, address_of))
+        })
+    }
+
     /// The largest segment the peer takes, as its SYN said.
     pub fn mss(&self, key: FlowKey) -> Option<usize> {
         self.flows.get(&key).map(|f| usize::from(f.mss))

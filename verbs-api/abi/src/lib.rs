@@ -30,6 +30,8 @@
 //!   runs, a zombie counting as gone.
 //! - [`port_file`]: the endpoint's port (name, MAC, IPv4, MTU) as a file in its runtime
 //!   directory, for libraries that describe the device without opening it.
+//! - [`prefetch`]: cache hints, for the daemon's loops over many rings and connections;
+//!   here because the rings are the lowest layer that asks for them.
 //! - [`sync`]: the one place atomics come from, switched to `loom` under `cfg(loom)` so the
 //!   ring's protocol is model-checked.
 //!
@@ -47,6 +49,7 @@ pub mod limits;
 #[cfg(not(loom))]
 pub mod notify;
 pub mod port_file;
+pub mod prefetch;
 pub mod process;
 pub mod qp;
 pub mod ring;

@@ -148,6 +148,13 @@ impl HostQp {
         }
     }
 
+    /// Asks the cache for what [`HostQp::pump_sq`] reads first: the SQ ring's producer index
+    /// and oldest entry, and the engine's QP.
+    pub fn prefetch_sq(&self, rnic: &Rnic) {
+        self.sq.prefetch_next();
+        rnic.prefetch_qp(self.qp);
+    }
+
     /// Moves up to [`BURST`] SQ entries into the engine.
     pub fn pump_sq(&mut self, rnic: &mut Rnic) -> Pumped {
         let mut p = Pumped::default();

@@ -47,6 +47,10 @@ use std::time::Instant;
 /// slow-path work.
 const COMMANDS_PER_TURN: usize = 16;
 
+/// QPs whose lines a ring pump asks the cache for at once (see [`Host::pump_rings`]): enough
+/// that their misses overlap, few enough that the lines are still cached when read.
+const PREFETCH_QPS: usize = 8;
+
 struct Cq {
     host: HostCq,
 }
@@ -418,16 +422,24 @@ impl Host {
         let mut worked = false;
         // An RQ is read when it was rung, with its SQ when it has no slot of its own, or
         // when the engine's full RQ left an entry behind.
-        for id in &qps {
-            let Some(qp) = self.qps.get_mut(id) else {
-                continue;
-            };
-            self.visits += 1;
-            let read_rq =
-                qp.rq_bell.is_none() || qp.host.rq_left() || rqs.binary_search(id).is_ok();
-            if read_rq && !qp.host.is_corrupt() {
-                let r = qp.host.pump_rq(rnic);
-                worked |= r.posted + r.rejected > 0;
+        for ids in qps.chunks(PREFETCH_QPS) {
+            // The QPs' entries here, looked up together so that their misses overlap.
+            for id in ids {
+                if let Some(qp) = self.qps.get(id) {
+                    iwarp_abi::prefetch::prefetch(qp);
+                }
+            }
+            for id in ids {
+                let Some(qp) = self.qps.get_mut(id) else {
+                    continue;
+                };
+                self.visits += 1;
+                let read_rq =
+                    qp.rq_bell.is_none() || qp.host.rq_left() || rqs.binary_search(id).is_ok();
+                if read_rq && !qp.host.is_corrupt() {
+                    let r = qp.host.pump_rq(rnic);
+                    worked |= r.posted + r.rejected > 0;
+                }
             }
         }
         for id in rqs.iter().filter(|id| qps.binary_search(id).is_err()) {
@@ -454,13 +466,23 @@ impl Host {
                 self.next_srqs.push(*id);
             }
         }
-        for id in &qps {
-            let Some(qp) = self.qps.get_mut(id) else {
-                continue;
-            };
-            worked |= Self::pump_qp(qp, rnic);
-            if Self::revisit(qp, rnic) {
-                self.next_qps.push(*id);
+        // A few QPs at a time, their lines asked for before any is pumped: each QP's ring
+        // and engine state is cold with thousands of QPs, and its misses then overlap those
+        // of the QPs beside it instead of following them.
+        for ids in qps.chunks(PREFETCH_QPS) {
+            for id in ids {
+                if let Some(qp) = self.qps.get(id) {
+                    qp.host.prefetch_sq(rnic);
+                }
+            }
+            for id in ids {
+                let Some(qp) = self.qps.get_mut(id) else {
+                    continue;
+                };
+                worked |= Self::pump_qp(qp, rnic);
+                if Self::revisit(qp, rnic) {
+                    self.next_qps.push(*id);
+                }
             }
         }
         qps.clear();

@@ -209,6 +209,33 @@ struct Conn {
     sent_in: u64,
     /// Its QP had FPDUs to send when last looked at (counted in `Node::wanting`).
     wants_tx: bool,
+    /// Where its socket, route, flow and sender lay at its last visit (see
+    /// [`Node::prefetch_ahead`]).
+    hints: Hints,
+}
+
+/// Addresses of a connection's state kept elsewhere, noted at each visit for cache hints
+/// before the next (see `iwarp_abi::prefetch`). Never dereferenced: one that went stale
+/// (its structure moved or freed since) costs a useless fetch, nothing more. 0: unknown.
+#[derive(Clone, Copy, Default)]
+struct Hints {
+    socket: usize,
+    /// Its entry in the routes of `sockets.rs`.
+    route: usize,
+    /// Its entry in the device's flows (`peer_tcp.rs`).
+    flow: usize,
+    sender: usize,
+}
+
+impl Hints {
+    /// Asks the cache for the lines at each known address.
+    fn prefetch(&self) {
+        use iwarp_abi::prefetch::prefetch_addr;
+        prefetch_addr(self.socket, size_of::<tcp::Socket>());
+        prefetch_addr(self.route, Sockets::ROUTE_SIZE);
+        prefetch_addr(self.flow, crate::peer_tcp::PeerTcp::FLOW_SIZE);
+        prefetch_addr(self.sender, size_of::<cc::sender::Sender>());
+    }
 }
 
 /// The connections that queued data in the current period of [`Senders::PERIOD`] of the
@@ -302,6 +329,7 @@ impl Conn {
             held_fpdu: None,
             sent_in: u64::MAX,
             wants_tx: false,
+            hints: Hints::default(),
         }
     }
 
@@ -884,6 +912,7 @@ impl<P: Port> Node<P> {
         let mut drained = false;
         for _ in 0..crate::device::RX_BURSTS_PER_TURN {
             let n = self.dev.fill();
+            self.prefetch_received();
             self.turn_t.port += self.stage.lap();
             got += n;
             self.iface_ingress(now);
@@ -954,7 +983,9 @@ impl<P: Port> Node<P> {
             };
             self.conns[i].queued = false;
             self.visits += 1;
+            self.prefetch_ahead(rnic);
             busy |= self.service(rnic, i);
+            self.note_hints(i);
             let wants = self.conns[i].qp.is_some_and(|qp| rnic.wants_transmit(qp));
             self.set_wants_tx(i, wants);
             let c = &self.conns[i];
@@ -997,6 +1028,67 @@ impl<P: Port> Node<P> {
     /// many idle connections, it grows with the active ones only (see `sockets.rs`).
     pub fn sockets_offered(&self) -> u64 {
         self.sockets.offered
+    }
+
+    /// Asks the cache for the state of the connections visited next: the entry of the one
+    /// after next, and the next one's socket, route, flow, sender and QP at the addresses
+    /// its entry noted. With thousands of connections each visit meets its connection's state cold,
+    /// several structures that are each a chain of misses; fetched a visit ahead, their
+    /// misses overlap this visit's work instead of following one another.
+    fn prefetch_ahead(&self, rnic: &Rnic) {
+        use iwarp_abi::prefetch::prefetch;
+        if let Some(c) = self.ready.get(1).and_then(|&j| self.conns.get(j)) {
+            prefetch(c);
+        }
+        let Some(c) = self.ready.front().and_then(|&j| self.conns.get(j)) else {
+            return;
+        };
+        c.hints.prefetch();
+        if let Some(qp) = c.qp {
+            rnic.prefetch_qp(qp);
+        }
+    }
+
+    /// Asks the cache for what the frames just received will meet, each its connection's
+    /// entry and, at the addresses that entry noted, its route, flow, sender and socket.
+    /// Looked up frame after frame as smoltcp reads them, each of those is a chain of
+    /// misses that follow one another; here the frames' lookups do not depend on each
+    /// other, so their misses overlap.
+    fn prefetch_received(&self) {
+        use iwarp_abi::prefetch::prefetch;
+        let mut entries = [0usize; crate::port::RX_BURST];
+        let mut n = 0;
+        for frame in self.dev.received().take(entries.len()) {
+            let Some(i) = FlowKey::of_frame(frame).and_then(|k| self.by_flow.get(&k)) else {
+                continue;
+            };
+            if let Some(c) = self.conns.get(*i) {
+                prefetch(c);
+                entries[n] = *i;
+                n += 1;
+            }
+        }
+        for &i in &entries[..n] {
+            self.conns[i].hints.prefetch();
+        }
+    }
+
+    /// Notes where connection `i`'s socket, route, flow and sender are, for the hints
+    /// before it is next met; its state was just visited, so the lookups hit the cache.
+    fn note_hints(&mut self, i: usize) {
+        let c = &self.conns[i];
+        if c.socket_gone {
+            return;
+        }
+        let socket = iwarp_abi::prefetch::address_of(self.sockets.get::<tcp::Socket>(c.handle));
+        let (flow, sender) = c.flow.map_or((0, 0), |k| self.dev.peers.hints(k));
+        let route = c.flow.map_or(0, |k| self.sockets.route_hint(k));
+        self.conns[i].hints = Hints {
+            socket,
+            route,
+            flow,
+            sender,
+        };
     }
 
     /// Notes whether connection `i`'s QP has FPDUs to send, counted in `wanting`; a
@@ -1197,6 +1289,61 @@ mod tests {
         assert_eq!(s.count(1), 1);
         // Those with data in flight now count whatever the periods say.
         assert_eq!(s.count(7), 7);
+    }
+
+    /// A visit notes where its connection's socket, route, flow entry and sender lie, the
+    /// addresses [`Node::prefetch_ahead`] and [`Node::prefetch_received`] ask the cache for
+    /// before the connection is next met.
+    #[test]
+    fn a_visit_notes_where_its_connections_state_lies() {
+        use crate::port::memory::MemoryPort;
+        use iwarp_abi::prefetch::address_of;
+        use iwarp_engine::QpCaps;
+        let (pa, pb) = MemoryPort::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+        let (ip_a, ip_b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let mut a = Node::new(pa, ip_a, 24, TcpSettings::default());
+        let mut b = Node::new(pb, ip_b, 24, TcpSettings::default());
+        let (mut ra, mut rb) = (Rnic::new(), Rnic::new());
+        let qp = |r: &mut Rnic| {
+            let (pd, cq) = (r.alloc_pd(), r.create_cq(64));
+            let caps = QpCaps {
+                sq_depth: 16,
+                rq_depth: 16,
+                srq: None,
+            };
+            r.create_qp(pd, cq, cq, caps).unwrap()
+        };
+        let (qa, qb) = (qp(&mut ra), qp(&mut rb));
+        let ca = a.listen(7174, qa, Settings::default()).unwrap();
+        let cb = b
+            .connect(ip_a, 7174, 40000, qb, Settings::default())
+            .unwrap();
+        let rts = |n: &Node<MemoryPort>, c| n.state(c) == Some(&ConnState::Rts);
+        for _ in 0..100_000 {
+            if rts(&a, ca) && rts(&b, cb) {
+                break;
+            }
+            a.poll(&mut ra);
+            b.poll(&mut rb);
+        }
+        assert!(rts(&a, ca) && rts(&b, cb), "both ends in RTS");
+        for (node, i) in [(&a, ca), (&b, cb)] {
+            let c = &node.conns[i];
+            let key = c.flow.expect("the peer is tracked once established");
+            let (flow, sender) = node.dev.peers.hints(key);
+            assert!(
+                flow != 0 && sender != 0,
+                "the flow has an entry and a sender"
+            );
+            assert_eq!(
+                c.hints.socket,
+                address_of(node.sockets.get::<tcp::Socket>(c.handle))
+            );
+            assert_eq!((c.hints.flow, c.hints.sender), (flow, sender));
+            let route = node.sockets.route_hint(key);
+            assert!(route != 0, "the flow is routed");
+            assert_eq!(c.hints.route, route);
+        }
     }
 
     /// A turn's receive step reads up to 128 bursts (4,096 frames), as many as its egress

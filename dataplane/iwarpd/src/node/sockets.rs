@@ -143,6 +143,18 @@ impl Sockets {
         s
     }
 
+    /// The size of a route's entry, for cache hints at [`Sockets::route_hint`]'s address.
+    pub const ROUTE_SIZE: usize = size_of::<(FlowKey, Sock)>();
+
+    /// Where flow `key`'s route lies, as a cache hint (see `iwarp_abi::prefetch`); 0 for
+    /// a flow not routed.
+    pub fn route_hint(&self, key: FlowKey) -> usize {
+        use iwarp_abi::prefetch::address_of;
+        self.routes
+            .get_key_value(&key)
+            .map_or(0, |(k, s)| address_of(k).min(address_of(s)))
+    }
+
     /// The flow socket `s` is routed by, if it is routed.
     pub fn route_of(&self, s: Sock) -> Option<FlowKey> {
         self.route_of.get(&s).copied()
