@@ -481,6 +481,16 @@ impl Rnic {
         }
     }
 
+    /// Asks the cache for the oldest WR on QP `qp`'s SQ, which its next transmit reads first.
+    /// Reads the QP's own lines to find it: call it once those were asked for
+    /// ([`Rnic::prefetch_qp`]) a while before.
+    pub fn prefetch_sq_head(&self, qp: QpId) {
+        let q = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize));
+        if let Some(wr) = q.and_then(Option::as_ref).and_then(|q| q.sq.front()) {
+            iwarp_abi::prefetch::prefetch(wr);
+        }
+    }
+
     // ---- ready lists ----
 
     /// The next QP marked as possibly having something to transmit, or whose state changed

@@ -983,7 +983,7 @@ impl<P: Port> Node<P> {
             };
             self.conns[i].queued = false;
             self.visits += 1;
-            self.prefetch_ahead(rnic);
+            self.prefetch_ahead(rnic, i);
             busy |= self.service(rnic, i);
             self.note_hints(i);
             let wants = self.conns[i].qp.is_some_and(|qp| rnic.wants_transmit(qp));
@@ -1032,11 +1032,16 @@ impl<P: Port> Node<P> {
 
     /// Asks the cache for the state of the connections visited next: the entry of the one
     /// after next, and the next one's socket, route, flow, sender and QP at the addresses
-    /// its entry noted. With thousands of connections each visit meets its connection's state cold,
-    /// several structures that are each a chain of misses; fetched a visit ahead, their
-    /// misses overlap this visit's work instead of following one another.
-    fn prefetch_ahead(&self, rnic: &Rnic) {
+    /// its entry noted; and for the oldest WR of connection `i`'s QP, about to be visited,
+    /// whose lines the last visit asked for. With thousands of connections each visit meets
+    /// its connection's state cold, several structures that are each a chain of misses;
+    /// fetched ahead, their misses overlap the work before them instead of following one
+    /// another.
+    fn prefetch_ahead(&self, rnic: &Rnic, i: usize) {
         use iwarp_abi::prefetch::prefetch;
+        if let Some(qp) = self.conns[i].qp {
+            rnic.prefetch_sq_head(qp);
+        }
         if let Some(c) = self.ready.get(1).and_then(|&j| self.conns.get(j)) {
             prefetch(c);
         }
