@@ -467,6 +467,12 @@ impl Rnic {
         self.state_of(self.qp_slots.get(qp)?)
     }
 
+    /// QP `qp`'s slot in the table, without reading what it holds (`None` in the slot: a QP
+    /// destroyed since its id was handed out).
+    pub(crate) fn qp_entry(&self, qp: QpId) -> Option<&Option<Qp>> {
+        self.qps.get(self.qp_slots.get(qp)? as usize)
+    }
+
     pub(crate) fn state_of(&self, qp: u32) -> Option<QpState> {
         Some(self.qps.get(qp as usize)?.as_ref()?.state)
     }
@@ -476,7 +482,7 @@ impl Rnic {
     /// small and stays cached: the QP's own lines are not read here, or their miss would be
     /// paid now.
     pub fn prefetch_qp(&self, qp: QpId) {
-        if let Some(q) = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize)) {
+        if let Some(q) = self.qp_entry(qp) {
             iwarp_abi::prefetch::prefetch(q);
         }
     }
@@ -485,8 +491,8 @@ impl Rnic {
     /// Reads the QP's own lines to find it: call it once those were asked for
     /// ([`Rnic::prefetch_qp`]) a while before.
     pub fn prefetch_sq_head(&self, qp: QpId) {
-        let q = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize));
-        if let Some(wr) = q.and_then(Option::as_ref).and_then(|q| q.sq.front()) {
+        let q = self.qp_entry(qp).and_then(Option::as_ref);
+        if let Some(wr) = q.and_then(|q| q.sq.front()) {
             iwarp_abi::prefetch::prefetch(wr);
         }
     }

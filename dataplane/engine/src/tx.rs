@@ -96,7 +96,7 @@ impl Rnic {
 
     /// Whether the QP has anything to transmit right now.
     pub fn wants_transmit(&self, qp: QpId) -> bool {
-        let Some(Some(q)) = self.qp_slots.get(qp).and_then(|s| self.qps.get(s as usize)) else {
+        let Some(Some(q)) = self.qp_entry(qp) else {
             return false;
         };
         let Some(conn) = q.conn.as_ref() else {
