@@ -652,11 +652,12 @@ impl PeerTcp {
     /// Where flow `key`'s entry and its sender are, as cache hints (see
     /// `iwarp_abi::prefetch`): `(0, 0)` for a flow not tracked, 0 for no sender.
     pub fn hints(&self, key: FlowKey) -> (usize, usize) {
-        use iwarp_abi::prefetch::address_of;
+        use iwarp_abi::prefetch::{address_of, entry_address};
         self.flows.get_key_value(&key).map_or((0, 0), |(k, f)| {
-            // The entry starts at whichever of its two fields the layout put first.
-            let entry = address_of(k).min(address_of(f));
-            (entry, f.sender.as_deref().map_or(0, address_of))
+            (
+                entry_address(k, f),
+                f.sender.as_deref().map_or(0, address_of),
+            )
         })
     }
 

@@ -36,6 +36,13 @@ pub fn address_of<T>(value: &T) -> usize {
     value as *const T as usize
 }
 
+/// Where a map's entry of key `k` and value `v` starts, as a hint for [`prefetch_addr`] of
+/// `size_of::<(K, V)>()` octets: at whichever of the two the compiler placed first.
+#[inline(always)]
+pub fn entry_address<K, V>(k: &K, v: &V) -> usize {
+    address_of(k).min(address_of(v))
+}
+
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn fetch(line: usize) {

@@ -149,10 +149,10 @@ impl Sockets {
     /// Where flow `key`'s route lies, as a cache hint (see `iwarp_abi::prefetch`); 0 for
     /// a flow not routed.
     pub fn route_hint(&self, key: FlowKey) -> usize {
-        use iwarp_abi::prefetch::address_of;
+        use iwarp_abi::prefetch::entry_address;
         self.routes
             .get_key_value(&key)
-            .map_or(0, |(k, s)| address_of(k).min(address_of(s)))
+            .map_or(0, |(k, s)| entry_address(k, s))
     }
 
     /// The flow socket `s` is routed by, if it is routed.
